@@ -1,0 +1,86 @@
+//! One interface over every engine kind, so callers (the worker, the CLI, the
+//! verification suite) do not care which engine walks a unit.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::plan::SearchPlan;
+use crate::search::{Control, RunOptions, UnitError, Walker};
+use crate::unit::{Unit, UnitResult};
+
+/// Which kind of engine produced a result. Rates are never mixed across kinds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EngineKind {
+    /// The portable table-driven interpreter in this crate.
+    Reference,
+    /// Puzzle-specialised Rust compiled on the machine that runs it.
+    Compiled,
+}
+
+impl fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            EngineKind::Reference => "reference",
+            EngineKind::Compiled => "compiled",
+        })
+    }
+}
+
+/// Why an engine could not produce a result.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The unit does not fit the puzzle.
+    #[error(transparent)]
+    Unit(#[from] UnitError),
+    /// The engine itself failed (a crashed child process, a protocol error).
+    #[error("engine failure: {0}")]
+    Failed(String),
+}
+
+/// Walks units of one puzzle and fill order.
+pub trait Engine: Send {
+    /// The kind of engine.
+    fn kind(&self) -> EngineKind;
+    /// An identifier of this build of the engine (reported with every result).
+    fn build_id(&self) -> String;
+    /// Walks one unit.
+    fn run(
+        &mut self,
+        unit: &Unit,
+        options: RunOptions,
+        control: &mut dyn Control,
+    ) -> Result<UnitResult, EngineError>;
+}
+
+/// The reference engine over a shared plan.
+#[derive(Clone)]
+pub struct ReferenceEngine {
+    plan: Arc<SearchPlan>,
+}
+
+impl ReferenceEngine {
+    /// An engine for `plan`.
+    pub fn new(plan: Arc<SearchPlan>) -> Self {
+        ReferenceEngine { plan }
+    }
+}
+
+impl Engine for ReferenceEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Reference
+    }
+    fn build_id(&self) -> String {
+        format!("reference-{}", env!("CARGO_PKG_VERSION"))
+    }
+    fn run(
+        &mut self,
+        unit: &Unit,
+        options: RunOptions,
+        control: &mut dyn Control,
+    ) -> Result<UnitResult, EngineError> {
+        Ok(Walker::new(&self.plan).run(unit, options, control)?)
+    }
+}

@@ -1,0 +1,43 @@
+//! # e2fleet-engine
+//!
+//! The trusted core of e2fleet: the puzzle model, file formats, fill orders, the reference
+//! search and exact node accounting, as defined by `COUNTING.md`. It knows nothing of the
+//! network or of storage; the coordinator and the worker both build on it.
+//!
+//! # Layout
+//! - [`model`]: pieces, rotations, cells, placements and the validated [`Puzzle`].
+//! - [`validate`]: the checks behind [`Puzzle::new`], with specific errors.
+//! - [`formats`]: loaders for every community format (site JSON, 16-bit CSV, e2pieces
+//!   text, Brendan Owen's sets, `.puz`, Blackwood lists), format detection and the site
+//!   JSON writer.
+//! - [`order`]: fill orders (scans from any corner, comb orders, explicit lists).
+//! - [`plan`]: the per-(puzzle, order) search tables both engines use.
+//! - [`search`]: the reference walker: units, budgets, cursors, continuations, prefix
+//!   enumeration and continuation splitting.
+//! - [`unit`]: work units and their exact results.
+//! - [`verify`]: the independent board verifier and the score.
+//! - [`engine`]: one interface over every engine kind.
+//!
+//! # Example
+//! ```
+//! use e2fleet_engine::{formats, order::FillOrder, plan::SearchPlan, search::{Walker, RunOptions, NoControl}, unit::Unit};
+//! let text = "3 3\n0 1 1 0\n0 1 1 1\n0 0 1 1\n1 1 1 0\n1 1 1 1\n1 0 1 1\n1 1 0 0\n1 1 0 1\n1 0 0 1\n";
+//! let puzzle = formats::parse_str(text, "tiny.txt", &formats::LoadOptions::default()).unwrap();
+//! let plan = SearchPlan::new(&puzzle, &FillOrder::row_major(&puzzle));
+//! let result = Walker::new(&plan).run(&Unit::root(), RunOptions::default(), &mut NoControl).unwrap();
+//! assert!(result.solutions_count > 0);
+//! ```
+
+pub mod engine;
+pub mod formats;
+pub mod model;
+pub mod order;
+pub mod plan;
+pub mod search;
+pub mod unit;
+pub mod validate;
+pub mod verify;
+
+pub use model::{Placement, Puzzle};
+pub use order::{FillOrder, OrderSpec};
+pub use unit::{Unit, UnitResult};

@@ -1,0 +1,126 @@
+//! Work units and their results, as defined in `COUNTING.md`.
+//!
+//! A [`Unit`] is a prefix (a legal filling of the first `d` cells of the fill order) plus
+//! an optional cursor (where an earlier, budget-stopped run of the same prefix stopped).
+//! With an empty cursor it means "walk everything below the prefix"; with a cursor it is a
+//! continuation: the subtree of the cursor's last placement, then the untried siblings of
+//! each cursor placement, deepest first, up to depth `d + 1`.
+//!
+//! A [`UnitResult`] counts nodes strictly below the prefix, per absolute depth, and so
+//! satisfies `unit.nodes = committed + continuation.nodes` exactly.
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::Placement;
+
+/// A piece of the search tree to walk.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Unit {
+    /// Placements at depths `1..=d`, in fill order.
+    pub prefix: Vec<Placement>,
+    /// Placements at depths `d+1..=j` where an earlier run stopped; empty for a plain unit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cursor: Vec<Placement>,
+}
+
+impl Unit {
+    /// The whole tree: empty prefix, no cursor.
+    pub fn root() -> Self {
+        Unit::default()
+    }
+    /// A plain prefix unit.
+    pub fn prefix(prefix: Vec<Placement>) -> Self {
+        Unit {
+            prefix,
+            cursor: Vec::new(),
+        }
+    }
+    /// The continuation of `self` after a run stopped at `cursor`. The cursor of a
+    /// continuation that stopped again is already absolute (it starts at depth `d + 1`).
+    pub fn continuation(&self, cursor: Vec<Placement>) -> Self {
+        Unit {
+            prefix: self.prefix.clone(),
+            cursor,
+        }
+    }
+    /// `d`, the prefix depth.
+    pub fn depth(&self) -> usize {
+        self.prefix.len()
+    }
+}
+
+/// Why a run ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// The whole unit was walked.
+    Finished,
+    /// The node budget was reached.
+    Budget,
+    /// The caller asked it to stop (shutdown, preemption); reported like a budget stop.
+    Requested,
+}
+
+/// The exact outcome of walking a unit.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitResult {
+    /// Nodes committed per absolute depth; index `k - 1` is depth `k`. Its length is the
+    /// number of free cells. Depths at or above the prefix are zero.
+    pub nodes_by_depth: Vec<u64>,
+    /// Sum of `nodes_by_depth`.
+    pub committed: u64,
+    /// Exact number of solutions found (nodes at the last depth).
+    pub solutions_count: u64,
+    /// The first solutions found, each a full board (hints included) sorted by cell;
+    /// capped, while `solutions_count` is always exact.
+    pub solutions: Vec<Vec<Placement>>,
+    /// The deepest depth of any node this run committed (the prefix depth if none).
+    pub max_depth: usize,
+    /// The first board that reached `max_depth`: the placements at depths `1..=max_depth`.
+    pub deepest: Vec<Placement>,
+    /// Where the walk stopped, when it did not finish: the placements on the current path
+    /// below the prefix (depths `d+1..=j`), the last one just committed.
+    pub cursor: Option<Vec<Placement>>,
+    /// Why the run ended.
+    pub stop: Option<StopReason>,
+}
+
+impl UnitResult {
+    /// `true` when the unit was walked to the end.
+    pub fn finished(&self) -> bool {
+        self.cursor.is_none()
+    }
+
+    /// Adds another result's counts into this one (depth by depth), keeping the first
+    /// solutions up to `cap` and the deepest board (earlier one on ties).
+    pub fn absorb(&mut self, other: &UnitResult, cap: usize) {
+        if self.nodes_by_depth.len() < other.nodes_by_depth.len() {
+            self.nodes_by_depth.resize(other.nodes_by_depth.len(), 0);
+        }
+        for (mine, theirs) in self.nodes_by_depth.iter_mut().zip(&other.nodes_by_depth) {
+            *mine += theirs;
+        }
+        self.committed += other.committed;
+        self.solutions_count += other.solutions_count;
+        for solution in &other.solutions {
+            if self.solutions.len() >= cap {
+                break;
+            }
+            self.solutions.push(solution.clone());
+        }
+        if other.max_depth > self.max_depth {
+            self.max_depth = other.max_depth;
+            self.deepest = other.deepest.clone();
+        }
+    }
+}
+
+/// Adds `b` into `a` depth by depth.
+pub fn add_counts(a: &mut Vec<u64>, b: &[u64]) {
+    if a.len() < b.len() {
+        a.resize(b.len(), 0);
+    }
+    for (x, y) in a.iter_mut().zip(b) {
+        *x += y;
+    }
+}
