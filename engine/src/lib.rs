@@ -17,6 +17,7 @@
 //! - [`unit`]: work units and their exact results.
 //! - [`verify`]: the independent board verifier and the score.
 //! - [`engine`]: one interface over every engine kind.
+//! - [`testing`]: random planted puzzles and the brute-force oracle for tests.
 //!
 //! # Example
 //! ```
@@ -34,6 +35,7 @@ pub mod model;
 pub mod order;
 pub mod plan;
 pub mod search;
+pub mod testing;
 pub mod unit;
 pub mod validate;
 pub mod verify;

@@ -247,8 +247,14 @@ mod tests {
     #[test]
     fn symmetric_pieces_have_fewer_candidates() {
         assert_eq!(distinct_rotations([1, 2, 3, 4]).count(), 4);
-        assert_eq!(distinct_rotations([1, 2, 1, 2]).collect::<Vec<_>>(), vec![0, 1]);
-        assert_eq!(distinct_rotations([5, 5, 5, 5]).collect::<Vec<_>>(), vec![0]);
+        assert_eq!(
+            distinct_rotations([1, 2, 1, 2]).collect::<Vec<_>>(),
+            vec![0, 1]
+        );
+        assert_eq!(
+            distinct_rotations([5, 5, 5, 5]).collect::<Vec<_>>(),
+            vec![0]
+        );
         assert_eq!(canonical_rotation([1, 2, 1, 2], 3), 1);
         assert_eq!(canonical_rotation([1, 2, 1, 2], 2), 0);
     }

@@ -33,7 +33,11 @@ impl Corner {
         (Corner::BottomRight, "br"),
     ];
     fn code(self) -> &'static str {
-        Self::ALL.iter().find(|(c, _)| *c == self).map(|(_, s)| *s).unwrap_or("tl")
+        Self::ALL
+            .iter()
+            .find(|(c, _)| *c == self)
+            .map(|(_, s)| *s)
+            .unwrap_or("tl")
     }
 }
 
@@ -75,7 +79,12 @@ impl fmt::Display for OrderSpec {
                 from: Corner::TopLeft,
             } => write!(f, "row-major"),
             OrderSpec::Scan { columns, from } => {
-                write!(f, "{}:{}", if *columns { "cols" } else { "rows" }, from.code())
+                write!(
+                    f,
+                    "{}:{}",
+                    if *columns { "cols" } else { "rows" },
+                    from.code()
+                )
             }
             OrderSpec::Comb { rows } => write!(f, "comb:{rows}"),
             OrderSpec::Cells(cells) => {
@@ -233,8 +242,9 @@ impl FillOrder {
                     }
                     seen[cell] = true;
                 }
-                let missing: Vec<usize> =
-                    (0..puzzle.cells()).filter(|&c| !seen[c] && !is_hint[c]).collect();
+                let missing: Vec<usize> = (0..puzzle.cells())
+                    .filter(|&c| !seen[c] && !is_hint[c])
+                    .collect();
                 if let Some(&first) = missing.first() {
                     return Err(OrderError::Missing {
                         count: missing.len(),

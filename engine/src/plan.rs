@@ -266,12 +266,9 @@ impl SearchPlan {
     /// The packed colours the extra sides of `depth` must show, given the board.
     #[inline(always)]
     pub fn extra_expect(&self, board: &[u32], depth: usize) -> u32 {
-        self.depths[depth]
-            .extra
-            .iter()
-            .fold(0, |e, &(read, side)| {
-                e | ((board[read.cell] >> read.shift) & 0xFF) << (8 * side)
-            })
+        self.depths[depth].extra.iter().fold(0, |e, &(read, side)| {
+            e | ((board[read.cell] >> read.shift) & 0xFF) << (8 * side)
+        })
     }
 
     /// The placement a candidate stands for at `depth`.

@@ -228,7 +228,9 @@ impl<'p> Walker<'p> {
                 i += 1;
             };
             let Some(i) = found else {
-                return Err(illegal("piece does not fit the rim, hints or its neighbours"));
+                return Err(illegal(
+                    "piece does not fit the rim, hints or its neighbours",
+                ));
             };
             let c = self.plan.candidates[i];
             if (c as u32 & self.steps[depth].mask) != self.expect[depth] {
@@ -341,10 +343,7 @@ impl<'p> Walker<'p> {
         let floor = unit.prefix.len();
         let start = floor + unit.cursor.len();
         if start > depths {
-            return Err(UnitError::TooDeep {
-                len: start,
-                depths,
-            });
+            return Err(UnitError::TooDeep { len: start, depths });
         }
         self.reset();
         self.descend(0, &unit.prefix, "prefix")?;

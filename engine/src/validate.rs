@@ -233,7 +233,11 @@ pub fn check_pieces(
             None => return Err(ValidationError::BadPieceShape { piece, colours }),
         }
     }
-    let expected = [4, 2 * (width - 2) + 2 * (height - 2), (width - 2) * (height - 2)];
+    let expected = [
+        4,
+        2 * (width - 2) + 2 * (height - 2),
+        (width - 2) * (height - 2),
+    ];
     for (i, category) in ["corner", "edge", "interior"].into_iter().enumerate() {
         if counts[i] != expected[i] {
             return Err(ValidationError::CategoryCount {

@@ -57,7 +57,9 @@ fn parse_engine(text: &str) -> Result<EngineKind, String> {
     match text {
         "reference" => Ok(EngineKind::Reference),
         "compiled" => Ok(EngineKind::Compiled),
-        _ => Err(format!("unknown engine {text:?}: expected reference or compiled")),
+        _ => Err(format!(
+            "unknown engine {text:?}: expected reference or compiled"
+        )),
     }
 }
 
@@ -112,8 +114,8 @@ fn parse_resume(text: &str) -> Result<Unit> {
     } else {
         std::fs::read_to_string(text).with_context(|| format!("cannot read resume file {text}"))?
     };
-    let input: ResumeInput =
-        serde_json::from_str(&json).context("--resume must be a JSON cursor list or {prefix, cursor}")?;
+    let input: ResumeInput = serde_json::from_str(&json)
+        .context("--resume must be a JSON cursor list or {prefix, cursor}")?;
     Ok(match input {
         ResumeInput::Cursor(cursor) => Unit {
             prefix: Vec::new(),
@@ -126,7 +128,9 @@ fn parse_resume(text: &str) -> Result<Unit> {
 fn make_engine(kind: EngineKind, plan: Arc<SearchPlan>) -> Result<Box<dyn Engine>> {
     match kind {
         EngineKind::Reference => Ok(Box::new(ReferenceEngine::new(plan))),
-        EngineKind::Compiled => bail!("the compiled engine is not built into this binary yet; use --engine reference"),
+        EngineKind::Compiled => {
+            bail!("the compiled engine is not built into this binary yet; use --engine reference")
+        }
     }
 }
 
@@ -169,16 +173,29 @@ pub fn run(args: SolveArgs) -> Result<()> {
         max_depth: result.max_depth,
         deepest: result.deepest.clone(),
         elapsed_s: elapsed,
-        nodes_per_s: if elapsed > 0.0 { nodes_total as f64 / elapsed } else { 0.0 },
+        nodes_per_s: if elapsed > 0.0 {
+            nodes_total as f64 / elapsed
+        } else {
+            0.0
+        },
         cursor: result.cursor.clone(),
         split,
     };
-    if args.json {
-        println!("{}", serde_json::to_string(&report)?);
+    let text = if args.json {
+        format!("{}\n", serde_json::to_string(&report)?)
     } else {
-        print_human(&puzzle, &report);
+        human(&puzzle, &report)
+    };
+    write_stdout(&text)
+}
+
+/// Writes to stdout; a closed pipe (`| head`) is not an error worth a panic.
+fn write_stdout(text: &str) -> Result<()> {
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        other => Ok(other?),
     }
-    Ok(())
 }
 
 fn progress_bar(json: bool) -> ProgressBar {
@@ -186,7 +203,9 @@ fn progress_bar(json: bool) -> ProgressBar {
         return ProgressBar::hidden();
     }
     let bar = ProgressBar::new_spinner();
-    bar.set_style(ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}").expect("valid template"));
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}").expect("valid template"),
+    );
     bar.enable_steady_tick(Duration::from_millis(200));
     bar
 }
@@ -293,7 +312,11 @@ fn run_split(
 }
 
 /// Walks a unit to the end, in budget-sized continuation slices when a budget is set.
-fn walk_unit_in_slices(engine: &mut dyn Engine, unit: &Unit, args: &SolveArgs) -> Result<(UnitResult, u64)> {
+fn walk_unit_in_slices(
+    engine: &mut dyn Engine,
+    unit: &Unit,
+    args: &SolveArgs,
+) -> Result<(UnitResult, u64)> {
     let options = RunOptions {
         budget: args.budget,
         max_solutions: args.max_solutions,
@@ -320,26 +343,56 @@ fn walk_unit_in_slices(engine: &mut dyn Engine, unit: &Unit, args: &SolveArgs) -
     }
 }
 
-fn print_human(puzzle: &Puzzle, r: &Report) {
-    println!("puzzle     {} ({}x{}, {} hints)", r.puzzle, puzzle.width(), puzzle.height(), puzzle.hints().len());
-    println!("order      {}", r.order);
-    println!("engine     {} ({})", r.engine, r.engine_build);
+fn human(puzzle: &Puzzle, r: &Report) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "puzzle     {} ({}x{}, {} hints)",
+        r.puzzle,
+        puzzle.width(),
+        puzzle.height(),
+        puzzle.hints().len()
+    );
+    let _ = writeln!(out, "order      {}", r.order);
+    let _ = writeln!(out, "engine     {} ({})", r.engine, r.engine_build);
     if let Some(s) = &r.split {
-        println!(
+        let _ = writeln!(
+            out,
             "split      depth {}: {} units, enumeration {} nodes + units {} nodes ({} slices)",
             s.depth, s.units, s.enumeration_nodes, s.unit_nodes, s.slices
         );
-        println!(
+        let _ = writeln!(
+            out,
             "conservation {}",
-            if s.conservation_ok { "holds: enumeration + units = total, depth by depth" } else { "BROKEN" }
+            if s.conservation_ok {
+                "holds: enumeration + units = total, depth by depth"
+            } else {
+                "BROKEN"
+            }
         );
     }
-    println!("nodes      {}", r.nodes_total);
-    println!("solutions  {}", r.solutions_count);
-    println!("max depth  {} of {}", r.max_depth, r.nodes_by_depth.len());
-    println!("time       {:.3} s, {:.2} M nodes/s (one process)", r.elapsed_s, r.nodes_per_s / 1e6);
+    let _ = writeln!(out, "nodes      {}", r.nodes_total);
+    let _ = writeln!(out, "solutions  {}", r.solutions_count);
+    let _ = writeln!(
+        out,
+        "max depth  {} of {}",
+        r.max_depth,
+        r.nodes_by_depth.len()
+    );
+    let _ = writeln!(
+        out,
+        "time       {:.3} s, {:.2} M nodes/s (one process)",
+        r.elapsed_s,
+        r.nodes_per_s / 1e6
+    );
     if let Some(c) = &r.cursor {
-        println!("stopped    budget reached; resume with --resume '{}'", serde_json::to_string(c).unwrap_or_default());
+        let _ = writeln!(
+            out,
+            "stopped    budget reached; resume with --resume '{}'",
+            serde_json::to_string(c).unwrap_or_default()
+        );
     }
-    println!("by depth   {:?}", r.nodes_by_depth);
+    let _ = writeln!(out, "by depth   {:?}", r.nodes_by_depth);
+    out
 }

@@ -23,7 +23,10 @@ pub(crate) fn parse(text: &str, name: &str) -> Result<RawPuzzle, LoadErrorKind> 
         if id != pieces.len() + 1 {
             return Err(LoadErrorKind::Syntax {
                 line,
-                message: format!("piece id {id} out of sequence, expected {}", pieces.len() + 1),
+                message: format!(
+                    "piece id {id} out of sequence, expected {}",
+                    pieces.len() + 1
+                ),
             });
         }
         pieces.push(four(&fields[1..], line)?);

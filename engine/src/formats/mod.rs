@@ -13,6 +13,9 @@
 //! | [`Format::Puz`] | JamesGallicchio `.puz`: `c` comments, `cols [rows]`, then `N E S W [+/-]` |
 //! | [`Format::Blackwood`] | `id top right bottom left`, Blackwood colours, pieces turned 2 |
 
+// Load errors carry the file name and a precise cause; they are cold and small in number.
+#![allow(clippy::result_large_err)]
+
 mod blackwood;
 mod csv16;
 mod puz;
@@ -346,9 +349,7 @@ fn finish(raw: RawPuzzle, options: &LoadOptions) -> Result<Puzzle, LoadErrorKind
         })
         .collect();
     Puzzle::new(raw.name, raw.width, raw.height, pieces, hints).map_err(|error| {
-        let line = error
-            .piece()
-            .and_then(|p| raw.piece_lines.get(p).copied());
+        let line = error.piece().and_then(|p| raw.piece_lines.get(p).copied());
         LoadErrorKind::Invalid { error, line }
     })
 }
@@ -392,10 +393,11 @@ pub(crate) fn four(fields: &[&str], line: usize) -> Result<[u32; 4], LoadErrorKi
 
 /// Checks a header size before allocating anything for it.
 pub(crate) fn header_size(w: u32, h: u32, line: usize) -> Result<(usize, usize), LoadErrorKind> {
-    crate::validate::check_size(w as usize, h as usize)
-        .map_err(|error| LoadErrorKind::Invalid {
+    crate::validate::check_size(w as usize, h as usize).map_err(|error| {
+        LoadErrorKind::Invalid {
             error,
             line: Some(line),
-        })?;
+        }
+    })?;
     Ok((w as usize, h as usize))
 }

@@ -4,7 +4,9 @@
 use super::{ColourMap, LoadErrorKind, RawPuzzle, data_lines, four, header_size, int_field};
 
 pub(crate) fn parse(text: &str, name: &str) -> Result<RawPuzzle, LoadErrorKind> {
-    let mut lines = data_lines(text, |l| l == "c" || l.starts_with("c ") || l.starts_with('#'));
+    let mut lines = data_lines(text, |l| {
+        l == "c" || l.starts_with("c ") || l.starts_with('#')
+    });
     let Some((line, header)) = lines.next() else {
         return Err(LoadErrorKind::Empty);
     };

@@ -20,7 +20,11 @@ fn uint(value: &Value, what: &str) -> Result<u32, LoadErrorKind> {
         .as_u64()
         .filter(|&v| v <= u32::MAX as u64)
         .map(|v| v as u32)
-        .ok_or_else(|| json_error(format!("{what} is {value}, expected a non-negative integer")))
+        .ok_or_else(|| {
+            json_error(format!(
+                "{what} is {value}, expected a non-negative integer"
+            ))
+        })
 }
 
 pub(crate) fn parse(text: &str, stem: &str) -> Result<RawPuzzle, LoadErrorKind> {
@@ -69,10 +73,9 @@ pub(crate) fn parse(text: &str, stem: &str) -> Result<RawPuzzle, LoadErrorKind> 
     }
     let mut pieces = Vec::with_capacity(pieces_value.len());
     for (i, p) in pieces_value.iter().enumerate() {
-        let arr = p
-            .as_array()
-            .filter(|a| a.len() == 4)
-            .ok_or_else(|| json_error(format!("pieces[{i}] is {p}, expected [up,right,down,left]")))?;
+        let arr = p.as_array().filter(|a| a.len() == 4).ok_or_else(|| {
+            json_error(format!("pieces[{i}] is {p}, expected [up,right,down,left]"))
+        })?;
         let mut colours = [0u32; 4];
         for side in 0..4 {
             colours[side] = uint(&arr[side], &format!("pieces[{i}][{side}]"))?;

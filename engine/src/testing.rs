@@ -1,0 +1,177 @@
+//! Test support shared by this crate's tests and the other crates' tests: random puzzles
+//! with a planted solution, and a brute-force counter that shares no code with the
+//! search tables.
+//!
+//! The brute force tries every unused piece in every distinct rotation at every cell of
+//! the fill order and checks the four sides straight from the rules in `COUNTING.md`.
+//! It is slow on purpose: it is the oracle the reference engine (and through it every
+//! other engine) is compared against.
+
+use crate::model::{GREY, Placement, Puzzle, distinct_rotations, geometry, rotate};
+
+/// A small deterministic random generator (splitmix64), so tests need no extra crate.
+#[derive(Clone, Debug)]
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator from a seed.
+    pub fn new(seed: u64) -> Self {
+        Rng(seed)
+    }
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+    /// A number in `0..n` (`n > 0`).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+    /// Shuffles a slice in place.
+    pub fn shuffle<T>(&mut self, items: &mut [T]) {
+        for i in (1..items.len()).rev() {
+            items.swap(i, self.below(i + 1));
+        }
+    }
+}
+
+/// A random `width` x `height` puzzle with a planted solution: edge colours drawn from
+/// `1..=rim_colours` on the rim joins and `1..=inner_colours` inside (few colours give
+/// symmetric and duplicate pieces), pieces shuffled and turned at random, and `hints`
+/// cells pinned to the planted solution.
+pub fn random_puzzle(
+    rng: &mut Rng,
+    width: usize,
+    height: usize,
+    rim_colours: u8,
+    inner_colours: u8,
+    hints: usize,
+) -> (Puzzle, Vec<Placement>) {
+    let cells = width * height;
+    // horizontal[y][x]: colour between (x,y) and (x+1,y); vertical: between (x,y) and (x,y+1)
+    let mut right = vec![0u8; cells];
+    let mut down = vec![0u8; cells];
+    for y in 0..height {
+        for x in 0..width {
+            let pos = y * width + x;
+            let on_rim_row = y == 0 || y + 1 == height;
+            let on_rim_col = x == 0 || x + 1 == width;
+            if x + 1 < width {
+                let n = if on_rim_row {
+                    rim_colours
+                } else {
+                    inner_colours
+                };
+                right[pos] = 1 + rng.below(n as usize) as u8;
+            }
+            if y + 1 < height {
+                let n = if on_rim_col {
+                    rim_colours
+                } else {
+                    inner_colours
+                };
+                down[pos] = 1 + rng.below(n as usize) as u8;
+            }
+        }
+    }
+    let mut solved = Vec::with_capacity(cells);
+    for pos in 0..cells {
+        let (x, y) = (pos % width, pos / width);
+        let up = if y == 0 { GREY } else { down[pos - width] };
+        let left = if x == 0 { GREY } else { right[pos - 1] };
+        let r = if x + 1 == width { GREY } else { right[pos] };
+        let d = if y + 1 == height { GREY } else { down[pos] };
+        solved.push([up, r, d, left]);
+    }
+    let mut ids: Vec<usize> = (0..cells).collect();
+    rng.shuffle(&mut ids);
+    // piece ids[pos] is the one that sits at pos; it is stored turned back by `turn`.
+    let mut pieces = vec![[0u8; 4]; cells];
+    let mut solution = Vec::with_capacity(cells);
+    for pos in 0..cells {
+        let turn = rng.below(4) as u8;
+        pieces[ids[pos]] = rotate(solved[pos], (4 - turn) & 3);
+        solution.push(Placement::new(pos, ids[pos], turn));
+    }
+    let mut hint_cells: Vec<usize> = (0..cells).collect();
+    rng.shuffle(&mut hint_cells);
+    let hint_list: Vec<Placement> = hint_cells[..hints.min(cells)]
+        .iter()
+        .map(|&pos| solution[pos])
+        .collect();
+    let puzzle = Puzzle::new(
+        format!("random-{width}x{height}"),
+        width,
+        height,
+        pieces,
+        hint_list,
+    )
+    .expect("a planted puzzle is valid");
+    (puzzle, solution)
+}
+
+/// Per-depth node counts (index 0 = depth 1) and the solution count, by brute force.
+pub fn brute_force(puzzle: &Puzzle, order: &[usize]) -> (Vec<u64>, u64) {
+    let cells = puzzle.cells();
+    let mut board: Vec<Option<[u8; 4]>> = vec![None; cells];
+    let mut used = vec![false; cells];
+    for &h in puzzle.hints() {
+        board[h.pos as usize] = Some(puzzle.placed_colours(h));
+        used[h.piece as usize] = true;
+    }
+    let mut nodes = vec![0u64; order.len()];
+    let mut solutions = 0;
+    fn go(
+        puzzle: &Puzzle,
+        order: &[usize],
+        depth: usize,
+        board: &mut Vec<Option<[u8; 4]>>,
+        used: &mut Vec<bool>,
+        nodes: &mut Vec<u64>,
+        solutions: &mut u64,
+    ) {
+        if depth == order.len() {
+            *solutions += 1;
+            return;
+        }
+        let pos = order[depth];
+        let geo = geometry(puzzle.width(), puzzle.height(), pos);
+        for piece in 0..puzzle.cells() {
+            if used[piece] {
+                continue;
+            }
+            for rot in distinct_rotations(puzzle.pieces()[piece]) {
+                let shown = rotate(puzzle.pieces()[piece], rot);
+                let legal = (0..4).all(|side| match geo.neighbour[side] {
+                    None => shown[side] == GREY,
+                    Some(n) => {
+                        shown[side] != GREY
+                            && board[n].is_none_or(|other| other[(side + 2) % 4] == shown[side])
+                    }
+                });
+                if !legal {
+                    continue;
+                }
+                nodes[depth] += 1;
+                board[pos] = Some(shown);
+                used[piece] = true;
+                go(puzzle, order, depth + 1, board, used, nodes, solutions);
+                board[pos] = None;
+                used[piece] = false;
+            }
+        }
+    }
+    go(
+        puzzle,
+        order,
+        0,
+        &mut board,
+        &mut used,
+        &mut nodes,
+        &mut solutions,
+    );
+    (nodes, solutions)
+}

@@ -1,0 +1,64 @@
+//! Property tests: the reference engine against the brute force on random planted
+//! puzzles (up to 4x4 and 5x3, with and without hints, with symmetric pieces), in every
+//! kind of fill order.
+
+use e2fleet_engine::order::Corner;
+use e2fleet_engine::testing::{Rng, brute_force, random_puzzle};
+use e2fleet_engine::verify::verify_board;
+use e2fleet_engine::{FillOrder, OrderSpec, Puzzle};
+use proptest::prelude::*;
+
+use crate::whole_tree;
+
+fn order_kind(puzzle: &Puzzle, kind: usize, rng: &mut Rng) -> OrderSpec {
+    let corners = [
+        Corner::TopLeft,
+        Corner::TopRight,
+        Corner::BottomLeft,
+        Corner::BottomRight,
+    ];
+    match kind % 11 {
+        k @ 0..=7 => OrderSpec::Scan {
+            columns: k >= 4,
+            from: corners[k % 4],
+        },
+        8 => OrderSpec::Comb {
+            rows: 1 + rng.below(puzzle.height()),
+        },
+        _ => {
+            let hints: Vec<usize> = puzzle.hints().iter().map(|h| h.pos as usize).collect();
+            let mut cells: Vec<usize> =
+                (0..puzzle.cells()).filter(|c| !hints.contains(c)).collect();
+            rng.shuffle(&mut cells);
+            OrderSpec::Cells(cells)
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    #[test]
+    fn reference_matches_brute_force(
+        seed in any::<u64>(),
+        size in prop::sample::select(vec![(2usize, 2usize), (3, 2), (3, 3), (4, 3), (3, 4), (4, 4), (5, 3), (3, 5), (2, 5)]),
+        rim in 1u8..4,
+        inner in 1u8..5,
+        hints in 0usize..4,
+        kind in 0usize..11,
+    ) {
+        let mut rng = Rng::new(seed);
+        let (puzzle, solution) = random_puzzle(&mut rng, size.0, size.1, rim, inner, hints);
+        let spec = order_kind(&puzzle, kind, &mut rng);
+        let order = FillOrder::new(&puzzle, &spec).unwrap();
+        let (nodes, solutions) = brute_force(&puzzle, order.cells());
+        let result = whole_tree(&puzzle, &spec);
+        prop_assert_eq!(&result.nodes_by_depth, &nodes);
+        prop_assert_eq!(result.solutions_count, solutions);
+        prop_assert!(solutions >= 1, "the planted solution is always found");
+        verify_board(&puzzle, &solution, true).unwrap();
+        for s in &result.solutions {
+            verify_board(&puzzle, s, true).unwrap();
+        }
+    }
+}
