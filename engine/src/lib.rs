@@ -16,6 +16,7 @@
 //!   enumeration and continuation splitting.
 //! - [`unit`]: work units and their exact results.
 //! - [`verify`]: the independent board verifier and the score.
+//! - [`compiled`]: the compiled engine: code generator, local rustc build and cache, child process.
 //! - [`engine`]: one interface over every engine kind.
 //! - [`testing`]: random planted puzzles and the brute-force oracle for tests.
 //!
@@ -29,6 +30,7 @@
 //! assert!(result.solutions_count > 0);
 //! ```
 
+pub mod compiled;
 pub mod engine;
 pub mod formats;
 pub mod model;

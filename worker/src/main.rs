@@ -10,6 +10,7 @@
 //! - `puzzle_args.rs`: flags that say how to read a puzzle file.
 //! - `solve.rs`: the `solve` command, its JSON report and the human summary.
 
+mod engine_args;
 mod puzzle_args;
 mod solve;
 

@@ -11,13 +11,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use e2fleet_engine::engine::{Engine, EngineKind, ReferenceEngine};
+use e2fleet_engine::engine::{Engine, EngineKind};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{RunOptions, Walker};
 use e2fleet_engine::{FillOrder, OrderSpec, Placement, Puzzle, Unit, UnitResult};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
+use crate::engine_args::{EngineArgs, EngineFactory};
 use crate::puzzle_args::PuzzleArgs;
 
 /// Flags of `solve`.
@@ -35,9 +36,8 @@ pub struct SolveArgs {
     /// --split-depth, where every unit is then resumed until it finishes).
     #[arg(long)]
     budget: Option<u64>,
-    /// Engine to use.
-    #[arg(long, default_value = "reference", value_parser = parse_engine)]
-    engine: EngineKind,
+    #[command(flatten)]
+    engine: EngineArgs,
     /// Print one JSON object instead of the human summary.
     #[arg(long)]
     json: bool,
@@ -51,16 +51,6 @@ pub struct SolveArgs {
     /// Threads for --split-depth (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
-}
-
-fn parse_engine(text: &str) -> Result<EngineKind, String> {
-    match text {
-        "reference" => Ok(EngineKind::Reference),
-        "compiled" => Ok(EngineKind::Compiled),
-        _ => Err(format!(
-            "unknown engine {text:?}: expected reference or compiled"
-        )),
-    }
 }
 
 /// The JSON report of `solve`.
@@ -125,37 +115,29 @@ fn parse_resume(text: &str) -> Result<Unit> {
     })
 }
 
-fn make_engine(kind: EngineKind, plan: Arc<SearchPlan>) -> Result<Box<dyn Engine>> {
-    match kind {
-        EngineKind::Reference => Ok(Box::new(ReferenceEngine::new(plan))),
-        EngineKind::Compiled => {
-            bail!("the compiled engine is not built into this binary yet; use --engine reference")
-        }
-    }
-}
-
 /// Runs `solve`.
 pub fn run(args: SolveArgs) -> Result<()> {
     let puzzle = args.puzzle.load()?;
     let order = FillOrder::new(&puzzle, &args.order).context("bad fill order")?;
     let plan = Arc::new(SearchPlan::new(&puzzle, &order));
+    let factory = args.engine.factory(&plan, !args.json)?;
     let unit = match &args.resume {
         Some(text) => parse_resume(text)?,
         None => Unit::root(),
     };
     let started = Instant::now();
     let (result, split) = match args.split_depth {
-        None => (run_single(&args, &plan, &unit)?, None),
+        None => (run_single(&args, &factory, &unit)?, None),
         Some(depth) => {
             if !unit.cursor.is_empty() {
                 bail!("--split-depth cannot be combined with a --resume cursor");
             }
-            let (r, s) = run_split(&args, &plan, &unit, depth)?;
+            let (r, s) = run_split(&args, &plan, &factory, &unit, depth)?;
             (r, Some(s))
         }
     };
     let elapsed = started.elapsed().as_secs_f64();
-    let engine = make_engine(args.engine, plan.clone())?;
+    let engine = factory.make();
     let nodes_total = split
         .as_ref()
         .map(|s| s.enumeration_nodes + s.unit_nodes)
@@ -210,8 +192,8 @@ fn progress_bar(json: bool) -> ProgressBar {
     bar
 }
 
-fn run_single(args: &SolveArgs, plan: &Arc<SearchPlan>, unit: &Unit) -> Result<UnitResult> {
-    let mut engine = make_engine(args.engine, plan.clone())?;
+fn run_single(args: &SolveArgs, factory: &EngineFactory, unit: &Unit) -> Result<UnitResult> {
+    let mut engine = factory.make();
     let bar = progress_bar(args.json);
     let started = Instant::now();
     let mut control = |committed: u64| {
@@ -231,6 +213,7 @@ fn run_single(args: &SolveArgs, plan: &Arc<SearchPlan>, unit: &Unit) -> Result<U
 fn run_split(
     args: &SolveArgs,
     plan: &Arc<SearchPlan>,
+    factory: &EngineFactory,
     root: &Unit,
     depth: usize,
 ) -> Result<(UnitResult, SplitReport)> {
@@ -250,7 +233,7 @@ fn run_split(
         let workers: Vec<_> = (0..threads)
             .map(|_| {
                 scope.spawn(|| {
-                    let mut engine = make_engine(args.engine, plan.clone())?;
+                    let mut engine = factory.make();
                     let mut out = Vec::new();
                     loop {
                         let i = next.fetch_add(1, Ordering::Relaxed);

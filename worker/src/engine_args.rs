@@ -1,0 +1,118 @@
+//! Flags that choose and build an engine, shared by `solve`, `bench` and `run`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::{Args, ValueEnum};
+use e2fleet_engine::compiled::{BuildOptions, CodegenOptions, CompiledProgram};
+use e2fleet_engine::engine::{Engine, ReferenceEngine};
+use e2fleet_engine::plan::SearchPlan;
+
+/// Which engine to use.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum EngineChoice {
+    /// Compiled when rustc is available, reference otherwise.
+    Auto,
+    /// The portable table-driven interpreter.
+    Reference,
+    /// Puzzle-specialised Rust built with the local rustc.
+    Compiled,
+}
+
+/// Engine flags.
+#[derive(Args, Debug, Clone)]
+pub struct EngineArgs {
+    /// Engine: auto (compiled if rustc is there), reference or compiled.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub engine: EngineChoice,
+    /// Where compiled engines are cached.
+    #[arg(long, env = "E2FLEET_CACHE_DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// rustc to build compiled engines with.
+    #[arg(long, env = "RUSTC", default_value = "rustc")]
+    pub rustc: PathBuf,
+    /// CPU to compile for (`native`, a CPU name, or `generic` for a portable build).
+    #[arg(long, default_value = "native")]
+    pub target_cpu: String,
+    /// Depths fused into one function in compiled engines.
+    #[arg(long, default_value_t = 4)]
+    pub group: usize,
+}
+
+/// Makes engines of one kind for one plan (one per thread).
+pub struct EngineFactory {
+    plan: Arc<SearchPlan>,
+    program: Option<CompiledProgram>,
+}
+
+impl EngineArgs {
+    /// The build options these flags describe.
+    pub fn build_options(&self) -> BuildOptions {
+        let mut o = BuildOptions {
+            rustc: self.rustc.clone(),
+            target_cpu: (self.target_cpu != "generic").then(|| self.target_cpu.clone()),
+            ..BuildOptions::default()
+        };
+        if let Some(dir) = &self.cache_dir {
+            o.cache_dir = dir.clone();
+        }
+        o
+    }
+
+    /// Builds (or finds) what the chosen engine needs for `plan`.
+    pub fn factory(&self, plan: &Arc<SearchPlan>, verbose: bool) -> Result<EngineFactory> {
+        let codegen = CodegenOptions {
+            group: self.group,
+            ..CodegenOptions::default()
+        };
+        let program = match self.engine {
+            EngineChoice::Reference => None,
+            EngineChoice::Compiled => Some(
+                CompiledProgram::build(plan, &codegen, &self.build_options())
+                    .context("cannot build the compiled engine")?,
+            ),
+            EngineChoice::Auto => {
+                match CompiledProgram::build(plan, &codegen, &self.build_options()) {
+                    Ok(p) => Some(p),
+                    Err(e) => {
+                        if verbose {
+                            eprintln!("note: using the reference engine: {e}");
+                        }
+                        None
+                    }
+                }
+            }
+        };
+        if verbose && let Some(p) = &program {
+            if p.cached {
+                eprintln!("compiled engine {} (cached)", &p.key()[..12]);
+            } else {
+                eprintln!(
+                    "compiled engine {} built in {:.2} s",
+                    &p.key()[..12],
+                    p.compile_time.as_secs_f64()
+                );
+            }
+        }
+        Ok(EngineFactory {
+            plan: plan.clone(),
+            program,
+        })
+    }
+}
+
+impl EngineFactory {
+    /// A new engine instance.
+    pub fn make(&self) -> Box<dyn Engine> {
+        match &self.program {
+            Some(p) => Box::new(p.engine(self.plan.clone())),
+            None => Box::new(ReferenceEngine::new(self.plan.clone())),
+        }
+    }
+
+    /// The compiled program, when the engine is compiled.
+    pub fn program(&self) -> Option<&CompiledProgram> {
+        self.program.as_ref()
+    }
+}
