@@ -38,6 +38,9 @@ pub struct EngineArgs {
     /// Depths fused into one function in compiled engines.
     #[arg(long, default_value_t = 4)]
     pub group: usize,
+    /// Also write the generated source of the compiled engine to this file.
+    #[arg(long)]
+    pub emit_source: Option<PathBuf>,
 }
 
 /// Makes engines of one kind for one plan (one per thread).
@@ -66,6 +69,11 @@ impl EngineArgs {
             group: self.group,
             ..CodegenOptions::default()
         };
+        if let Some(path) = &self.emit_source {
+            let source = e2fleet_engine::compiled::codegen::emit(plan, &codegen, "");
+            std::fs::write(path, source)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
         let program = match self.engine {
             EngineChoice::Reference => None,
             EngineChoice::Compiled => Some(

@@ -16,9 +16,10 @@
 //! - one countdown decrement per node covers the budget, progress and the stop flag; the
 //!   flag is read only when the countdown reaches zero, never a clock.
 //!
-//! Beside the fused chain, an unfused scan function per depth takes a start index: it is
-//! how a unit resumes inside a group (a prefix or cursor ending mid-group, or the untried
-//! siblings of a cursor placement). It is cold code.
+//! Beside the fused chain, one table-driven `scan(depth, start)` resumes a unit inside a
+//! group (a prefix or cursor ending mid-group, or the untried siblings of a cursor
+//! placement) and hands over to the fused chain at the next group head. It is cold code,
+//! kept generic so it costs no compile time per depth.
 //!
 //! Protocol (version 1, text lines on stdin/stdout): the program prints
 //! `e2fleet-engine 1 <build key> <depths>`; then for each `run <budget|0> <max_solutions>
@@ -288,7 +289,7 @@ impl Gen<'_> {
             format!("if g{d}(st) {{ return true; }}")
         } else {
             format!(
-                "{{ let start = {}; if s{d}(st, start) {{ return true; }} }}",
+                "{{ let start = {}; if scan(st, {d}, start) {{ return true; }} }}",
                 self.bucket_expr(d, locals)
             )
         }
@@ -317,18 +318,18 @@ impl Gen<'_> {
 
     fn scans(&mut self) {
         let depths = self.plan.len();
-        for d in 0..depths {
-            let next = self.call_next(d + 1, &[d]);
-            let body = self.level(d, "start", &next);
-            w!(
-                self,
-                "#[inline(never)]\nfn s{d}(st: &mut St, start: usize) -> bool {{\n{body}false\n}}"
-            );
-        }
-        let list: Vec<String> = (0..depths).map(|d| format!("s{d}")).collect();
+        let list: Vec<String> = (0..depths)
+            .map(|d| {
+                if self.is_head(d) {
+                    format!("Some(g{d})")
+                } else {
+                    "None".into()
+                }
+            })
+            .collect();
         w!(
             self,
-            "static SCANS: [fn(&mut St, usize) -> bool; {depths}] = [{}];",
+            "static HEADS: [Option<fn(&mut St) -> bool>; {depths}] = [{}];",
             list.join(", ")
         );
     }
@@ -452,6 +453,54 @@ impl St {
     }
 }
 
+/// The table-driven scan at depth `d` from candidate `start`: the cold path that resumes
+/// a unit inside a group, then hands over to the fused chain at the next group head.
+#[inline(never)]
+fn scan(st: &mut St, d: usize, start: usize) -> bool {
+    let mask = DKEY[d][5];
+    let expect = st.expect(d);
+    let pos = DPOS[d] as usize;
+    let mut i = start;
+    loop {
+        let c = CANDS[i];
+        i += 1;
+        if c == SENTINEL {
+            return false;
+        }
+        let p = ((c >> 32) as usize) & 1023;
+        if st.used[p] != 0 || (c as u32 & mask) != expect {
+            continue;
+        }
+        st.used[p] = 1;
+        st.board[pos] = c as u32;
+        st.path[d] = c;
+        st.nodes[d] += 1;
+        if d >= st.deepest {
+            st.snapshot(d);
+        }
+        if d + 1 == DEPTHS {
+            st.solution();
+        }
+        st.left -= 1;
+        if st.left == 0 && st.slow(d) {
+            return true;
+        }
+        if d + 1 < DEPTHS {
+            let stop = match HEADS[d + 1] {
+                Some(group) => group(st),
+                None => {
+                    let b = st.bucket(d + 1);
+                    scan(st, d + 1, b)
+                }
+            };
+            if stop {
+                return true;
+            }
+        }
+        st.used[p] = 0;
+    }
+}
+
 fn parse_list(tok: &str) -> Result<Vec<(u16, u16, u8)>, String> {
     if tok == "-" {
         return Ok(Vec::new());
@@ -519,13 +568,13 @@ fn run_unit(st: &mut St, budget: u64, max_sols: usize, prefix: &[(u16, u16, u8)]
     let mut stopped = false;
     if start < DEPTHS {
         let b = st.bucket(start);
-        stopped = SCANS[start](st, b);
+        stopped = scan(st, start, b);
     }
     if !stopped {
         for l in (floor..start).rev() {
             let piece = ((st.path[l] >> 32) & 1023) as usize;
             st.used[piece] = 0;
-            if SCANS[l](st, idx[l - floor] + 1) {
+            if scan(st, l, idx[l - floor] + 1) {
                 stopped = true;
                 break;
             }

@@ -93,7 +93,7 @@ impl CompiledProgram {
             cached: true,
         };
         if program.path.exists() {
-            if program.handshake().is_ok() {
+            if toolchain::checksum_ok(&program.path) && program.handshake().is_ok() {
                 return Ok(program);
             }
             let _ = std::fs::remove_file(&program.path);

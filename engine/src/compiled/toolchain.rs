@@ -49,6 +49,7 @@ impl BuildOptions {
             "-Ccodegen-units=1",
             "-Cpanic=abort",
             "-Cdebuginfo=0",
+            "-Cstrip=symbols",
         ]
         .iter()
         .map(|s| s.to_string())
@@ -167,7 +168,40 @@ pub fn compile(
             stderr,
         });
     }
+    // the checksum goes in first: a reader that sees the binary also sees its checksum
+    let sum = file_sha256(&tmp_bin)
+        .map_err(|e| CompileError::Io(format!("cannot read the build: {e}")))?;
+    let sum_tmp = dir.join(format!("{unique}.sha256"));
+    std::fs::write(&sum_tmp, &sum)
+        .and_then(|_| std::fs::rename(&sum_tmp, checksum_path(dest)))
+        .map_err(|e| CompileError::Io(format!("cannot write the checksum: {e}")))?;
     std::fs::rename(&tmp_bin, dest)
         .map_err(|e| CompileError::Io(format!("cannot move the build into the cache: {e}")))?;
     Ok(elapsed)
+}
+
+fn checksum_path(binary: &Path) -> PathBuf {
+    let mut name = binary.file_name().unwrap_or_default().to_os_string();
+    name.push(".sha256");
+    binary.with_file_name(name)
+}
+
+fn file_sha256(path: &Path) -> std::io::Result<String> {
+    let bytes = std::fs::read(path)?;
+    Ok(Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect())
+}
+
+/// `true` when the cached binary still has the checksum written when it was built (a
+/// truncated or overwritten binary may well still start, so a greeting is not enough).
+pub fn checksum_ok(binary: &Path) -> bool {
+    match (
+        std::fs::read_to_string(checksum_path(binary)),
+        file_sha256(binary),
+    ) {
+        (Ok(expected), Ok(actual)) => expected.trim() == actual,
+        _ => false,
+    }
 }

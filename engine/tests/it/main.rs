@@ -3,6 +3,7 @@
 
 mod accounting;
 mod bad_input;
+mod compiled;
 mod formats;
 mod known_counts;
 mod properties;

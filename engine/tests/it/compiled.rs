@@ -1,0 +1,381 @@
+//! The compiled engine against the reference engine, to the digit: known counts, random
+//! puzzles in every fill-order kind and group size, random prefixes and budgets with their
+//! cursors; plus the build cache and every failure path (rustc missing or failing, a
+//! corrupted cache entry, a crashing engine process).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use e2fleet_engine::compiled::{BuildOptions, CodegenOptions, CompileError, CompiledProgram};
+use e2fleet_engine::engine::{Engine, EngineError, ReferenceEngine};
+use e2fleet_engine::order::Corner;
+use e2fleet_engine::plan::SearchPlan;
+use e2fleet_engine::search::{NoControl, RunOptions, Walker};
+use e2fleet_engine::testing::{Rng, random_puzzle};
+use e2fleet_engine::unit::StopReason;
+use e2fleet_engine::{FillOrder, OrderSpec, Puzzle, Unit};
+
+use crate::load;
+
+fn cache_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("e2fleet-test-{}-{name}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+fn options(name: &str) -> BuildOptions {
+    BuildOptions {
+        cache_dir: cache_dir(name),
+        ..BuildOptions::default()
+    }
+}
+
+fn plan(puzzle: &Puzzle, spec: &OrderSpec) -> Arc<SearchPlan> {
+    Arc::new(SearchPlan::new(
+        puzzle,
+        &FillOrder::new(puzzle, spec).unwrap(),
+    ))
+}
+
+fn engines(
+    plan: &Arc<SearchPlan>,
+    group: usize,
+    cache: &str,
+) -> (ReferenceEngine, Box<dyn Engine>) {
+    let codegen = CodegenOptions {
+        group,
+        poll_interval: 997,
+        ..CodegenOptions::default()
+    };
+    let program = CompiledProgram::build(plan, &codegen, &options(cache)).unwrap();
+    (
+        ReferenceEngine::new(plan.clone()),
+        Box::new(program.engine(plan.clone())),
+    )
+}
+
+fn opts(budget: Option<u64>) -> RunOptions {
+    RunOptions {
+        budget,
+        max_solutions: 50,
+    }
+}
+
+#[test]
+fn known_counts_compiled() {
+    for (rel, nodes, solutions) in [
+        ("brendan/set1/pieces_05x05.txt", 113_211u64, 16u64),
+        ("brendan/set1/pieces_06x06.txt", 69_284_103, 260),
+        ("bench/bench-easy-rows0-5.json", 6_427_237, 1),
+    ] {
+        let puzzle = load(rel);
+        let plan = plan(&puzzle, &OrderSpec::default());
+        let (mut reference, mut compiled) = engines(&plan, 4, "known");
+        let c = compiled
+            .run(&Unit::root(), opts(None), &mut NoControl)
+            .unwrap();
+        assert_eq!(
+            (c.committed, c.solutions_count),
+            (nodes, solutions),
+            "{rel}"
+        );
+        if nodes < 10_000_000 {
+            let r = reference
+                .run(&Unit::root(), opts(None), &mut NoControl)
+                .unwrap();
+            assert_eq!(c, r, "{rel}");
+        }
+    }
+}
+
+fn order_kind(puzzle: &Puzzle, kind: usize, rng: &mut Rng) -> OrderSpec {
+    let corners = [
+        Corner::TopLeft,
+        Corner::TopRight,
+        Corner::BottomLeft,
+        Corner::BottomRight,
+    ];
+    match kind % 11 {
+        k @ 0..=7 => OrderSpec::Scan {
+            columns: k >= 4,
+            from: corners[k % 4],
+        },
+        8 => OrderSpec::Comb {
+            rows: 1 + rng.below(puzzle.height()),
+        },
+        _ => {
+            let hints: Vec<usize> = puzzle.hints().iter().map(|h| h.pos as usize).collect();
+            let mut cells: Vec<usize> =
+                (0..puzzle.cells()).filter(|c| !hints.contains(c)).collect();
+            rng.shuffle(&mut cells);
+            OrderSpec::Cells(cells)
+        }
+    }
+}
+
+/// Whole trees, budget slices with cursors, continuations and random prefixes: the two
+/// engines agree on every field of every result.
+#[test]
+fn compiled_matches_reference_on_random_puzzles() {
+    let mut rng = Rng::new(2026);
+    for round in 0..16 {
+        let (w, h) = [
+            (3, 3),
+            (4, 4),
+            (5, 3),
+            (4, 5),
+            (5, 5),
+            (6, 4),
+            (2, 6),
+            (6, 5),
+        ][round % 8];
+        // few colours on big boards make trees of billions of nodes: keep them walkable
+        let inner = if w * h > 20 {
+            5 + rng.below(4)
+        } else {
+            2 + rng.below(6)
+        } as u8;
+        let hints = rng.below(4);
+        let rim = 1 + rng.below(3) as u8;
+        let (puzzle, _) = random_puzzle(&mut rng, w, h, rim, inner, hints);
+        let spec = order_kind(&puzzle, round, &mut rng);
+        let plan = plan(&puzzle, &spec);
+        let group = 1 + round % 5;
+        let (mut reference, mut compiled) = engines(&plan, group, "random");
+        let started = std::time::Instant::now();
+        let whole_r = reference
+            .run(&Unit::root(), opts(None), &mut NoControl)
+            .unwrap();
+        eprintln!(
+            "round {round}: {w}x{h} {} nodes in {:?}",
+            whole_r.committed,
+            started.elapsed()
+        );
+        let whole_c = compiled
+            .run(&Unit::root(), opts(None), &mut NoControl)
+            .unwrap();
+        assert_eq!(whole_c, whole_r, "round {round} {spec}");
+        // budgets: slice the whole tree, comparing every slice and cursor
+        let mut unit = Unit::root();
+        for _ in 0..30 {
+            let budget = 1 + rng.below(1 + whole_r.committed as usize / 4) as u64;
+            let r = reference
+                .run(&unit, opts(Some(budget)), &mut NoControl)
+                .unwrap();
+            let c = compiled
+                .run(&unit, opts(Some(budget)), &mut NoControl)
+                .unwrap();
+            assert_eq!(c, r, "round {round} budget {budget}");
+            match r.cursor {
+                Some(cursor) => unit = unit.continuation(cursor),
+                None => break,
+            }
+        }
+        // random prefixes at random depths
+        let depth = rng.below(plan.len() + 1);
+        let mut prefixes = Vec::new();
+        Walker::new(&plan)
+            .enumerate(&[], depth, &mut |p| prefixes.push(p.to_vec()))
+            .unwrap();
+        for p in prefixes.iter().take(6) {
+            let u = Unit::prefix(p.clone());
+            let budget = (rng.below(3) > 0).then(|| 1 + rng.below(50) as u64);
+            let r = reference.run(&u, opts(budget), &mut NoControl).unwrap();
+            let c = compiled.run(&u, opts(budget), &mut NoControl).unwrap();
+            assert_eq!(c, r, "round {round} prefix depth {depth}");
+        }
+    }
+}
+
+#[test]
+fn bench_boards_agree_under_budgets() {
+    for rel in [
+        "bench/bench-hard.json",
+        "bench/bench-easy.json",
+        "e2/official.json",
+    ] {
+        let puzzle = load(rel);
+        let plan = plan(&puzzle, &OrderSpec::default());
+        let (mut reference, mut compiled) = engines(&plan, 4, "bench");
+        let mut unit = Unit::root();
+        for budget in [1u64, 7, 1000, 123_457, 2_000_000] {
+            let r = reference
+                .run(&unit, opts(Some(budget)), &mut NoControl)
+                .unwrap();
+            let c = compiled
+                .run(&unit, opts(Some(budget)), &mut NoControl)
+                .unwrap();
+            assert_eq!(c, r, "{rel} budget {budget}");
+            unit = unit.continuation(r.cursor.unwrap());
+        }
+    }
+}
+
+#[test]
+fn a_requested_stop_matches_a_budget_stop() {
+    let puzzle = load("bench/bench-hard.json");
+    let plan = plan(&puzzle, &OrderSpec::default());
+    let (mut reference, mut compiled) = engines(&plan, 4, "stop");
+    let mut polls = 0;
+    let stopped = compiled
+        .run(&Unit::root(), opts(None), &mut |_c: u64| {
+            polls += 1;
+            polls >= 3
+        })
+        .unwrap();
+    assert_eq!(stopped.stop, Some(StopReason::Requested));
+    let same = reference
+        .run(&Unit::root(), opts(Some(stopped.committed)), &mut NoControl)
+        .unwrap();
+    assert_eq!(same.cursor, stopped.cursor);
+    assert_eq!(same.nodes_by_depth, stopped.nodes_by_depth);
+}
+
+#[test]
+fn the_cache_is_hit_and_keyed_by_flags() {
+    let puzzle = load("brendan/set1/pieces_04x04.txt");
+    let plan = plan(&puzzle, &OrderSpec::default());
+    let build = options("cache");
+    let first = CompiledProgram::build(&plan, &CodegenOptions::default(), &build).unwrap();
+    let second = CompiledProgram::build(&plan, &CodegenOptions::default(), &build).unwrap();
+    assert!(
+        second.cached,
+        "a second build of the same key compiles nothing"
+    );
+    assert_eq!(first.key(), second.key());
+    let generic = BuildOptions {
+        target_cpu: None,
+        ..build.clone()
+    };
+    let third = CompiledProgram::build(&plan, &CodegenOptions::default(), &generic).unwrap();
+    assert_ne!(third.key(), first.key(), "flags are part of the key");
+}
+
+#[test]
+fn concurrent_builders_of_one_key_both_succeed() {
+    let puzzle = load("brendan/set1/pieces_05x05.txt");
+    let plan = plan(&puzzle, &OrderSpec::default());
+    let build = options("concurrent");
+    let results: Vec<_> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..3)
+            .map(|_| s.spawn(|| CompiledProgram::build(&plan, &CodegenOptions::default(), &build)))
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    for r in results {
+        let program = r.unwrap();
+        let result = program
+            .engine(plan.clone())
+            .run(&Unit::root(), opts(None), &mut NoControl)
+            .unwrap();
+        assert_eq!(result.committed, 113_211);
+    }
+}
+
+#[test]
+fn a_corrupted_cache_entry_is_rebuilt() {
+    let puzzle = load("brendan/set1/pieces_04x04.txt");
+    let plan = plan(&puzzle, &OrderSpec::default());
+    let build = options("corrupt");
+    let program = CompiledProgram::build(&plan, &CodegenOptions::default(), &build).unwrap();
+    let bytes = std::fs::read(program.path()).unwrap();
+    std::fs::write(program.path(), &bytes[..bytes.len() / 3]).unwrap();
+    let again = CompiledProgram::build(&plan, &CodegenOptions::default(), &build).unwrap();
+    assert!(!again.cached, "the broken binary was replaced");
+    let r = again
+        .engine(plan.clone())
+        .run(&Unit::root(), opts(None), &mut NoControl)
+        .unwrap();
+    assert_eq!(r.committed, 4_470);
+}
+
+#[test]
+fn rustc_missing_or_failing_is_a_clear_error() {
+    let puzzle = load("brendan/set1/pieces_03x03.txt");
+    let plan = plan(&puzzle, &OrderSpec::default());
+    let missing = BuildOptions {
+        rustc: "/nonexistent/rustc".into(),
+        ..options("missing")
+    };
+    let err = CompiledProgram::build(&plan, &CodegenOptions::default(), &missing).unwrap_err();
+    assert!(matches!(err, CompileError::RustcMissing { .. }), "{err}");
+    // a "rustc" that answers -vV but fails to compile, with a message on stderr
+    let dir = cache_dir("failing");
+    let fake = dir.join("fake-rustc");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\nif [ \"$1\" = -vV ]; then echo 'rustc 0.0.0-fake'; exit 0; fi\necho 'error: out of cheese' >&2\nexit 1\n",
+    )
+    .unwrap();
+    make_executable(&fake);
+    let failing = BuildOptions {
+        rustc: fake,
+        ..options("failing")
+    };
+    let err = CompiledProgram::build(&plan, &CodegenOptions::default(), &failing).unwrap_err();
+    match err {
+        CompileError::RustcFailed { stderr, .. } => assert!(stderr.contains("out of cheese")),
+        other => panic!("expected RustcFailed, got {other}"),
+    }
+    // and one that hangs is killed at the timeout
+    let slow = dir.join("slow-rustc");
+    std::fs::write(
+        &slow,
+        "#!/bin/sh\nif [ \"$1\" = -vV ]; then echo 'rustc slow'; exit 0; fi\nexec sleep 30\n",
+    )
+    .unwrap();
+    make_executable(&slow);
+    let hanging = BuildOptions {
+        rustc: slow,
+        timeout: Duration::from_millis(300),
+        ..options("slow")
+    };
+    let err = CompiledProgram::build(&plan, &CodegenOptions::default(), &hanging).unwrap_err();
+    assert!(matches!(err, CompileError::Timeout(_)), "{err}");
+}
+
+#[test]
+fn a_crashing_engine_process_is_an_error_not_a_hang() {
+    let puzzle = load("brendan/set1/pieces_04x04.txt");
+    let plan = plan(&puzzle, &OrderSpec::default());
+    let program =
+        CompiledProgram::build(&plan, &CodegenOptions::default(), &options("crash")).unwrap();
+    // replace the binary with one that greets correctly, then dies on the first unit
+    let greeting = format!("e2fleet-engine 1 {} {}", program.key(), plan.len());
+    std::fs::write(
+        program.path(),
+        format!("#!/bin/sh\necho '{greeting}'\nread line\nkill -SEGV $$\n"),
+    )
+    .unwrap();
+    make_executable(program.path());
+    let mut engine = program.engine(plan.clone());
+    let err = engine
+        .run(&Unit::root(), opts(None), &mut NoControl)
+        .unwrap_err();
+    assert!(matches!(err, EngineError::Failed(_)), "{err}");
+    assert!(err.to_string().contains("exited"), "{err}");
+}
+
+#[test]
+fn illegal_units_never_reach_the_process() {
+    let puzzle = load("brendan/set1/pieces_04x04.txt");
+    let plan = plan(&puzzle, &OrderSpec::default());
+    let (_, mut compiled) = engines(&plan, 4, "illegal");
+    let bad = Unit::prefix(vec![e2fleet_engine::Placement::new(5, 0, 0)]);
+    let err = compiled.run(&bad, opts(None), &mut NoControl).unwrap_err();
+    assert!(matches!(err, EngineError::Unit(_)), "{err}");
+    // the engine still works afterwards
+    assert_eq!(
+        compiled
+            .run(&Unit::root(), opts(None), &mut NoControl)
+            .unwrap()
+            .committed,
+        4_470
+    );
+}
+
+fn make_executable(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
+}
