@@ -118,9 +118,4 @@ impl EngineFactory {
             None => Box::new(ReferenceEngine::new(self.plan.clone())),
         }
     }
-
-    /// The compiled program, when the engine is compiled.
-    pub fn program(&self) -> Option<&CompiledProgram> {
-        self.program.as_ref()
-    }
 }

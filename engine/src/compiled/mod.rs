@@ -80,9 +80,10 @@ impl CompiledProgram {
         build: &BuildOptions,
     ) -> Result<Self, CompileError> {
         let version = toolchain::rustc_version(&build.rustc)?;
-        // the key covers the source without the key itself, then is embedded
+        let runtime = runtime_library(&version, build)?;
+        // the key covers the source (without the key itself) and the runtime build
         let probe = codegen::emit(plan, codegen, "");
-        let key = toolchain::cache_key(&probe, &version, build);
+        let key = toolchain::cache_key(&(probe + runtime.key.as_str()), &version, build);
         let source = codegen::emit(plan, codegen, &key);
         let path = build.cache_dir.join(format!("e2fleet-engine-{key}"));
         let mut program = CompiledProgram {
@@ -98,7 +99,14 @@ impl CompiledProgram {
             }
             let _ = std::fs::remove_file(&program.path);
         }
-        program.compile_time = toolchain::compile(&source, &program.path, build)?;
+        let extern_arg = format!("e2fleet_rt={}", runtime.path.display());
+        program.compile_time = runtime.compile_time
+            + toolchain::compile(
+                &source,
+                &program.path,
+                build,
+                &["--extern".into(), extern_arg],
+            )?;
         program.cached = false;
         program.handshake()?;
         Ok(program)
@@ -126,6 +134,31 @@ impl CompiledProgram {
             process: None,
         }
     }
+}
+
+struct RuntimeLibrary {
+    key: String,
+    path: PathBuf,
+    compile_time: Duration,
+}
+
+/// Builds (or finds) the runtime rlib for this compiler and these flags.
+fn runtime_library(version: &str, build: &BuildOptions) -> Result<RuntimeLibrary, CompileError> {
+    let key = toolchain::cache_key(codegen::RUNTIME_SOURCE, version, build);
+    let path = build.cache_dir.join(format!("libe2fleet_rt-{key}.rlib"));
+    let mut compile_time = Duration::ZERO;
+    if !(path.exists() && toolchain::checksum_ok(&path)) {
+        let args = [
+            "--crate-type=rlib".to_string(),
+            "--crate-name=e2fleet_rt".to_string(),
+        ];
+        compile_time = toolchain::compile(codegen::RUNTIME_SOURCE, &path, build, &args)?;
+    }
+    Ok(RuntimeLibrary {
+        key,
+        path,
+        compile_time,
+    })
 }
 
 struct Process {

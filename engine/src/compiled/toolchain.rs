@@ -112,6 +112,7 @@ pub fn compile(
     source: &str,
     dest: &Path,
     options: &BuildOptions,
+    extra: &[String],
 ) -> Result<Duration, CompileError> {
     let dir = dest.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir)
@@ -131,6 +132,7 @@ pub fn compile(
     let started = Instant::now();
     let child = Command::new(&options.rustc)
         .args(options.flags())
+        .args(extra)
         .arg("-o")
         .arg(&tmp_bin)
         .arg(&src_path)

@@ -1,0 +1,426 @@
+//! e2fleet_rt: the puzzle-independent runtime of every compiled engine.
+//!
+//! Built once per (rustc, flags) as an rlib and cached; each generated program links it and
+//! provides only its tables, its fused group functions and a [`Program`] value. This keeps
+//! the per-puzzle compile down to the code that is actually specialised.
+//!
+//! Protocol (version 1, text lines on stdin/stdout): greet with
+//! `e2fleet-engine 1 <build key> <depths>`; for each `run <budget|0> <max_solutions>
+//! <prefix> <cursor>` line (placements `pos.piece.rot` joined by `,`, or `-`) print
+//! `progress <committed>` lines while walking and then the result block (`result`,
+//! `nodes`, `cursor`, `deepest`, `solutions`, `sol`..., `end`). A `stop` line makes the
+//! running unit stop at its next countdown check, reported like a budget stop.
+#![allow(clippy::all)]
+
+use std::io::{BufRead, Write};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::collections::VecDeque;
+use std::sync::{Condvar, Mutex};
+
+/// Largest board the runtime's fixed arrays hold.
+pub const MAX_CELLS: usize = 1024;
+/// The candidate list terminator.
+pub const SENTINEL: u64 = u64::MAX;
+
+/// A group function: walks the subtree from its head depth; `true` means stop.
+pub type Group = fn(&mut St) -> bool;
+
+/// Everything a generated program tells the runtime.
+pub struct Program {
+    pub cells: usize,
+    pub depths: usize,
+    pub pieces: usize,
+    pub colours: usize,
+    pub poll: u64,
+    pub protocol: u32,
+    pub build_key: &'static str,
+    pub fault_depth: Option<usize>,
+    pub cands: &'static [u64],
+    pub offs: &'static [u32],
+    pub init_board: &'static [u32],
+    pub init_used: &'static [u8],
+    pub dpos: &'static [u16],
+    /// Per depth: table offset, key A cell and shift, key B cell and shift, extra mask.
+    pub dkey: &'static [[u32; 6]],
+    /// Per depth: up to two extra reads (cell, shift, side).
+    pub dextra: &'static [[[u32; 3]; 2]],
+    pub hints: &'static [(u16, u16, u8)],
+    /// The fused group function starting at each depth, if a group starts there.
+    pub heads: &'static [Option<Group>],
+}
+
+static STOP: AtomicBool = AtomicBool::new(false);
+
+/// The search state. The hot fields are public: generated code indexes them with
+/// constants, so no bounds checks remain. `repr(C)` fixes the layout: the per-depth node
+/// count and path entry share a cache line (`dp[d] = [nodes, path]`), so the two stores
+/// of every node never 4K-alias each other as two separate 8 KiB arrays would.
+#[repr(C)]
+pub struct St {
+    pub left: u64,
+    pub deepest: usize,
+    pub used: [u8; 1024],
+    pub board: [u32; MAX_CELLS + 1],
+    pub dp: [[u64; 2]; MAX_CELLS],
+    window: u64,
+    committed: u64,
+    budget: u64,
+    stop: u8,
+    stop_depth: usize,
+    deepest_board: Vec<u64>,
+    sol_count: u64,
+    sols: Vec<Vec<(u16, u16, u8)>>,
+    max_sols: usize,
+    program: &'static Program,
+}
+
+impl St {
+    /// Records the first board to reach a new depth.
+    #[cold]
+    #[inline(never)]
+    pub fn snapshot(&mut self, d: usize) {
+        self.deepest = d + 1;
+        self.deepest_board.clear();
+        self.deepest_board.extend(self.dp[..d + 1].iter().map(|e| e[1]));
+    }
+
+    /// Records a solution.
+    #[cold]
+    #[inline(never)]
+    pub fn solution(&mut self) {
+        self.sol_count += 1;
+        if self.sols.len() < self.max_sols {
+            let p = self.program;
+            let mut b: Vec<(u16, u16, u8)> = p.hints.to_vec();
+            for d in 0..p.depths {
+                let c = self.dp[d][1];
+                b.push((p.dpos[d], (c >> 32) as u16, ((c >> 48) & 3) as u8));
+            }
+            b.sort();
+            self.sols.push(b);
+        }
+    }
+
+    /// Called when the countdown reaches zero: budget, stop flag, progress.
+    #[cold]
+    #[inline(never)]
+    pub fn slow(&mut self, d: usize) -> bool {
+        self.committed += self.window;
+        if self.committed == self.budget {
+            self.stop = 1;
+            self.stop_depth = d;
+            return true;
+        }
+        if STOP.load(Ordering::Relaxed) {
+            self.stop = 2;
+            self.stop_depth = d;
+            return true;
+        }
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "progress {}", self.committed);
+        let _ = out.flush();
+        self.window = (self.budget - self.committed).min(self.program.poll);
+        self.left = self.window;
+        false
+    }
+
+    fn bucket(&self, d: usize) -> usize {
+        let p = self.program;
+        let k = p.dkey[d];
+        let a = ((self.board[k[1] as usize] >> k[2]) & 0xFF) as usize;
+        let b = ((self.board[k[3] as usize] >> k[4]) & 0xFF) as usize;
+        p.offs[k[0] as usize + a * p.colours + b] as usize
+    }
+
+    fn expect(&self, d: usize) -> u32 {
+        let p = self.program;
+        let mut e = 0u32;
+        if p.dkey[d][5] != 0 {
+            for r in p.dextra[d] {
+                e |= ((self.board[r[0] as usize] >> r[1]) & 0xFF) << (8 * r[2]);
+            }
+        }
+        e
+    }
+
+    /// Places (pos, piece, rot) at depth d as the walk would have; returns the index of its
+    /// candidate in its bucket.
+    fn locate(&mut self, d: usize, t: (u16, u16, u8)) -> Result<usize, String> {
+        let p = self.program;
+        if p.dpos[d] != t.0 {
+            return Err(format!("depth {} fills cell {}, not {}", d + 1, p.dpos[d], t.0));
+        }
+        let mut i = self.bucket(d);
+        let expect = self.expect(d);
+        let illegal = || format!("placement {}.{}.{} is not legal at depth {}", t.0, t.1, t.2, d + 1);
+        loop {
+            let c = p.cands[i];
+            if c == SENTINEL {
+                return Err(illegal());
+            }
+            let piece = ((c >> 32) & 1023) as usize;
+            if piece == t.1 as usize && ((c >> 48) & 3) as u8 == t.2 {
+                if self.used[piece] != 0 || (c as u32 & p.dkey[d][5]) != expect {
+                    return Err(illegal());
+                }
+                self.used[piece] = 1;
+                self.board[p.dpos[d] as usize] = c as u32;
+                self.dp[d][1] = c;
+                return Ok(i);
+            }
+            i += 1;
+        }
+    }
+}
+
+/// The table-driven scan at depth `d` from candidate `start`: the cold path that resumes a
+/// unit inside a group, then hands over to the fused chain at the next group head.
+#[inline(never)]
+pub fn scan(st: &mut St, d: usize, start: usize) -> bool {
+    let p = st.program;
+    let mask = p.dkey[d][5];
+    let expect = st.expect(d);
+    let pos = p.dpos[d] as usize;
+    let mut i = start;
+    loop {
+        let c = p.cands[i];
+        i += 1;
+        if c == SENTINEL {
+            return false;
+        }
+        let piece = ((c >> 32) as usize) & 1023;
+        if st.used[piece] != 0 || (c as u32 & mask) != expect {
+            continue;
+        }
+        st.used[piece] = 1;
+        st.board[pos] = c as u32;
+        st.dp[d][1] = c;
+        st.dp[d][0] += 1;
+        if d >= st.deepest {
+            st.snapshot(d);
+        }
+        if d + 1 == p.depths {
+            st.solution();
+        }
+        st.left -= 1;
+        if st.left == 0 && st.slow(d) {
+            return true;
+        }
+        if d + 1 < p.depths {
+            let stop = match p.heads[d + 1] {
+                Some(group) => group(st),
+                None => {
+                    let b = st.bucket(d + 1);
+                    scan(st, d + 1, b)
+                }
+            };
+            if stop {
+                return true;
+            }
+        }
+        st.used[piece] = 0;
+    }
+}
+
+fn parse_list(p: &Program, tok: &str) -> Result<Vec<(u16, u16, u8)>, String> {
+    if tok == "-" {
+        return Ok(Vec::new());
+    }
+    let mut out = Vec::new();
+    for t in tok.split(',') {
+        let mut v = [0u32; 3];
+        let mut n = 0;
+        for f in t.split('.') {
+            if n == 3 {
+                return Err(format!("bad placement {t:?}"));
+            }
+            v[n] = f.parse().map_err(|_| format!("bad placement {t:?}"))?;
+            n += 1;
+        }
+        if n != 3 || v[0] as usize >= p.cells || v[1] as usize >= p.pieces || v[2] > 3 {
+            return Err(format!("placement {t:?} out of range"));
+        }
+        out.push((v[0] as u16, v[1] as u16, v[2] as u8));
+    }
+    Ok(out)
+}
+
+fn push_cells(r: &mut String, p: &Program, cells: &[u64], from: usize) {
+    if cells.is_empty() {
+        r.push('-');
+    }
+    for (k, c) in cells.iter().enumerate() {
+        if k > 0 {
+            r.push(',');
+        }
+        r.push_str(&format!("{}.{}.{}", p.dpos[from + k], (c >> 32) as u16, (c >> 48) & 3));
+    }
+}
+
+fn run_unit(
+    st: &mut St,
+    budget: u64,
+    max_sols: usize,
+    prefix: &[(u16, u16, u8)],
+    cursor: &[(u16, u16, u8)],
+) -> Result<String, String> {
+    let p = st.program;
+    st.board[..p.cells + 1].copy_from_slice(p.init_board);
+    st.used = [0; 1024];
+    st.used[..p.pieces].copy_from_slice(p.init_used);
+    for e in st.dp.iter_mut() {
+        e[0] = 0;
+    }
+    st.budget = if budget == 0 { u64::MAX } else { budget };
+    st.committed = 0;
+    st.window = st.budget.min(p.poll);
+    st.left = st.window;
+    st.stop = 0;
+    st.sol_count = 0;
+    st.sols.clear();
+    st.max_sols = max_sols;
+    let floor = prefix.len();
+    let start = floor + cursor.len();
+    if start > p.depths {
+        return Err(format!("unit is {start} deep, the order has {} depths", p.depths));
+    }
+    for (d, &t) in prefix.iter().enumerate() {
+        st.locate(d, t)?;
+    }
+    let mut idx = Vec::with_capacity(cursor.len());
+    for (k, &t) in cursor.iter().enumerate() {
+        idx.push(st.locate(floor + k, t)?);
+    }
+    st.deepest = floor;
+    st.deepest_board.clear();
+    let prefix_path: Vec<u64> = st.dp[..floor].iter().map(|e| e[1]).collect();
+    st.deepest_board.extend_from_slice(&prefix_path);
+    let mut stopped = false;
+    if start < p.depths {
+        let b = st.bucket(start);
+        stopped = scan(st, start, b);
+    }
+    if !stopped {
+        for l in (floor..start).rev() {
+            let piece = ((st.dp[l][1] >> 32) & 1023) as usize;
+            st.used[piece] = 0;
+            if scan(st, l, idx[l - floor] + 1) {
+                stopped = true;
+                break;
+            }
+        }
+    }
+    if let Some(d) = p.fault_depth {
+        if !stopped && d < p.depths && d >= floor {
+            st.dp[d][0] += 1;
+        }
+    }
+    let reason = match (stopped, st.stop) {
+        (false, _) => "finished",
+        (true, 1) => "budget",
+        _ => "requested",
+    };
+    let mut r = format!("result {reason} {}\nnodes", st.deepest);
+    for e in &st.dp[..p.depths] {
+        let n = e[0];
+        r.push(' ');
+        r.push_str(&n.to_string());
+    }
+    r.push_str("\ncursor ");
+    if stopped {
+        let cells: Vec<u64> = st.dp[floor..st.stop_depth + 1].iter().map(|e| e[1]).collect();
+        push_cells(&mut r, p, &cells, floor);
+    } else {
+        r.push_str("none");
+    }
+    r.push_str("\ndeepest ");
+    let deepest = st.deepest_board.clone();
+    push_cells(&mut r, p, &deepest, 0);
+    r.push_str(&format!("\nsolutions {} {}\n", st.sol_count, st.sols.len()));
+    for s in &st.sols {
+        r.push_str("sol ");
+        for (k, t) in s.iter().enumerate() {
+            if k > 0 {
+                r.push(',');
+            }
+            r.push_str(&format!("{}.{}.{}", t.0, t.1, t.2));
+        }
+        r.push('\n');
+    }
+    r.push_str("end\n");
+    Ok(r)
+}
+
+/// Serves units on stdin/stdout until stdin closes or `quit`.
+pub fn serve(program: &'static Program) {
+    let mut st = Box::new(St {
+        left: 0,
+        deepest: 0,
+        used: [0; 1024],
+        board: [0; MAX_CELLS + 1],
+        dp: [[0; 2]; MAX_CELLS],
+        window: 0,
+        committed: 0,
+        budget: 0,
+        stop: 0,
+        stop_depth: 0,
+        deepest_board: Vec::new(),
+        sol_count: 0,
+        sols: Vec::new(),
+        max_sols: 0,
+        program,
+    });
+    {
+        let mut out = std::io::stdout().lock();
+        let _ = writeln!(out, "e2fleet-engine {} {} {}", program.protocol, program.build_key, program.depths);
+        let _ = out.flush();
+    }
+    // a reader thread sets the stop flag at once and queues everything else
+    static QUEUE: Mutex<(VecDeque<String>, bool)> = Mutex::new((VecDeque::new(), false));
+    static READY: Condvar = Condvar::new();
+    std::thread::spawn(|| {
+        let stdin = std::io::stdin();
+        for line in stdin.lock().lines() {
+            let Ok(line) = line else { break };
+            if line.trim() == "stop" {
+                STOP.store(true, Ordering::Relaxed);
+                continue;
+            }
+            QUEUE.lock().unwrap().0.push_back(line);
+            READY.notify_one();
+        }
+        QUEUE.lock().unwrap().1 = true;
+        READY.notify_one();
+    });
+    loop {
+        let line = {
+            let mut q = QUEUE.lock().unwrap();
+            while q.0.is_empty() && !q.1 {
+                q = READY.wait(q).unwrap();
+            }
+            match q.0.pop_front() {
+                Some(line) => line,
+                None => return,
+            }
+        };
+        STOP.store(false, Ordering::Relaxed);
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let reply = match f.as_slice() {
+            ["run", budget, max_sols, prefix, cursor] => {
+                let parsed = (|| -> Result<String, String> {
+                    let budget: u64 = budget.parse().map_err(|_| "bad budget".to_string())?;
+                    let max_sols: usize = max_sols.parse().map_err(|_| "bad max_solutions".to_string())?;
+                    let prefix = parse_list(program, prefix)?;
+                    let cursor = parse_list(program, cursor)?;
+                    run_unit(&mut st, budget, max_sols, &prefix, &cursor)
+                })();
+                parsed.unwrap_or_else(|e| format!("error {e}\n"))
+            }
+            ["quit"] => return,
+            _ => format!("error unknown request {:?}\n", line),
+        };
+        let mut out = std::io::stdout().lock();
+        let _ = out.write_all(reply.as_bytes());
+        let _ = out.flush();
+    }
+}
