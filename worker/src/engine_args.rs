@@ -36,7 +36,7 @@ pub struct EngineArgs {
     #[arg(long, default_value = "native")]
     pub target_cpu: String,
     /// Depths fused into one function in compiled engines.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 6)]
     pub group: usize,
     /// Also write the generated source of the compiled engine to this file.
     #[arg(long)]
@@ -117,5 +117,10 @@ impl EngineFactory {
             Some(p) => Box::new(p.engine(self.plan.clone())),
             None => Box::new(ReferenceEngine::new(self.plan.clone())),
         }
+    }
+
+    /// The compiled program, when the engine is compiled.
+    pub fn program(&self) -> Option<&CompiledProgram> {
+        self.program.as_ref()
     }
 }

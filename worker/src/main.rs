@@ -9,7 +9,10 @@
 //! - `main.rs`: the command line (clap) and dispatch.
 //! - `puzzle_args.rs`: flags that say how to read a puzzle file.
 //! - `solve.rs`: the `solve` command, its JSON report and the human summary.
+//! - `bench.rs`: the `bench` command (per-core speed with exact counts).
+//! - `engine_args.rs`: flags that choose and build an engine.
 
+mod bench;
 mod engine_args;
 mod puzzle_args;
 mod solve;
@@ -28,12 +31,15 @@ struct Cli {
 enum Command {
     /// Walk a puzzle's search tree (or part of it) and report exact counts.
     Solve(solve::SolveArgs),
+    /// Measure per-core placements/s on benchmark boards (exact counts alongside).
+    Bench(bench::BenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let outcome = match cli.command {
         Command::Solve(args) => solve::run(args),
+        Command::Bench(args) => bench::run(args),
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

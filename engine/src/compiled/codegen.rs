@@ -44,7 +44,7 @@ pub struct CodegenOptions {
 impl Default for CodegenOptions {
     fn default() -> Self {
         CodegenOptions {
-            group: 4,
+            group: 6,
             poll_interval: 1 << 22,
             fault_depth: None,
         }

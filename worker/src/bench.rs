@@ -1,0 +1,132 @@
+//! `e2fleet-worker bench`: per-core placements/s of this machine's engine on benchmark
+//! boards, with the exact node count walked and the compile time, so a speed figure is
+//! always reported with the count that proves what was walked.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use e2fleet_engine::formats::{LoadOptions, load_file};
+use e2fleet_engine::plan::SearchPlan;
+use e2fleet_engine::search::RunOptions;
+use e2fleet_engine::{FillOrder, OrderSpec, Unit};
+use serde::Serialize;
+
+use crate::engine_args::EngineArgs;
+
+/// Flags of `bench`.
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// Boards to run (default: puzzles/bench/bench-easy.json and bench-hard.json).
+    #[arg(long = "board")]
+    boards: Vec<PathBuf>,
+    /// Seconds of search per board and run.
+    #[arg(long, default_value_t = 10.0)]
+    seconds: f64,
+    /// Runs per board; the median is reported.
+    #[arg(long, default_value_t = 3)]
+    runs: usize,
+    /// Fill order.
+    #[arg(long, default_value = "row-major")]
+    order: OrderSpec,
+    #[command(flatten)]
+    engine: EngineArgs,
+    /// Print one JSON object per board.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Serialize)]
+struct BoardReport {
+    board: String,
+    engine: String,
+    engine_build: String,
+    compile_s: f64,
+    compile_cached: bool,
+    runs: Vec<Run>,
+    median_nodes_per_s: f64,
+}
+
+#[derive(Serialize, Clone)]
+struct Run {
+    nodes: u64,
+    seconds: f64,
+    nodes_per_s: f64,
+    finished: bool,
+}
+
+/// Runs `bench`.
+pub fn run(args: BenchArgs) -> Result<()> {
+    let boards = if args.boards.is_empty() {
+        vec![
+            PathBuf::from("puzzles/bench/bench-easy.json"),
+            PathBuf::from("puzzles/bench/bench-hard.json"),
+        ]
+    } else {
+        args.boards.clone()
+    };
+    for board in boards {
+        let puzzle = load_file(&board, &LoadOptions::default())
+            .with_context(|| format!("cannot load {}", board.display()))?;
+        let order = FillOrder::new(&puzzle, &args.order)?;
+        let plan = Arc::new(SearchPlan::new(&puzzle, &order));
+        let started = Instant::now();
+        let factory = args.engine.factory(&plan, false)?;
+        let build_wall = started.elapsed();
+        let (compile_s, compile_cached) = match factory.program() {
+            Some(p) => (p.compile_time.as_secs_f64(), p.cached),
+            None => (build_wall.as_secs_f64(), false),
+        };
+        let mut engine = factory.make();
+        let mut runs = Vec::new();
+        for _ in 0..args.runs.max(1) {
+            let limit = Duration::from_secs_f64(args.seconds);
+            let t0 = Instant::now();
+            let mut control = |_: u64| t0.elapsed() >= limit;
+            let r = engine.run(&Unit::root(), RunOptions::default(), &mut control)?;
+            let seconds = t0.elapsed().as_secs_f64();
+            runs.push(Run {
+                nodes: r.committed,
+                seconds,
+                nodes_per_s: r.committed as f64 / seconds,
+                finished: r.finished(),
+            });
+        }
+        let mut rates: Vec<f64> = runs.iter().map(|r| r.nodes_per_s).collect();
+        rates.sort_by(f64::total_cmp);
+        let report = BoardReport {
+            board: board.display().to_string(),
+            engine: engine.kind().to_string(),
+            engine_build: engine.build_id(),
+            compile_s,
+            compile_cached,
+            median_nodes_per_s: rates[rates.len() / 2],
+            runs,
+        };
+        if args.json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            println!(
+                "{}: {} engine, {:.1} M nodes/s per core (median of {}), compile {:.2} s{}",
+                report.board,
+                report.engine,
+                report.median_nodes_per_s / 1e6,
+                report.runs.len(),
+                report.compile_s,
+                if report.compile_cached { " (cached)" } else { "" }
+            );
+            for r in &report.runs {
+                println!(
+                    "    {} nodes in {:.2} s = {:.1} M/s{}",
+                    r.nodes,
+                    r.seconds,
+                    r.nodes_per_s / 1e6,
+                    if r.finished { " (whole tree)" } else { "" }
+                );
+            }
+        }
+    }
+    Ok(())
+}
