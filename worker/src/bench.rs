@@ -115,7 +115,11 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 report.median_nodes_per_s / 1e6,
                 report.runs.len(),
                 report.compile_s,
-                if report.compile_cached { " (cached)" } else { "" }
+                if report.compile_cached {
+                    " (cached)"
+                } else {
+                    ""
+                }
             );
             for r in &report.runs {
                 println!(

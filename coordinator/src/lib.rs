@@ -1,0 +1,21 @@
+//! # e2fleet-coordinator
+//!
+//! The heart of the fleet: takes a puzzle, splits its search tree into prefix units,
+//! leases them to workers, adds every result up exactly once, and catches wrong answers by
+//! comparing exact counts across hosts.
+//!
+//! # Layout
+//! - [`fleet`]: the domain logic (jobs, leases, reports, quorums, accounting). No network.
+//! - [`status`]: read models (job, fleet, workers) and the conservation check.
+//! - [`store`]: all SQL (SQLite through sqlx, migrations in `../migrations`).
+//! - [`service`]: the thin tonic services and the error-to-status table.
+//! - [`server`]: one port for gRPC and HTTP (`serve(listener, fleet, shutdown)`).
+//!
+//! Dependencies point one way: `service` -> `fleet` -> `store`; the engine crate supplies
+//! the puzzle model, enumeration, splitting and the verifier; `e2fleet-proto` the wire.
+
+pub mod fleet;
+pub mod server;
+pub mod service;
+pub mod status;
+pub mod store;

@@ -1,0 +1,111 @@
+//! One port for gRPC (HTTP/2) and the HTTP JSON API (HTTP/1.1 or 2): tonic's routes merged
+//! into an axum router. `serve` takes a bound listener and a shutdown future, so tests bind
+//! `127.0.0.1:0` and run everything in one process.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Json, Response};
+use axum::routing::get;
+use e2fleet_proto::MAX_MESSAGE_BYTES;
+use e2fleet_proto::v1::operator_service_server::OperatorServiceServer;
+use e2fleet_proto::v1::worker_service_server::WorkerServiceServer;
+use tokio::net::TcpListener;
+use tracing::warn;
+
+use crate::fleet::{Fleet, FleetError};
+use crate::service::{OperatorApi, WorkerApi};
+
+fn http_error(e: FleetError) -> Response {
+    let code = match &e {
+        FleetError::NotFound(_) => StatusCode::NOT_FOUND,
+        FleetError::InvalidArgument(_) => StatusCode::BAD_REQUEST,
+        FleetError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
+        FleetError::PermissionDenied(_) => StatusCode::FORBIDDEN,
+        FleetError::FailedPrecondition(_) => StatusCode::CONFLICT,
+        FleetError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
+    };
+    let message = match e {
+        FleetError::Store(_) => "internal error".to_string(),
+        other => other.to_string(),
+    };
+    (code, Json(serde_json::json!({"error": message}))).into_response()
+}
+
+async fn api_jobs(State(fleet): State<Arc<Fleet>>) -> Response {
+    match fleet.list_jobs().await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => http_error(e),
+    }
+}
+
+async fn api_job(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>) -> Response {
+    match fleet.job_status(&id).await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => http_error(e),
+    }
+}
+
+async fn api_fleet(State(fleet): State<Arc<Fleet>>) -> Response {
+    match fleet.fleet_status().await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => http_error(e),
+    }
+}
+
+async fn api_workers(State(fleet): State<Arc<Fleet>>) -> Response {
+    match fleet.list_workers().await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => http_error(e),
+    }
+}
+
+/// The whole router: gRPC services plus the read-only JSON API.
+pub fn router(fleet: Arc<Fleet>) -> axum::Router {
+    let grpc = tonic::service::Routes::new(
+        WorkerServiceServer::new(WorkerApi(fleet.clone()))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+    )
+    .add_service(
+        OperatorServiceServer::new(OperatorApi(fleet.clone()))
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES),
+    )
+    .into_axum_router();
+    let http = axum::Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/api/jobs", get(api_jobs))
+        .route("/api/jobs/{id}", get(api_job))
+        .route("/api/fleet", get(api_fleet))
+        .route("/api/workers", get(api_workers))
+        .with_state(fleet);
+    grpc.merge(http)
+}
+
+/// Serves until `shutdown` resolves. Also expires leases in the background.
+pub async fn serve(
+    listener: TcpListener,
+    fleet: Arc<Fleet>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let expiry_fleet = fleet.clone();
+    let period = (fleet.config().lease / 4).max(Duration::from_millis(100));
+    let expiry = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(period);
+        loop {
+            tick.tick().await;
+            if let Err(e) = expiry_fleet.expire_leases().await {
+                warn!(error = %e, "lease expiry failed");
+            }
+        }
+    });
+    let result = axum::serve(listener, router(fleet))
+        .with_graceful_shutdown(shutdown)
+        .await;
+    expiry.abort();
+    result
+}

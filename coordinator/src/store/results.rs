@@ -1,0 +1,199 @@
+//! Results: every report, its digest and its verdict.
+//!
+//! Row fields mirror the columns documented in `migrations/0001_init.sql`.
+#![allow(missing_docs)]
+
+use sqlx::{FromRow, SqliteConnection};
+
+use super::StoreError;
+
+/// A stored result.
+#[derive(Debug, Clone, FromRow)]
+pub struct ResultRow {
+    pub id: i64,
+    pub job_id: String,
+    pub unit_id: i64,
+    pub lease_id: String,
+    pub worker_id: String,
+    pub hostname: String,
+    pub cpu_model: String,
+    pub engine_kind: String,
+    pub engine_build: String,
+    pub digest: String,
+    pub result_json: String,
+    pub committed: i64,
+    pub solutions: i64,
+    pub max_depth: i64,
+    pub engine_seconds: f64,
+    pub verdict: String,
+    pub received_ms: i64,
+}
+
+/// Inserts a result; returns its id.
+pub async fn insert(c: &mut SqliteConnection, r: &ResultRow) -> Result<i64, StoreError> {
+    Ok(sqlx::query_scalar(
+        "INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, engine_build, digest, result_json, committed, solutions, max_depth, engine_seconds, verdict, received_ms) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+    )
+    .bind(&r.job_id)
+    .bind(r.unit_id)
+    .bind(&r.lease_id)
+    .bind(&r.worker_id)
+    .bind(&r.hostname)
+    .bind(&r.cpu_model)
+    .bind(&r.engine_kind)
+    .bind(&r.engine_build)
+    .bind(&r.digest)
+    .bind(&r.result_json)
+    .bind(r.committed)
+    .bind(r.solutions)
+    .bind(r.max_depth)
+    .bind(r.engine_seconds)
+    .bind(&r.verdict)
+    .bind(r.received_ms)
+    .fetch_one(c)
+    .await?)
+}
+
+/// The result reported on a lease, if any.
+pub async fn by_lease(
+    c: &mut SqliteConnection,
+    lease_id: &str,
+) -> Result<Option<ResultRow>, StoreError> {
+    Ok(sqlx::query_as("SELECT * FROM results WHERE lease_id = ?")
+        .bind(lease_id)
+        .fetch_optional(c)
+        .await?)
+}
+
+/// One result.
+pub async fn get(c: &mut SqliteConnection, id: i64) -> Result<Option<ResultRow>, StoreError> {
+    Ok(sqlx::query_as("SELECT * FROM results WHERE id = ?")
+        .bind(id)
+        .fetch_optional(c)
+        .await?)
+}
+
+/// The valid (not wrong) results of a unit.
+pub async fn for_unit(
+    c: &mut SqliteConnection,
+    unit_id: i64,
+) -> Result<Vec<ResultRow>, StoreError> {
+    Ok(
+        sqlx::query_as(
+            "SELECT * FROM results WHERE unit_id = ? AND verdict != 'wrong' ORDER BY id",
+        )
+        .bind(unit_id)
+        .fetch_all(c)
+        .await?,
+    )
+}
+
+/// Sets a result's verdict.
+pub async fn set_verdict(
+    c: &mut SqliteConnection,
+    id: i64,
+    verdict: &str,
+) -> Result<(), StoreError> {
+    sqlx::query("UPDATE results SET verdict = ? WHERE id = ?")
+        .bind(verdict)
+        .bind(id)
+        .execute(c)
+        .await?;
+    Ok(())
+}
+
+/// The accepted results of a job (for conservation and solutions).
+pub async fn accepted_for_job(
+    c: &mut SqliteConnection,
+    job_id: &str,
+) -> Result<Vec<ResultRow>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT * FROM results WHERE job_id = ? AND verdict = 'accepted' ORDER BY unit_id",
+    )
+    .bind(job_id)
+    .fetch_all(c)
+    .await?)
+}
+
+/// The accepted results of a job that carry solutions, first `limit`.
+pub async fn with_solutions(
+    c: &mut SqliteConnection,
+    job_id: &str,
+    limit: i64,
+) -> Result<Vec<ResultRow>, StoreError> {
+    Ok(sqlx::query_as("SELECT * FROM results WHERE job_id = ? AND verdict = 'accepted' AND solutions > 0 ORDER BY unit_id LIMIT ?")
+        .bind(job_id)
+        .bind(limit)
+        .fetch_all(c)
+        .await?)
+}
+
+/// The accepted result that went deepest (earliest unit on ties).
+pub async fn deepest(
+    c: &mut SqliteConnection,
+    job_id: &str,
+) -> Result<Option<ResultRow>, StoreError> {
+    Ok(sqlx::query_as("SELECT * FROM results WHERE job_id = ? AND verdict = 'accepted' ORDER BY max_depth DESC, unit_id LIMIT 1")
+        .bind(job_id)
+        .fetch_optional(c)
+        .await?)
+}
+
+/// (committed, engine_seconds, hostname, cpu_model, engine_kind) of accepted or agreeing
+/// results with a measurable run time, for per-core rates; `job` narrows to one job.
+pub async fn rate_samples(
+    c: &mut SqliteConnection,
+    job: Option<&str>,
+    since_ms: i64,
+) -> Result<Vec<(i64, f64, String, String, String)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT committed, engine_seconds, hostname, cpu_model, engine_kind FROM results \
+         WHERE verdict IN ('accepted', 'agree') AND engine_seconds >= 0.05 AND received_ms >= ? AND (? IS NULL OR job_id = ?)",
+    )
+    .bind(since_ms)
+    .bind(job)
+    .bind(job)
+    .fetch_all(c)
+    .await?)
+}
+
+/// Nodes received since `since_ms`: (all results, accepted-or-agreeing results).
+pub async fn nodes_since(
+    c: &mut SqliteConnection,
+    job: Option<&str>,
+    since_ms: i64,
+) -> Result<(i64, i64), StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT COALESCE(SUM(committed), 0), COALESCE(SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END), 0) \
+         FROM results WHERE received_ms >= ? AND (? IS NULL OR job_id = ?)",
+    )
+    .bind(since_ms)
+    .bind(job)
+    .bind(job)
+    .fetch_one(c)
+    .await?)
+}
+
+/// Accepted nodes per minute bucket since `since_ms` (minute, raw nodes, verified nodes).
+pub async fn per_minute(
+    c: &mut SqliteConnection,
+    since_ms: i64,
+) -> Result<Vec<(i64, i64, i64)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT received_ms / 60000, SUM(committed), SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END) \
+         FROM results WHERE received_ms >= ? GROUP BY received_ms / 60000 ORDER BY 1",
+    )
+    .bind(since_ms)
+    .fetch_all(c)
+    .await?)
+}
+
+/// Number of results marked wrong.
+pub async fn wrong_count(c: &mut SqliteConnection) -> Result<i64, StoreError> {
+    Ok(
+        sqlx::query_scalar("SELECT COUNT(*) FROM results WHERE verdict = 'wrong'")
+            .fetch_one(c)
+            .await?,
+    )
+}

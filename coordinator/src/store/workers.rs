@@ -1,0 +1,154 @@
+//! Workers: registration, tokens, liveness, errors and quarantine.
+//!
+//! Row fields mirror the columns documented in `migrations/0001_init.sql`.
+#![allow(missing_docs)]
+
+use sqlx::{FromRow, SqliteConnection};
+
+use super::StoreError;
+
+/// A stored worker.
+#[derive(Debug, Clone, FromRow, serde::Serialize)]
+pub struct WorkerRow {
+    pub id: String,
+    #[serde(skip)]
+    pub token_hash: String,
+    pub hostname: String,
+    pub cpu_model: String,
+    pub cores: i64,
+    pub arch: String,
+    pub os: String,
+    pub rustc_version: String,
+    pub worker_version: String,
+    pub engine_kind: String,
+    pub engine_build: String,
+    pub registered_ms: i64,
+    pub last_seen_ms: i64,
+    pub per_core_rate: f64,
+    pub threads: i64,
+    pub units_done: i64,
+    pub errors: i64,
+    pub quarantined: bool,
+}
+
+/// Inserts or replaces a worker (a re-registration keeps the id and the error record).
+pub async fn upsert(c: &mut SqliteConnection, w: &WorkerRow) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO workers (id, token_hash, hostname, cpu_model, cores, arch, os, rustc_version, worker_version, registered_ms, last_seen_ms) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+         ON CONFLICT(id) DO UPDATE SET token_hash = excluded.token_hash, hostname = excluded.hostname, cpu_model = excluded.cpu_model, \
+           cores = excluded.cores, arch = excluded.arch, os = excluded.os, rustc_version = excluded.rustc_version, \
+           worker_version = excluded.worker_version, last_seen_ms = excluded.last_seen_ms",
+    )
+    .bind(&w.id)
+    .bind(&w.token_hash)
+    .bind(&w.hostname)
+    .bind(&w.cpu_model)
+    .bind(w.cores)
+    .bind(&w.arch)
+    .bind(&w.os)
+    .bind(&w.rustc_version)
+    .bind(&w.worker_version)
+    .bind(w.registered_ms)
+    .bind(w.last_seen_ms)
+    .execute(c)
+    .await?;
+    Ok(())
+}
+
+/// The worker a token belongs to.
+pub async fn by_token(
+    c: &mut SqliteConnection,
+    token_hash: &str,
+) -> Result<Option<WorkerRow>, StoreError> {
+    Ok(sqlx::query_as("SELECT * FROM workers WHERE token_hash = ?")
+        .bind(token_hash)
+        .fetch_optional(c)
+        .await?)
+}
+
+/// One worker.
+pub async fn get(c: &mut SqliteConnection, id: &str) -> Result<Option<WorkerRow>, StoreError> {
+    Ok(sqlx::query_as("SELECT * FROM workers WHERE id = ?")
+        .bind(id)
+        .fetch_optional(c)
+        .await?)
+}
+
+/// All workers.
+pub async fn list(c: &mut SqliteConnection) -> Result<Vec<WorkerRow>, StoreError> {
+    Ok(
+        sqlx::query_as("SELECT * FROM workers ORDER BY hostname, id")
+            .fetch_all(c)
+            .await?,
+    )
+}
+
+/// Records that a worker was seen, with its current rate and engine.
+pub async fn touch(
+    c: &mut SqliteConnection,
+    id: &str,
+    now_ms: i64,
+    rate: Option<(f64, i64)>,
+    engine: Option<(&str, &str)>,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "UPDATE workers SET last_seen_ms = ?, per_core_rate = COALESCE(?, per_core_rate), threads = COALESCE(?, threads), \
+           engine_kind = COALESCE(?, engine_kind), engine_build = COALESCE(?, engine_build) WHERE id = ?",
+    )
+    .bind(now_ms)
+    .bind(rate.map(|r| r.0))
+    .bind(rate.map(|r| r.1))
+    .bind(engine.map(|e| e.0))
+    .bind(engine.map(|e| e.1))
+    .bind(id)
+    .execute(c)
+    .await?;
+    Ok(())
+}
+
+/// Counts a finished unit for a worker.
+pub async fn add_done(c: &mut SqliteConnection, id: &str) -> Result<(), StoreError> {
+    sqlx::query("UPDATE workers SET units_done = units_done + 1 WHERE id = ?")
+        .bind(id)
+        .execute(c)
+        .await?;
+    Ok(())
+}
+
+/// Counts an error against a worker; quarantines its whole host past `threshold`.
+/// Returns `true` when the host is now quarantined.
+pub async fn add_error(
+    c: &mut SqliteConnection,
+    id: &str,
+    threshold: i64,
+) -> Result<bool, StoreError> {
+    sqlx::query("UPDATE workers SET errors = errors + 1 WHERE id = ?")
+        .bind(id)
+        .execute(&mut *c)
+        .await?;
+    let (hostname, errors): (String, i64) =
+        sqlx::query_as("SELECT hostname, (SELECT SUM(errors) FROM workers w2 WHERE w2.hostname = w.hostname) FROM workers w WHERE id = ?")
+            .bind(id)
+            .fetch_one(&mut *c)
+            .await?;
+    if errors >= threshold {
+        sqlx::query("UPDATE workers SET quarantined = 1 WHERE hostname = ?")
+            .bind(&hostname)
+            .execute(&mut *c)
+            .await?;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// Lifts a host's quarantine and clears its errors; returns the workers released.
+pub async fn release_host(c: &mut SqliteConnection, hostname: &str) -> Result<u64, StoreError> {
+    Ok(
+        sqlx::query("UPDATE workers SET quarantined = 0, errors = 0 WHERE hostname = ?")
+            .bind(hostname)
+            .execute(c)
+            .await?
+            .rows_affected(),
+    )
+}
