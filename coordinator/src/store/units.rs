@@ -69,7 +69,8 @@ pub async fn get(c: &mut SqliteConnection, id: i64) -> Result<Option<UnitRow>, S
         .await?)
 }
 
-/// Leasable units of running jobs that `hostname` has not run or leased yet.
+/// Leasable units of running jobs that `hostname` neither holds nor has a valid result
+/// for (a replica must come from another host; a rejected run may be redone anywhere).
 pub async fn leasable(
     c: &mut SqliteConnection,
     hostname: &str,
@@ -78,8 +79,9 @@ pub async fn leasable(
     Ok(sqlx::query_as(
         "SELECT u.* FROM units u JOIN jobs j ON j.id = u.job_id \
          WHERE u.state = 'open' AND j.state = 'running' \
-           AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.unit_id = u.id AND l.hostname = ? AND l.state IN ('active', 'reported')) \
-         ORDER BY u.id LIMIT ?",
+           AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.unit_id = u.id AND l.hostname = ?1 AND l.state = 'active') \
+           AND NOT EXISTS (SELECT 1 FROM results r WHERE r.unit_id = u.id AND r.hostname = ?1 AND r.verdict != 'wrong') \
+         ORDER BY u.id LIMIT ?2",
     )
     .bind(hostname)
     .bind(limit)

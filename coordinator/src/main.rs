@@ -1,0 +1,380 @@
+//! `e2fleet-coordinator`: run the coordinator (`serve`) or talk to a running one
+//! (`submit`, `jobs`, `job`, `workers`, `fleet`, `cancel`, `release-host`).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use e2fleet_coordinator::fleet::{Fleet, FleetConfig, random_token, system_clock};
+use e2fleet_coordinator::store::Store;
+use e2fleet_engine::formats::{self, LoadOptions};
+use e2fleet_proto::v1;
+use e2fleet_proto::v1::operator_service_client::OperatorServiceClient;
+use tonic::Request;
+use tonic::transport::Channel;
+use tracing::info;
+
+/// e2fleet coordinator: splits puzzles into units, leases them, adds results up exactly.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the coordinator (gRPC and the HTTP API on one port).
+    Serve(ServeArgs),
+    /// Submit a puzzle as a job.
+    Submit(SubmitArgs),
+    /// List jobs.
+    Jobs(AdminArgs),
+    /// Show one job.
+    Job {
+        /// The job id.
+        id: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// List workers.
+    Workers(AdminArgs),
+    /// Fleet summary: workers and both rates.
+    Fleet(AdminArgs),
+    /// Cancel a job.
+    Cancel {
+        /// The job id.
+        id: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Lift a host's quarantine.
+    ReleaseHost {
+        /// Host name.
+        hostname: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "E2FLEET_LISTEN", default_value = "127.0.0.1:7733")]
+    listen: String,
+    /// SQLite database file.
+    #[arg(long, env = "E2FLEET_DB", default_value = "e2fleet.db")]
+    db: PathBuf,
+    /// Token workers enrol with (generated and printed if not given).
+    #[arg(long, env = "E2FLEET_ENROLL_TOKEN")]
+    enroll_token: Option<String>,
+    /// Token operator calls need (generated and printed if not given).
+    #[arg(long, env = "E2FLEET_ADMIN_TOKEN")]
+    admin_token: Option<String>,
+    /// Lease length in seconds.
+    #[arg(long, env = "E2FLEET_LEASE_SECONDS", default_value_t = 60)]
+    lease_seconds: u64,
+    /// Wrong results after which a host is quarantined.
+    #[arg(long, env = "E2FLEET_QUARANTINE_AFTER", default_value_t = 3)]
+    quarantine_after: i64,
+    /// Log format: text or json.
+    #[arg(long, default_value = "text")]
+    log_format: String,
+}
+
+#[derive(clap::Args, Clone)]
+struct AdminArgs {
+    /// Coordinator URL.
+    #[arg(
+        long,
+        env = "E2FLEET_COORDINATOR",
+        default_value = "http://127.0.0.1:7733"
+    )]
+    coordinator: String,
+    /// Admin token.
+    #[arg(long, env = "E2FLEET_ADMIN_TOKEN")]
+    admin_token: String,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
+struct SubmitArgs {
+    /// Puzzle file (any supported format).
+    puzzle: PathBuf,
+    /// Job name (default: the puzzle's name).
+    #[arg(long)]
+    name: Option<String>,
+    /// Fill order.
+    #[arg(long, default_value = "row-major")]
+    order: String,
+    /// Split depth.
+    #[arg(long, conflicts_with = "units")]
+    split_depth: Option<u32>,
+    /// Target number of units (the coordinator picks the depth).
+    #[arg(long)]
+    units: Option<u32>,
+    /// Node budget per run (budget stops become continuation units).
+    #[arg(long)]
+    budget: Option<u64>,
+    /// Run every unit on this many different hosts.
+    #[arg(long, default_value_t = 1, conflicts_with = "spot_check")]
+    replicas: u32,
+    /// Run this fraction of units twice.
+    #[arg(long)]
+    spot_check: Option<f64>,
+    #[command(flatten)]
+    admin: AdminArgs,
+}
+
+fn init_logs(format: &str) {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if format == "json" {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .json()
+            .init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+}
+
+async fn serve(args: ServeArgs) -> Result<()> {
+    init_logs(&args.log_format);
+    let enroll_token = args.enroll_token.clone().unwrap_or_else(random_token);
+    let admin_token = args.admin_token.clone().unwrap_or_else(random_token);
+    if args.enroll_token.is_none() {
+        println!("E2FLEET_ENROLL_TOKEN={enroll_token}");
+    }
+    if args.admin_token.is_none() {
+        println!("E2FLEET_ADMIN_TOKEN={admin_token}");
+    }
+    let store = Store::open(&args.db)
+        .await
+        .with_context(|| format!("cannot open database {}", args.db.display()))?;
+    let fleet = Arc::new(Fleet::new(
+        store,
+        FleetConfig {
+            lease: Duration::from_secs(args.lease_seconds.max(1)),
+            quarantine_after: args.quarantine_after.max(1),
+            enroll_token,
+            admin_token,
+        },
+        system_clock(),
+    ));
+    let listener = tokio::net::TcpListener::bind(&args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    info!(%addr, db = %args.db.display(), "coordinator listening");
+    println!("coordinator listening on http://{addr} (dashboard API at http://{addr}/api/fleet)");
+    let shutdown = async {
+        let _ = tokio::signal::ctrl_c().await;
+        info!("shutting down");
+    };
+    e2fleet_coordinator::server::serve(listener, fleet, shutdown).await?;
+    Ok(())
+}
+
+async fn client(admin: &AdminArgs) -> Result<OperatorServiceClient<Channel>> {
+    let channel = Channel::from_shared(admin.coordinator.clone())?
+        .connect()
+        .await
+        .with_context(|| format!("cannot reach the coordinator at {}", admin.coordinator))?;
+    Ok(OperatorServiceClient::new(channel))
+}
+
+fn authed<T>(admin: &AdminArgs, message: T) -> Result<Request<T>> {
+    let mut r = Request::new(message);
+    r.metadata_mut().insert(
+        "authorization",
+        format!("Bearer {}", admin.admin_token).parse()?,
+    );
+    Ok(r)
+}
+
+fn print_job(doc: &serde_json::Value, json: bool) {
+    if json {
+        println!("{doc}");
+        return;
+    }
+    let u = &doc["units"];
+    println!(
+        "{}  {}  {}\n  units: {} done, {} leased, {} open\n  nodes: {} (enumeration {} + split {} + units {})\n  solutions: {}   deepest: {}\n  conservation: {}\n  per-core rate: {}   aggregate rate: {}",
+        doc["job_id"].as_str().unwrap_or(""),
+        doc["name"].as_str().unwrap_or(""),
+        doc["state"].as_str().unwrap_or(""),
+        u["done"],
+        u["leased"],
+        u["open"],
+        doc["nodes_total"],
+        doc["enumeration_nodes"],
+        doc["split_nodes"],
+        doc["unit_nodes"],
+        doc["solutions_count"],
+        doc["deepest"]["depth"],
+        match doc["conservation_ok"].as_bool() {
+            Some(true) =>
+                "holds (enumeration + split + units = total, recomputed from stored results)",
+            Some(false) => "BROKEN",
+            None => "checked at completion",
+        },
+        rate(&doc["per_core_nodes_per_s"], "per core"),
+        rate(&doc["aggregate_nodes_per_s"], "fleet"),
+    );
+}
+
+fn rate(v: &serde_json::Value, what: &str) -> String {
+    match v.as_f64() {
+        Some(r) => format!("{:.1} M nodes/s {what}", r / 1e6),
+        None => "n/a".into(),
+    }
+}
+
+async fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Command::Serve(args) => serve(args).await,
+        Command::Submit(args) => {
+            let puzzle = formats::load_file(&args.puzzle, &LoadOptions::default())?;
+            let mut c = client(&args.admin).await?;
+            let r = c
+                .submit_job(authed(
+                    &args.admin,
+                    v1::SubmitJobRequest {
+                        name: args
+                            .name
+                            .clone()
+                            .unwrap_or_else(|| puzzle.name().to_string()),
+                        puzzle_json: formats::to_site_json(&puzzle),
+                        order: args.order.clone(),
+                        split_depth: args.split_depth.unwrap_or(0),
+                        target_units: args.units.unwrap_or(if args.split_depth.is_some() {
+                            0
+                        } else {
+                            1000
+                        }),
+                        budget: args.budget.unwrap_or(0),
+                        replicas: args.replicas,
+                        spot_check: args.spot_check.unwrap_or(0.0),
+                    },
+                )?)
+                .await?
+                .into_inner();
+            if args.admin.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"job_id": r.job_id, "units": r.units, "split_depth": r.split_depth})
+                );
+            } else {
+                println!(
+                    "job {} submitted: {} units at depth {}",
+                    r.job_id, r.units, r.split_depth
+                );
+            }
+            Ok(())
+        }
+        Command::Jobs(admin) => {
+            let mut c = client(&admin).await?;
+            let r = c
+                .list_jobs(authed(&admin, v1::ListJobsRequest {})?)
+                .await?
+                .into_inner();
+            for j in r.jobs {
+                let doc: serde_json::Value = serde_json::from_str(&j.json)?;
+                print_job(&doc, admin.json);
+            }
+            Ok(())
+        }
+        Command::Job { id, admin } => {
+            let mut c = client(&admin).await?;
+            let r = c
+                .get_job(authed(&admin, v1::GetJobRequest { job_id: id })?)
+                .await?
+                .into_inner();
+            print_job(&serde_json::from_str(&r.json)?, admin.json);
+            Ok(())
+        }
+        Command::Workers(admin) => {
+            let mut c = client(&admin).await?;
+            let r = c
+                .list_workers(authed(&admin, v1::ListWorkersRequest {})?)
+                .await?
+                .into_inner();
+            let doc: serde_json::Value = serde_json::from_str(&r.json)?;
+            if admin.json {
+                println!("{doc}");
+            } else {
+                for w in doc.as_array().into_iter().flatten() {
+                    println!(
+                        "{:<20} {:<12} {:<28} cores {:>3}  {:>8} units  {} errors  {:.1} M/s per core  {}",
+                        w["hostname"].as_str().unwrap_or(""),
+                        w["state"].as_str().unwrap_or(""),
+                        w["cpu_model"].as_str().unwrap_or(""),
+                        w["cores"],
+                        w["units_done"],
+                        w["errors"],
+                        w["per_core_rate"].as_f64().unwrap_or(0.0) / 1e6,
+                        w["engine_build"].as_str().unwrap_or(""),
+                    );
+                }
+            }
+            Ok(())
+        }
+        Command::Fleet(admin) => {
+            let mut c = client(&admin).await?;
+            let r = c
+                .fleet_status(authed(&admin, v1::FleetStatusRequest {})?)
+                .await?
+                .into_inner();
+            let doc: serde_json::Value = serde_json::from_str(&r.json)?;
+            println!(
+                "{}",
+                if admin.json {
+                    doc.to_string()
+                } else {
+                    serde_json::to_string_pretty(&doc)?
+                }
+            );
+            Ok(())
+        }
+        Command::Cancel { id, admin } => {
+            let mut c = client(&admin).await?;
+            c.cancel_job(authed(&admin, v1::CancelJobRequest { job_id: id.clone() })?)
+                .await?;
+            println!("job {id} cancelled");
+            Ok(())
+        }
+        Command::ReleaseHost { hostname, admin } => {
+            let mut c = client(&admin).await?;
+            let r = c
+                .release_host(authed(
+                    &admin,
+                    v1::ReleaseHostRequest {
+                        hostname: hostname.clone(),
+                    },
+                )?)
+                .await?
+                .into_inner();
+            if r.released == 0 {
+                bail!("no worker has host name {hostname:?}");
+            }
+            println!("released {} worker(s) on {hostname}", r.released);
+            Ok(())
+        }
+    }
+}
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    match run(Cli::parse()).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

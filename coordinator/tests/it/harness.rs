@@ -1,0 +1,297 @@
+//! Test harness: a coordinator with a manual clock, and simulated workers.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::Duration;
+
+use e2fleet_coordinator::fleet::{Fleet, FleetConfig};
+use e2fleet_coordinator::store::Store;
+use e2fleet_engine::formats::{LoadOptions, load_file, parse_str, to_site_json};
+use e2fleet_engine::plan::SearchPlan;
+use e2fleet_engine::search::{NoControl, RunOptions, Walker};
+use e2fleet_engine::{FillOrder, Unit, UnitResult};
+use e2fleet_proto::convert::{path_from_wire, result_to_wire};
+use e2fleet_proto::v1;
+use e2fleet_proto::v1::operator_service_client::OperatorServiceClient;
+use e2fleet_proto::v1::worker_service_client::WorkerServiceClient;
+use tonic::transport::Channel;
+use tonic::{Request, Status};
+
+pub const ENROLL: &str = "enroll-secret";
+pub const ADMIN: &str = "admin-secret";
+
+/// A running coordinator.
+pub struct Coordinator {
+    pub url: String,
+    pub clock: Arc<AtomicI64>,
+    #[allow(dead_code)]
+    pub fleet: Arc<Fleet>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Coordinator {
+    pub async fn start(db: &Path, quarantine_after: i64) -> Coordinator {
+        Self::start_with_clock(db, quarantine_after, Arc::new(AtomicI64::new(1_000_000))).await
+    }
+
+    pub async fn start_with_clock(
+        db: &Path,
+        quarantine_after: i64,
+        clock: Arc<AtomicI64>,
+    ) -> Coordinator {
+        let store = Store::open(db).await.unwrap();
+        let c = clock.clone();
+        let fleet = Arc::new(Fleet::new(
+            store,
+            FleetConfig {
+                lease: Duration::from_secs(30),
+                quarantine_after,
+                enroll_token: ENROLL.into(),
+                admin_token: ADMIN.into(),
+            },
+            Arc::new(move || c.load(Ordering::SeqCst)),
+        ));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let f = fleet.clone();
+        let task = tokio::spawn(async move {
+            e2fleet_coordinator::server::serve(listener, f, async {
+                let _ = rx.await;
+            })
+            .await
+            .unwrap();
+        });
+        Coordinator {
+            url,
+            clock,
+            fleet,
+            stop: Some(tx),
+            task: Some(task),
+        }
+    }
+
+    pub fn advance(&self, ms: i64) {
+        self.clock.fetch_add(ms, Ordering::SeqCst);
+    }
+
+    pub async fn stop(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        self.task.take().unwrap().await.unwrap();
+    }
+
+    pub async fn operator(&self) -> OperatorServiceClient<Channel> {
+        OperatorServiceClient::connect(self.url.clone())
+            .await
+            .unwrap()
+    }
+
+    pub async fn submit(
+        &self,
+        puzzle: &str,
+        split_depth: u32,
+        budget: u64,
+        replicas: u32,
+    ) -> String {
+        let p = load_file(&puzzle_path(puzzle), &LoadOptions::default()).unwrap();
+        let r = self
+            .operator()
+            .await
+            .submit_job(admin(v1::SubmitJobRequest {
+                name: p.name().into(),
+                puzzle_json: to_site_json(&p),
+                order: "row-major".into(),
+                split_depth,
+                target_units: 0,
+                budget,
+                replicas,
+                spot_check: 0.0,
+            }))
+            .await
+            .unwrap()
+            .into_inner();
+        r.job_id
+    }
+
+    pub async fn job(&self, id: &str) -> serde_json::Value {
+        let r = self
+            .operator()
+            .await
+            .get_job(admin(v1::GetJobRequest { job_id: id.into() }))
+            .await
+            .unwrap()
+            .into_inner();
+        serde_json::from_str(&r.json).unwrap()
+    }
+}
+
+pub fn admin<T>(m: T) -> Request<T> {
+    let mut r = Request::new(m);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {ADMIN}").parse().unwrap());
+    r
+}
+
+pub fn puzzle_path(rel: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../puzzles")
+        .join(rel)
+}
+
+pub fn temp_db(dir: &tempfile::TempDir) -> PathBuf {
+    dir.path().join("e2fleet.db")
+}
+
+/// How a simulated worker behaves.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Behaviour {
+    Honest,
+    /// Adds one node at a middle depth of every result it reports.
+    Liar,
+}
+
+/// A simulated worker speaking the real protocol.
+pub struct SimWorker {
+    pub client: WorkerServiceClient<Channel>,
+    pub token: String,
+    #[allow(dead_code)]
+    pub hostname: String,
+    pub behaviour: Behaviour,
+    plans: HashMap<String, Arc<SearchPlan>>,
+}
+
+impl SimWorker {
+    pub async fn register(url: &str, hostname: &str, behaviour: Behaviour) -> SimWorker {
+        let mut client = WorkerServiceClient::connect(url.to_string()).await.unwrap();
+        let r = client
+            .register_worker(v1::RegisterWorkerRequest {
+                enroll_token: ENROLL.into(),
+                host: Some(v1::HostInfo {
+                    hostname: hostname.into(),
+                    cpu_model: format!("Sim CPU {hostname}"),
+                    cores: 2,
+                    arch: "x86_64".into(),
+                    os: "linux".into(),
+                    rustc_version: String::new(),
+                    worker_version: "test".into(),
+                }),
+                previous_worker_id: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        SimWorker {
+            client,
+            token: r.worker_token,
+            hostname: hostname.into(),
+            behaviour,
+            plans: HashMap::new(),
+        }
+    }
+
+    pub fn req<T>(&self, m: T) -> Request<T> {
+        let mut r = Request::new(m);
+        r.metadata_mut().insert(
+            "authorization",
+            format!("Bearer {}", self.token).parse().unwrap(),
+        );
+        r
+    }
+
+    pub async fn lease(&mut self, n: u32) -> Result<Vec<v1::Lease>, Status> {
+        let r = self
+            .client
+            .lease_units(self.req(v1::LeaseUnitsRequest {
+                max_units: n,
+                engine_kind: "reference".into(),
+                engine_build: "sim".into(),
+            }))
+            .await?;
+        Ok(r.into_inner().leases)
+    }
+
+    async fn plan(&mut self, job_id: &str) -> Arc<SearchPlan> {
+        if let Some(p) = self.plans.get(job_id) {
+            return p.clone();
+        }
+        let spec = self
+            .client
+            .get_job_spec(self.req(v1::GetJobSpecRequest {
+                job_id: job_id.into(),
+            }))
+            .await
+            .unwrap()
+            .into_inner();
+        let puzzle = parse_str(&spec.puzzle_json, "job.json", &LoadOptions::default()).unwrap();
+        let order = FillOrder::new(&puzzle, &spec.order.parse().unwrap()).unwrap();
+        let plan = Arc::new(SearchPlan::new(&puzzle, &order));
+        self.plans.insert(job_id.into(), plan.clone());
+        plan
+    }
+
+    /// Walks a leased unit as the worker would.
+    pub async fn compute(&mut self, lease: &v1::Lease) -> UnitResult {
+        let plan = self.plan(&lease.job_id).await;
+        let unit = Unit {
+            prefix: path_from_wire(&lease.prefix, "prefix").unwrap(),
+            cursor: path_from_wire(&lease.cursor, "cursor").unwrap(),
+        };
+        let options = RunOptions {
+            budget: (lease.budget > 0).then_some(lease.budget),
+            max_solutions: e2fleet_coordinator::fleet::REPORT_MAX_SOLUTIONS,
+        };
+        let mut r = Walker::new(&plan)
+            .run(&unit, options, &mut NoControl)
+            .unwrap();
+        if self.behaviour == Behaviour::Liar {
+            let d = plan.len() / 2;
+            r.nodes_by_depth[d] += 1;
+            r.committed += 1;
+        }
+        r
+    }
+
+    pub async fn report(&mut self, lease: &v1::Lease, r: &UnitResult) -> Result<String, Status> {
+        let resp = self
+            .client
+            .report_result(self.req(v1::ReportResultRequest {
+                lease_id: lease.lease_id.clone(),
+                unit_id: lease.unit_id,
+                result: Some(result_to_wire(r)),
+                engine_seconds: 0.1,
+                engine_kind: "reference".into(),
+                engine_build: "sim".into(),
+            }))
+            .await?;
+        Ok(resp.into_inner().status)
+    }
+
+    /// Leases, computes and reports until no work is left for it; returns units done.
+    pub async fn work(&mut self, max_rounds: usize) -> usize {
+        let mut done = 0;
+        for _ in 0..max_rounds {
+            let leases = self.lease(8).await.unwrap();
+            if leases.is_empty() {
+                break;
+            }
+            for l in &leases {
+                let r = self.compute(l).await;
+                self.report(l, &r).await.unwrap();
+                done += 1;
+            }
+        }
+        done
+    }
+}
+
+/// The whole-tree result of a puzzle on one machine.
+pub fn single_machine(rel: &str) -> UnitResult {
+    let p = load_file(&puzzle_path(rel), &LoadOptions::default()).unwrap();
+    let plan = SearchPlan::new(&p, &FillOrder::row_major(&p));
+    Walker::new(&plan)
+        .run(&Unit::root(), RunOptions::default(), &mut NoControl)
+        .unwrap()
+}

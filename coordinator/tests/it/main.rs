@@ -1,0 +1,6 @@
+//! The coordinator in one process on 127.0.0.1:0 with a real SQLite file, driven over
+//! gRPC by simulated workers: honest ones (the reference engine), slow ones that miss
+//! deadlines, ones that report twice or late, liars, and callers with wrong tokens.
+
+mod harness;
+mod scenarios;

@@ -1,0 +1,305 @@
+//! Scenarios from the coordinator issue: exact totals, expiry, duplicates, liars,
+//! restarts, bad credentials and malformed requests.
+
+use e2fleet_proto::v1;
+use tonic::Code;
+
+use crate::harness::*;
+
+fn nodes_by_depth(doc: &serde_json::Value) -> Vec<u64> {
+    doc["nodes_by_depth"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_adds_up_exactly_with_budgets_and_continuations() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let job = c.submit("brendan/set1/pieces_05x05.txt", 3, 2_000, 1).await;
+    let mut a = SimWorker::register(&c.url, "host-a", Behaviour::Honest).await;
+    let mut b = SimWorker::register(&c.url, "host-b", Behaviour::Honest).await;
+    for _ in 0..200 {
+        if a.work(1).await + b.work(1).await == 0 {
+            break;
+        }
+    }
+    let doc = c.job(&job).await;
+    let single = single_machine("brendan/set1/pieces_05x05.txt");
+    assert_eq!(doc["state"], "complete");
+    assert_eq!(doc["nodes_total"], 113_211);
+    assert_eq!(doc["solutions_count"], 16);
+    assert_eq!(doc["conservation_ok"], true);
+    assert_eq!(nodes_by_depth(&doc), single.nodes_by_depth);
+    assert!(doc["split_nodes"].as_u64().unwrap() > 0 || doc["unit_nodes"].as_u64().unwrap() > 0);
+    assert!(doc["per_core_nodes_per_s"].as_f64().unwrap() > 0.0);
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_leases_are_reassigned_and_late_reports_counted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let job = c.submit("brendan/set1/pieces_04x04.txt", 2, 0, 1).await;
+    let mut slow = SimWorker::register(&c.url, "slow", Behaviour::Honest).await;
+    let mut fast = SimWorker::register(&c.url, "fast", Behaviour::Honest).await;
+    let held = slow.lease(100).await.unwrap();
+    assert!(!held.is_empty());
+    assert!(
+        fast.lease(100).await.unwrap().is_empty(),
+        "everything is leased"
+    );
+    c.advance(31_000);
+    fast.work(100).await;
+    let doc = c.job(&job).await;
+    assert_eq!(doc["state"], "complete");
+    assert_eq!(doc["nodes_total"], 4_470);
+    // the slow worker finally reports: kept as replicas, counted once
+    for l in &held {
+        let r = slow.compute(l).await;
+        let status = slow.report(l, &r).await.unwrap();
+        assert_eq!(status, "replica");
+        // and a repeat of the same report is idempotent
+        assert_eq!(slow.report(l, &r).await.unwrap(), "duplicate");
+    }
+    let doc = c.job(&job).await;
+    assert_eq!(doc["nodes_total"], 4_470);
+    assert_eq!(doc["conservation_ok"], true);
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_liar_is_outvoted_and_its_host_quarantined() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 1).await;
+    let job = c.submit("brendan/set1/pieces_04x04.txt", 2, 0, 2).await;
+    let mut liar = SimWorker::register(&c.url, "liar", Behaviour::Liar).await;
+    let mut h1 = SimWorker::register(&c.url, "honest-1", Behaviour::Honest).await;
+    let mut h2 = SimWorker::register(&c.url, "honest-2", Behaviour::Honest).await;
+    // the liar goes first on one unit
+    let l = liar.lease(1).await.unwrap().remove(0);
+    let r = liar.compute(&l).await;
+    assert_eq!(liar.report(&l, &r).await.unwrap(), "pending_check");
+    for _ in 0..50 {
+        if h1.work(1).await + h2.work(1).await == 0 {
+            break;
+        }
+    }
+    let doc = c.job(&job).await;
+    assert_eq!(doc["state"], "complete");
+    assert_eq!(doc["nodes_total"], 4_470, "the lie never reaches the total");
+    assert_eq!(doc["conservation_ok"], true);
+    let workers: serde_json::Value = serde_json::from_str(
+        &c.operator()
+            .await
+            .list_workers(admin(v1::ListWorkersRequest {}))
+            .await
+            .unwrap()
+            .into_inner()
+            .json,
+    )
+    .unwrap();
+    let liar_row = workers
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["hostname"] == "liar")
+        .unwrap();
+    assert_eq!(liar_row["quarantined"], true);
+    assert_eq!(liar_row["state"], "quarantined");
+    assert!(
+        liar.lease(5).await.unwrap().is_empty(),
+        "a quarantined host gets no work"
+    );
+    // the operator releases it
+    let released = c
+        .operator()
+        .await
+        .release_host(admin(v1::ReleaseHostRequest {
+            hostname: "liar".into(),
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(released.released, 1);
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_on_the_same_database_loses_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = temp_db(&dir);
+    let clock = std::sync::Arc::new(std::sync::atomic::AtomicI64::new(5_000_000));
+    let c = Coordinator::start_with_clock(&db, 3, clock.clone()).await;
+    let job = c.submit("brendan/set1/pieces_05x05.txt", 4, 5_000, 1).await;
+    let mut w = SimWorker::register(&c.url, "w", Behaviour::Honest).await;
+    w.work(3).await;
+    // a lease held across the restart
+    let held = w.lease(2).await.unwrap();
+    c.stop().await;
+    let c = Coordinator::start_with_clock(&db, 3, clock).await;
+    let mut w2 = SimWorker::register(&c.url, "w2", Behaviour::Honest).await;
+    // the old worker's token survives the restart and its report is still accepted
+    w.client =
+        e2fleet_proto::v1::worker_service_client::WorkerServiceClient::connect(c.url.clone())
+            .await
+            .unwrap();
+    for l in &held {
+        let r = w.compute(l).await;
+        assert_eq!(w.report(l, &r).await.unwrap(), "accepted");
+    }
+    for _ in 0..200 {
+        if w2.work(1).await == 0 {
+            break;
+        }
+    }
+    let doc = c.job(&job).await;
+    assert_eq!(doc["state"], "complete");
+    assert_eq!(doc["nodes_total"], 113_211);
+    assert_eq!(doc["solutions_count"], 16);
+    assert_eq!(doc["conservation_ok"], true);
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrong_credentials_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let job = c.submit("brendan/set1/pieces_03x03.txt", 2, 0, 1).await;
+    let mut client = v1::worker_service_client::WorkerServiceClient::connect(c.url.clone())
+        .await
+        .unwrap();
+    let err = client
+        .register_worker(v1::RegisterWorkerRequest {
+            enroll_token: "guess".into(),
+            host: Some(v1::HostInfo {
+                hostname: "x".into(),
+                ..Default::default()
+            }),
+            previous_worker_id: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated);
+    let mut w = SimWorker::register(&c.url, "w", Behaviour::Honest).await;
+    let mut other = SimWorker::register(&c.url, "other", Behaviour::Honest).await;
+    let good = w.token.clone();
+    w.token = "not-a-token".into();
+    assert_eq!(w.lease(1).await.unwrap_err().code(), Code::Unauthenticated);
+    w.token = good;
+    let l = w.lease(1).await.unwrap().remove(0);
+    let r = w.compute(&l).await;
+    // another worker cannot report on this lease
+    assert_eq!(
+        other.report(&l, &r).await.unwrap_err().code(),
+        Code::PermissionDenied
+    );
+    // operator calls need the admin token
+    let mut op = c.operator().await;
+    let err = op
+        .get_job(v1::GetJobRequest {
+            job_id: job.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated);
+    let mut bad = tonic::Request::new(v1::ListJobsRequest {});
+    bad.metadata_mut()
+        .insert("authorization", "Bearer wrong".parse().unwrap());
+    assert_eq!(
+        op.list_jobs(bad).await.unwrap_err().code(),
+        Code::Unauthenticated
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_requests_get_clear_errors_and_harm_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let job = c.submit("brendan/set1/pieces_04x04.txt", 2, 0, 1).await;
+    let mut w = SimWorker::register(&c.url, "w", Behaviour::Honest).await;
+    let l = w.lease(1).await.unwrap().remove(0);
+    let good = w.compute(&l).await;
+    // committed does not match the per-depth counts
+    let mut bad = good.clone();
+    bad.committed += 5;
+    let err = w.report(&l, &bad).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("adds up"), "{}", err.message());
+    // a solution board that is not a solution is verified and rejected
+    let mut fake = good.clone();
+    if let Some(s) = fake.solutions.first_mut() {
+        s[0].rot = (s[0].rot + 1) % 4;
+        assert_eq!(w.report(&l, &fake).await.unwrap(), "rejected");
+    }
+    // an unknown lease
+    let mut ghost = l.clone();
+    ghost.lease_id = "no-such-lease".into();
+    assert_eq!(
+        w.report(&ghost, &good).await.unwrap_err().code(),
+        Code::NotFound
+    );
+    // an oversized message
+    let huge = v1::ReportResultRequest {
+        lease_id: l.lease_id.clone(),
+        unit_id: l.unit_id,
+        result: Some(v1::UnitResult {
+            nodes_by_depth: vec![1; 3_000_000],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let err = w.client.report_result(w.req(huge)).await.unwrap_err();
+    assert!(
+        matches!(
+            err.code(),
+            Code::OutOfRange | Code::ResourceExhausted | Code::InvalidArgument
+        ),
+        "{err}"
+    );
+    // a bad puzzle is refused with the loader's reason
+    let err = c
+        .operator()
+        .await
+        .submit_job(admin(v1::SubmitJobRequest {
+            name: "bad".into(),
+            puzzle_json: "{\"width\":2,\"height\":2,\"pieces\":[[0,1,0,1]]}".into(),
+            order: "row-major".into(),
+            split_depth: 1,
+            replicas: 1,
+            ..Default::default()
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("pieces"), "{}", err.message());
+    // the coordinator is unharmed: once the abandoned lease expires the job completes exactly
+    c.advance(31_000);
+    w.work(100).await;
+    let doc = c.job(&job).await;
+    assert_eq!(doc["nodes_total"], 4_470);
+    assert_eq!(doc["state"], "complete");
+    c.stop().await;
+}
+
+/// The done-when job: Brendan set 1 6x6 split at depth 4, worked by simulated workers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn brendan_6x6_through_the_operator_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let job = c.submit("brendan/set1/pieces_06x06.txt", 4, 0, 1).await;
+    let mut a = SimWorker::register(&c.url, "a", Behaviour::Honest).await;
+    let mut b = SimWorker::register(&c.url, "b", Behaviour::Honest).await;
+    let (ra, rb) = tokio::join!(a.work(1000), b.work(1000));
+    assert!(ra + rb > 0);
+    let doc = c.job(&job).await;
+    assert_eq!(doc["state"], "complete");
+    assert_eq!(doc["nodes_total"], 69_284_103);
+    assert_eq!(doc["solutions_count"], 260);
+    assert_eq!(doc["conservation_ok"], true);
+    c.stop().await;
+}
