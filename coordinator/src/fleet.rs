@@ -38,8 +38,7 @@ use crate::store::units::{NewUnit, UnitRow};
 use crate::store::workers::WorkerRow;
 use crate::store::{Store, StoreError, Tx, jobs, leases, parse_json, results, units, workers};
 
-/// Solutions kept per result; workers run with the same cap so digests compare.
-pub const REPORT_MAX_SOLUTIONS: usize = 64;
+pub use e2fleet_proto::REPORT_MAX_SOLUTIONS;
 /// Most units a job may be split into.
 pub const MAX_UNITS_PER_JOB: usize = 5_000_000;
 

@@ -14,5 +14,9 @@ pub mod v1 {
 
 pub mod convert;
 
+/// Solutions kept per reported result; coordinator and workers use the same cap so that
+/// result digests compare.
+pub const REPORT_MAX_SOLUTIONS: usize = 64;
+
 /// Largest message either side accepts, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 16 << 20;

@@ -41,6 +41,10 @@ pub struct EngineArgs {
     /// Also write the generated source of the compiled engine to this file.
     #[arg(long)]
     pub emit_source: Option<PathBuf>,
+    /// Test only: build a compiled engine that miscounts at this depth (fault injection,
+    /// to prove self-tests and cross-checks catch a broken build).
+    #[arg(long, hide = true)]
+    pub fault_depth: Option<usize>,
 }
 
 /// Makes engines of one kind for one plan (one per thread).
@@ -67,6 +71,7 @@ impl EngineArgs {
     pub fn factory(&self, plan: &Arc<SearchPlan>, verbose: bool) -> Result<EngineFactory> {
         let codegen = CodegenOptions {
             group: self.group,
+            fault_depth: self.fault_depth,
             ..CodegenOptions::default()
         };
         if let Some(path) = &self.emit_source {
@@ -111,6 +116,14 @@ impl EngineArgs {
 }
 
 impl EngineFactory {
+    /// A factory for the reference engine.
+    pub fn reference(plan: &Arc<SearchPlan>) -> EngineFactory {
+        EngineFactory {
+            plan: plan.clone(),
+            program: None,
+        }
+    }
+
     /// A new engine instance.
     pub fn make(&self) -> Box<dyn Engine> {
         match &self.program {

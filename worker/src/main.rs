@@ -1,9 +1,7 @@
 //! # e2fleet-worker
 //!
-//! The program volunteers run. Today it carries the single-machine commands:
-//! `solve` (walk a puzzle's tree, whole or split into units, with exact per-depth counts)
-//! and the shared puzzle-loading flags. The fleet client (`run`) builds on the same
-//! engine interface.
+//! The program volunteers run: `run` joins a fleet; `solve` walks a puzzle on this machine
+//! (whole or split into units, with exact per-depth counts); `bench` measures per-core speed.
 //!
 //! # Layout
 //! - `main.rs`: the command line (clap) and dispatch.
@@ -11,10 +9,12 @@
 //! - `solve.rs`: the `solve` command, its JSON report and the human summary.
 //! - `bench.rs`: the `bench` command (per-core speed with exact counts).
 //! - `engine_args.rs`: flags that choose and build an engine.
+//! - `run/`: the fleet client (`run`): registration, engine threads, journal, signals.
 
 mod bench;
 mod engine_args;
 mod puzzle_args;
+mod run;
 mod solve;
 
 use clap::{Parser, Subcommand};
@@ -33,6 +33,8 @@ enum Command {
     Solve(solve::SolveArgs),
     /// Measure per-core placements/s on benchmark boards (exact counts alongside).
     Bench(bench::BenchArgs),
+    /// Join a fleet: lease units from a coordinator and walk them on every core.
+    Run(run::RunArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -40,6 +42,7 @@ fn main() -> std::process::ExitCode {
     let outcome = match cli.command {
         Command::Solve(args) => solve::run(args),
         Command::Bench(args) => bench::run(args),
+        Command::Run(args) => run::run(args),
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

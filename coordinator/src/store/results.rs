@@ -149,7 +149,7 @@ pub async fn rate_samples(
 ) -> Result<Vec<(i64, f64, String, String, String)>, StoreError> {
     Ok(sqlx::query_as(
         "SELECT committed, engine_seconds, hostname, cpu_model, engine_kind FROM results \
-         WHERE verdict IN ('accepted', 'agree') AND engine_seconds >= 0.05 AND received_ms >= ? AND (? IS NULL OR job_id = ?)",
+         WHERE verdict IN ('accepted', 'agree') AND engine_seconds >= 0.01 AND received_ms >= ? AND (? IS NULL OR job_id = ?)",
     )
     .bind(since_ms)
     .bind(job)

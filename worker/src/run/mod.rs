@@ -1,0 +1,682 @@
+//! `e2fleet-worker run`: the fleet client volunteers start with one command.
+//!
+//! Registers with the machine's fingerprint (keeping its identity across restarts in the
+//! data directory), fetches each job's spec, builds that job's engine locally (cached) and
+//! self-tests it against units with known exact results before leasing real work, then
+//! keeps one engine per thread busy, heartbeats progress and reports exact results.
+//!
+//! Never loses work: every result is journalled (fsync) before it is sent and re-sent
+//! until acknowledged ([`journal`]); SIGINT/SIGTERM stops the engines at once and reports
+//! their exact cursors (a second signal exits immediately); when the coordinator is
+//! unreachable the engines keep working on held leases while the loop retries with
+//! jittered exponential backoff.
+
+mod executor;
+pub mod host;
+pub mod journal;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use clap::Args;
+use e2fleet_engine::engine::EngineKind;
+use e2fleet_engine::formats::{LoadOptions, parse_str};
+use e2fleet_engine::plan::SearchPlan;
+use e2fleet_engine::search::{NoControl, RunOptions};
+use e2fleet_engine::{FillOrder, Unit};
+use e2fleet_proto::convert::{path_from_wire, result_from_wire, result_to_wire};
+use e2fleet_proto::v1::worker_service_client::WorkerServiceClient;
+use e2fleet_proto::{REPORT_MAX_SOLUTIONS, v1};
+use rand::Rng;
+use serde::{Deserialize, Serialize};
+use tonic::transport::Channel;
+use tonic::{Code, Request, Status};
+use tracing::{error, info, warn};
+
+use crate::engine_args::{EngineArgs, EngineFactory};
+use executor::{Executor, Outcome, Task};
+use journal::{Entry, Journal};
+
+/// Flags of `run`.
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// Coordinator URL.
+    #[arg(long, env = "E2FLEET_COORDINATOR")]
+    coordinator: String,
+    /// The fleet's enrolment token.
+    #[arg(long, env = "E2FLEET_ENROLL_TOKEN")]
+    token: String,
+    /// Engine threads (default: every core).
+    #[arg(long, env = "E2FLEET_THREADS")]
+    threads: Option<usize>,
+    /// Where the identity and the result journal live.
+    #[arg(long, env = "E2FLEET_DATA_DIR", default_value = "e2fleet-worker-data")]
+    data_dir: PathBuf,
+    /// Report this host name instead of the detected one.
+    #[arg(long, env = "E2FLEET_HOSTNAME")]
+    hostname: Option<String>,
+    /// Stop after this many units.
+    #[arg(long)]
+    stop_after_units: Option<u64>,
+    /// Stop after this many seconds.
+    #[arg(long)]
+    stop_after_seconds: Option<u64>,
+    /// While this file exists the engines pause (default: <data-dir>/pause).
+    #[arg(long)]
+    pause_file: Option<PathBuf>,
+    /// Lower this process's CPU priority by this much (nice), 0 to keep it.
+    #[arg(long, default_value_t = 10)]
+    nice: u8,
+    /// Log format: text or json.
+    #[arg(long, default_value = "text")]
+    log_format: String,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Identity {
+    coordinator: String,
+    worker_id: String,
+    worker_token: String,
+}
+
+/// The connection: a lazily (re)connecting channel, the worker token and a backoff.
+struct Link {
+    client: WorkerServiceClient<Channel>,
+    token: String,
+    worker_id: String,
+    enroll: String,
+    host: v1::HostInfo,
+    identity_path: PathBuf,
+    coordinator: String,
+    failures: u32,
+    next_try: Instant,
+    lease_seconds: u64,
+}
+
+fn is_transient(s: &Status) -> bool {
+    matches!(
+        s.code(),
+        Code::Unavailable
+            | Code::DeadlineExceeded
+            | Code::Unknown
+            | Code::Cancelled
+            | Code::Internal
+            | Code::ResourceExhausted
+    )
+}
+
+impl Link {
+    fn req<T>(&self, m: T) -> Request<T> {
+        let mut r = Request::new(m);
+        r.set_timeout(Duration::from_secs(30));
+        if let Ok(v) = format!("Bearer {}", self.token).parse() {
+            r.metadata_mut().insert("authorization", v);
+        }
+        r
+    }
+
+    fn up(&self) -> bool {
+        Instant::now() >= self.next_try
+    }
+
+    fn ok(&mut self) {
+        if self.failures > 0 {
+            info!("coordinator reachable again");
+        }
+        self.failures = 0;
+    }
+
+    /// Jittered exponential backoff: 0.5 s doubling to 30 s, +-25%.
+    fn fail(&mut self, what: &str, s: &Status) {
+        self.failures += 1;
+        let base = (500u64 << self.failures.min(6)).min(30_000);
+        let jitter = rand::rng().random_range(0.75..1.25);
+        let wait = Duration::from_millis((base as f64 * jitter) as u64);
+        self.next_try = Instant::now() + wait;
+        warn!(what, code = ?s.code(), message = s.message(), retry_in_ms = wait.as_millis() as u64, "waiting for the coordinator");
+    }
+
+    async fn register(&mut self) -> Result<(), Status> {
+        let r = self
+            .client
+            .register_worker(v1::RegisterWorkerRequest {
+                enroll_token: self.enroll.clone(),
+                host: Some(self.host.clone()),
+                previous_worker_id: self.worker_id.clone(),
+            })
+            .await?
+            .into_inner();
+        self.token = r.worker_token;
+        self.worker_id = r.worker_id;
+        self.lease_seconds = r.lease_seconds.max(1) as u64;
+        let id = Identity {
+            coordinator: self.coordinator.clone(),
+            worker_id: self.worker_id.clone(),
+            worker_token: self.token.clone(),
+        };
+        if let Err(e) = std::fs::write(
+            &self.identity_path,
+            serde_json::to_string(&id).unwrap_or_default(),
+        ) {
+            warn!(error = %e, "cannot save the worker identity");
+        }
+        info!(worker_id = %self.worker_id, hostname = %self.host.hostname, "registered");
+        Ok(())
+    }
+}
+
+/// A job the worker has prepared an engine for (or failed to).
+enum JobEngine {
+    Ready(Arc<EngineFactory>),
+    Broken(String),
+}
+
+fn set_nice(n: u8) {
+    if n == 0 {
+        return;
+    }
+    let pid = std::process::id().to_string();
+    let ok = std::process::Command::new("renice")
+        .args(["-n", &n.to_string(), "-p", &pid])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        info!("could not lower the priority (renice unavailable); running at normal priority");
+    }
+}
+
+/// Checks a freshly built engine against units with known exact results.
+fn self_test(factory: &EngineFactory, tests: &[v1::SelfTest], depths: usize) -> Result<(), String> {
+    let mut engine = factory.make();
+    for (i, t) in tests.iter().enumerate() {
+        let unit = Unit {
+            prefix: path_from_wire(&t.prefix, "prefix").map_err(|e| e.to_string())?,
+            cursor: path_from_wire(&t.cursor, "cursor").map_err(|e| e.to_string())?,
+        };
+        let expected = t
+            .expected
+            .as_ref()
+            .ok_or("self-test without an expected result")
+            .and_then(|e| result_from_wire(e, depths).map_err(|_| "malformed self-test"))?;
+        let options = RunOptions {
+            budget: (t.budget > 0).then_some(t.budget),
+            max_solutions: REPORT_MAX_SOLUTIONS,
+        };
+        let got = engine
+            .run(&unit, options, &mut NoControl)
+            .map_err(|e| e.to_string())?;
+        if got != expected {
+            let depth = got
+                .nodes_by_depth
+                .iter()
+                .zip(&expected.nodes_by_depth)
+                .position(|(a, b)| a != b)
+                .map(|d| format!("first differing depth {}", d + 1))
+                .unwrap_or_else(|| "counts agree, cursor/solutions/deepest differ".into());
+            return Err(format!(
+                "self-test {i} disagrees with the known result ({depth})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Runs `run`.
+pub fn run(args: RunArgs) -> Result<()> {
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    if args.log_format == "json" {
+        tracing_subscriber::fmt()
+            .with_env_filter(filter)
+            .json()
+            .init();
+    } else {
+        tracing_subscriber::fmt().with_env_filter(filter).init();
+    }
+    set_nice(args.nice);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?
+        .block_on(run_async(args))
+}
+
+async fn run_async(args: RunArgs) -> Result<()> {
+    std::fs::create_dir_all(&args.data_dir).with_context(|| {
+        format!(
+            "cannot create the data directory {}",
+            args.data_dir.display()
+        )
+    })?;
+    let journal = Journal::open(&args.data_dir)?;
+    let identity_path = args.data_dir.join("identity.json");
+    let saved: Option<Identity> = std::fs::read_to_string(&identity_path)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .filter(|i: &Identity| i.coordinator == args.coordinator);
+    let channel = Channel::from_shared(args.coordinator.clone())
+        .context("bad coordinator URL")?
+        .connect_timeout(Duration::from_secs(5))
+        .connect_lazy();
+    let mut link = Link {
+        client: WorkerServiceClient::new(channel)
+            .max_decoding_message_size(e2fleet_proto::MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(e2fleet_proto::MAX_MESSAGE_BYTES),
+        token: saved
+            .as_ref()
+            .map(|s| s.worker_token.clone())
+            .unwrap_or_default(),
+        worker_id: saved
+            .as_ref()
+            .map(|s| s.worker_id.clone())
+            .unwrap_or_default(),
+        enroll: args.token.clone(),
+        host: host::host_info(args.hostname.as_deref(), &args.engine.rustc),
+        identity_path,
+        coordinator: args.coordinator.clone(),
+        failures: 0,
+        next_try: Instant::now(),
+        lease_seconds: 60,
+    };
+    while link.token.is_empty() {
+        match link.register().await {
+            Ok(()) => link.ok(),
+            Err(s) if s.code() == Code::Unauthenticated => {
+                anyhow::bail!(
+                    "the coordinator refused the enrolment token: {}",
+                    s.message()
+                )
+            }
+            Err(s) => {
+                link.fail("register", &s);
+                tokio::time::sleep_until(link.next_try.into()).await;
+            }
+        }
+    }
+
+    let threads = args
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .max(1);
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let executor = Executor::start(threads, tx);
+    info!(threads, coordinator = %args.coordinator, "worker started");
+
+    // 0 = running, 1 = stopping (report cursors), signals past that exit at once
+    let signals = Arc::new(AtomicU8::new(0));
+    spawn_signal_handler(signals.clone());
+
+    let pause_file = args
+        .pause_file
+        .clone()
+        .unwrap_or_else(|| args.data_dir.join("pause"));
+    let started = Instant::now();
+    let mut jobs: HashMap<String, JobEngine> = HashMap::new();
+    let mut units_taken = 0u64;
+    let mut units_reported = 0u64;
+    let mut last_heartbeat = Instant::now();
+    let mut outbox: Vec<Entry> = journal.pending()?;
+    if !outbox.is_empty() {
+        info!(
+            results = outbox.len(),
+            "re-sending results from the journal"
+        );
+    }
+    let mut stopping = false;
+    let mut paused = false;
+    loop {
+        // stop conditions
+        let limit_reached = args.stop_after_units.is_some_and(|n| units_taken >= n)
+            || args
+                .stop_after_seconds
+                .is_some_and(|s| started.elapsed() >= Duration::from_secs(s));
+        if signals.load(Ordering::SeqCst) >= 1 && !stopping {
+            stopping = true;
+            let dropped = executor.stop_all();
+            info!(
+                dropped = dropped.len(),
+                "stopping: engines report their exact cursors"
+            );
+        }
+        let now_paused = pause_file.exists()
+            || signals.load(Ordering::SeqCst) == 0 && PAUSED.load(Ordering::SeqCst);
+        if now_paused != paused {
+            paused = now_paused;
+            executor.set_paused(paused);
+            info!(
+                paused,
+                "engines {}",
+                if paused { "paused" } else { "resumed" }
+            );
+        }
+
+        // collect finished results: journal first, then send
+        while let Ok(outcome) = rx.try_recv() {
+            match outcome {
+                Outcome::Done(entry) => {
+                    journal.write(&entry)?;
+                    outbox.push(*entry);
+                }
+                Outcome::Failed { lease_id, error } => {
+                    warn!(%lease_id, %error, "unit failed; its lease will expire and be re-run");
+                }
+            }
+        }
+        if link.up() && !outbox.is_empty() {
+            let mut keep = Vec::new();
+            for entry in outbox.drain(..) {
+                if !link.up() {
+                    keep.push(entry);
+                    continue;
+                }
+                let request = link.req(v1::ReportResultRequest {
+                    lease_id: entry.lease_id.clone(),
+                    unit_id: entry.unit_id,
+                    result: Some(result_to_wire(&entry.result)),
+                    engine_seconds: entry.engine_seconds,
+                    engine_kind: entry.engine_kind.clone(),
+                    engine_build: entry.engine_build.clone(),
+                });
+                match link.client.report_result(request).await {
+                    Ok(r) => {
+                        link.ok();
+                        let r = r.into_inner();
+                        info!(lease_id = %entry.lease_id, committed = entry.result.committed, status = %r.status, "result reported");
+                        journal.remove(&entry.lease_id)?;
+                        units_reported += 1;
+                    }
+                    Err(s) if s.code() == Code::Unauthenticated => {
+                        link.fail("report", &s);
+                        let _ = link.register().await;
+                        keep.push(entry);
+                    }
+                    Err(s) if is_transient(&s) => {
+                        link.fail("report", &s);
+                        keep.push(entry);
+                    }
+                    Err(s) => {
+                        error!(lease_id = %entry.lease_id, code = ?s.code(), message = s.message(), "the coordinator refused a result; kept in journal/rejected");
+                        journal.reject(&entry.lease_id)?;
+                    }
+                }
+            }
+            outbox = keep;
+        }
+
+        let (queued, running) = executor.load();
+        if stopping || limit_reached {
+            if queued == 0 && running == 0 && outbox.is_empty() && rx.is_empty() {
+                break;
+            }
+            if limit_reached
+                && !stopping
+                && queued == 0
+                && running == 0
+                && !outbox.is_empty()
+                && !link.up()
+            {
+                // keep trying to deliver what we have
+            }
+        }
+
+        // heartbeat well within the lease
+        let heartbeat_every = Duration::from_secs((link.lease_seconds / 3).max(1));
+        if link.up() && last_heartbeat.elapsed() >= heartbeat_every {
+            let held = executor.held();
+            let request = link.req(v1::HeartbeatRequest {
+                leases: held
+                    .iter()
+                    .map(|(id, committed)| v1::LeaseProgress {
+                        lease_id: id.clone(),
+                        committed: *committed,
+                    })
+                    .collect(),
+                per_core_nodes_per_s: executor.per_core_rate(),
+                threads: if paused { 0 } else { executor.threads() as u32 },
+            });
+            match link.client.heartbeat(request).await {
+                Ok(r) => {
+                    link.ok();
+                    last_heartbeat = Instant::now();
+                    for id in r.into_inner().stop_lease_ids {
+                        info!(lease_id = %id, "coordinator asked to stop a lease");
+                        executor.stop_lease(&id);
+                    }
+                }
+                Err(s) => {
+                    link.fail("heartbeat", &s);
+                    if s.code() == Code::Unauthenticated {
+                        let _ = link.register().await;
+                    }
+                }
+            }
+        }
+
+        // keep every thread busy, plus one unit queued
+        let want = (executor.threads() + 1).saturating_sub(queued + running);
+        let remaining = args
+            .stop_after_units
+            .map_or(u64::MAX, |n| n.saturating_sub(units_taken));
+        let want = want.min(remaining.min(64) as usize);
+        let mut retry_after = Duration::from_millis(200);
+        if want > 0 && !stopping && !limit_reached && !paused && link.up() {
+            let engine_kind = if args.engine.engine == crate::engine_args::EngineChoice::Reference {
+                EngineKind::Reference
+            } else {
+                EngineKind::Compiled
+            };
+            let request = link.req(v1::LeaseUnitsRequest {
+                max_units: want as u32,
+                engine_kind: engine_kind.to_string(),
+                engine_build: String::new(),
+            });
+            match link.client.lease_units(request).await {
+                Ok(r) => {
+                    link.ok();
+                    let r = r.into_inner();
+                    if r.leases.is_empty() {
+                        retry_after =
+                            Duration::from_millis(r.retry_after_ms.clamp(100, 30_000) as u64);
+                    }
+                    for lease in r.leases {
+                        let engine =
+                            match prepare_job(&mut link, &mut jobs, &lease.job_id, &args.engine)
+                                .await
+                            {
+                                Some(e) => e,
+                                None => continue,
+                            };
+                        let unit = match (
+                            path_from_wire(&lease.prefix, "prefix"),
+                            path_from_wire(&lease.cursor, "cursor"),
+                        ) {
+                            (Ok(prefix), Ok(cursor)) => Unit { prefix, cursor },
+                            _ => {
+                                warn!(lease_id = %lease.lease_id, "malformed lease from the coordinator; skipped");
+                                continue;
+                            }
+                        };
+                        units_taken += 1;
+                        executor.push(Task {
+                            lease_id: lease.lease_id,
+                            unit_id: lease.unit_id,
+                            job_id: lease.job_id,
+                            unit,
+                            budget: (lease.budget > 0).then_some(lease.budget),
+                            engine,
+                        });
+                    }
+                }
+                Err(s) => {
+                    link.fail("lease", &s);
+                    if s.code() == Code::Unauthenticated {
+                        let _ = link.register().await;
+                    }
+                }
+            }
+        }
+
+        // wait for a result, the retry time or a short tick
+        let wait = if link.up() {
+            retry_after
+        } else {
+            link.next_try
+                .saturating_duration_since(Instant::now())
+                .min(retry_after.max(Duration::from_millis(200)))
+        };
+        tokio::select! {
+            Some(outcome) = rx.recv() => {
+                match outcome {
+                    Outcome::Done(entry) => {
+                        journal.write(&entry)?;
+                        outbox.push(*entry);
+                    }
+                    Outcome::Failed { lease_id, error } => warn!(%lease_id, %error, "unit failed; its lease will expire and be re-run"),
+                }
+            }
+            _ = tokio::time::sleep(wait) => {}
+        }
+    }
+    executor.join();
+    info!(
+        units_taken,
+        units_reported, "worker stopped cleanly: every result delivered"
+    );
+    println!("e2fleet-worker: stopped cleanly, {units_reported} results delivered");
+    Ok(())
+}
+
+/// Fetches a job's spec, builds its engine and self-tests it (once per job).
+async fn prepare_job(
+    link: &mut Link,
+    jobs: &mut HashMap<String, JobEngine>,
+    job_id: &str,
+    engine_args: &EngineArgs,
+) -> Option<Arc<EngineFactory>> {
+    if let Some(j) = jobs.get(job_id) {
+        return match j {
+            JobEngine::Ready(f) => Some(f.clone()),
+            JobEngine::Broken(why) => {
+                warn!(%job_id, %why, "skipping a unit of a job this worker cannot run");
+                None
+            }
+        };
+    }
+    let spec = match link
+        .client
+        .get_job_spec(link.req(v1::GetJobSpecRequest {
+            job_id: job_id.to_string(),
+        }))
+        .await
+    {
+        Ok(s) => s.into_inner(),
+        Err(s) => {
+            link.fail("job spec", &s);
+            return None;
+        }
+    };
+    let plan = match parse_str(&spec.puzzle_json, "job.json", &LoadOptions::default())
+        .map_err(|e| e.to_string())
+        .and_then(|p| {
+            let order = spec
+                .order
+                .parse()
+                .map_err(|e: e2fleet_engine::order::OrderError| e.to_string())?;
+            let order = FillOrder::new(&p, &order).map_err(|e| e.to_string())?;
+            Ok(Arc::new(SearchPlan::new(&p, &order)))
+        }) {
+        Ok(p) => p,
+        Err(e) => {
+            error!(%job_id, error = %e, "the job's puzzle is invalid; refusing its units");
+            let _ = link
+                .client
+                .report_build_failure(link.req(v1::ReportBuildFailureRequest {
+                    job_id: job_id.to_string(),
+                    engine_build: String::new(),
+                    detail: format!("invalid puzzle or order: {e}"),
+                }))
+                .await;
+            jobs.insert(job_id.to_string(), JobEngine::Broken(e));
+            return None;
+        }
+    };
+    let args = engine_args.clone();
+    let tests = spec.self_tests.clone();
+    let depths = plan.len();
+    let plan_c = plan.clone();
+    let built = tokio::task::spawn_blocking(move || {
+        let factory = args.factory(&plan_c, false).map_err(|e| format!("{e:#}"))?;
+        let check = self_test(&factory, &tests, depths);
+        Ok::<_, String>((factory, check))
+    })
+    .await
+    .unwrap_or_else(|e| Err(e.to_string()));
+    let factory = match built {
+        Ok((factory, Ok(()))) => {
+            let engine = factory.make();
+            info!(%job_id, engine = %engine.kind(), build = %engine.build_id(), "engine built and self-tested");
+            factory
+        }
+        Ok((factory, Err(why))) => {
+            let build = factory.make().build_id();
+            error!(%job_id, %build, %why, "engine build failed its self-test; it will not be used");
+            let _ = link
+                .client
+                .report_build_failure(link.req(v1::ReportBuildFailureRequest {
+                    job_id: job_id.to_string(),
+                    engine_build: build,
+                    detail: why,
+                }))
+                .await;
+            EngineFactory::reference(&plan)
+        }
+        Err(why) => {
+            warn!(%job_id, %why, "cannot build the compiled engine; using the reference engine");
+            EngineFactory::reference(&plan)
+        }
+    };
+    let factory = Arc::new(factory);
+    jobs.insert(job_id.to_string(), JobEngine::Ready(factory.clone()));
+    Some(factory)
+}
+
+static PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn spawn_signal_handler(signals: Arc<AtomicU8>) {
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int), Ok(mut usr1), Ok(mut usr2)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::user_defined1()),
+            signal(SignalKind::user_defined2()),
+        ) else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+                _ = usr1.recv() => { PAUSED.store(true, Ordering::SeqCst); continue; }
+                _ = usr2.recv() => { PAUSED.store(false, Ordering::SeqCst); continue; }
+            }
+            if signals.fetch_add(1, Ordering::SeqCst) >= 1 {
+                eprintln!(
+                    "e2fleet-worker: second signal, exiting now (unsent results stay in the journal)"
+                );
+                std::process::exit(130);
+            }
+            eprintln!(
+                "e2fleet-worker: stopping; engines report their exact cursors (signal again to exit at once)"
+            );
+        }
+    });
+}
