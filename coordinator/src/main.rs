@@ -133,13 +133,15 @@ struct SubmitArgs {
 fn init_logs(format: &str) {
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    // logs go to stderr: stdout is for the program's own output
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if format == "json" {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .json()
-            .init();
+        logs.json().init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
     }
 }
 

@@ -184,6 +184,11 @@ async fn job_document(
         None => json!({"depth": 0, "board": []}),
     };
     let samples = results::rate_samples(c, Some(&job.id), 0).await?;
+    let breakdown: Vec<Value> = results::breakdown(c, &job.id)
+        .await?
+        .into_iter()
+        .map(|(verdict, kind, build, n, nodes)| json!({"verdict": verdict, "engine_kind": kind, "engine_build": build, "results": n, "nodes": nodes}))
+        .collect();
     let end = job.finished_ms.unwrap_or(now);
     let window_start = (end - RATE_WINDOW_MS).max(job.created_ms);
     let (raw, verified) = results::nodes_since(c, Some(&job.id), window_start).await?;
@@ -225,5 +230,6 @@ async fn job_document(
         "aggregate_nodes_per_s": verified as f64 / seconds,
         "aggregate_raw_nodes_per_s": raw as f64 / seconds,
         "estimate": estimate,
+        "results": breakdown,
     }))
 }

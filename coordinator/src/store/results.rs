@@ -197,3 +197,17 @@ pub async fn wrong_count(c: &mut SqliteConnection) -> Result<i64, StoreError> {
             .await?,
     )
 }
+
+/// Per (verdict, engine kind, engine build) of a job: results and nodes.
+pub async fn breakdown(
+    c: &mut SqliteConnection,
+    job_id: &str,
+) -> Result<Vec<(String, String, String, i64, i64)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT verdict, engine_kind, engine_build, COUNT(*), COALESCE(SUM(committed), 0) FROM results WHERE job_id = ? \
+         GROUP BY verdict, engine_kind, engine_build ORDER BY 1, 2, 3",
+    )
+    .bind(job_id)
+    .fetch_all(c)
+    .await?)
+}

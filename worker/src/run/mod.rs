@@ -233,13 +233,15 @@ fn self_test(factory: &EngineFactory, tests: &[v1::SelfTest], depths: usize) -> 
 pub fn run(args: RunArgs) -> Result<()> {
     let filter =
         tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    // logs go to stderr: stdout is for the program's own output
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     if args.log_format == "json" {
-        tracing_subscriber::fmt()
-            .with_env_filter(filter)
-            .json()
-            .init();
+        logs.json().init();
     } else {
-        tracing_subscriber::fmt().with_env_filter(filter).init();
+        logs.with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init();
     }
     set_nice(args.nice);
     tokio::runtime::Builder::new_multi_thread()
@@ -332,6 +334,7 @@ async fn run_async(args: RunArgs) -> Result<()> {
     }
     let mut stopping = false;
     let mut paused = false;
+    let mut waiting: Vec<v1::Lease> = Vec::new();
     loop {
         // stop conditions
         let limit_reached = args.stop_after_units.is_some_and(|n| units_taken >= n)
@@ -414,6 +417,9 @@ async fn run_async(args: RunArgs) -> Result<()> {
         let (queued, running) = executor.load();
         if stopping || limit_reached {
             if queued == 0 && running == 0 && outbox.is_empty() && rx.is_empty() {
+                if !waiting.is_empty() {
+                    info!(leases = waiting.len(), "leaving unstarted leases to expire");
+                }
                 break;
             }
             if limit_reached
@@ -430,7 +436,8 @@ async fn run_async(args: RunArgs) -> Result<()> {
         // heartbeat well within the lease
         let heartbeat_every = Duration::from_secs((link.lease_seconds / 3).max(1));
         if link.up() && last_heartbeat.elapsed() >= heartbeat_every {
-            let held = executor.held();
+            let mut held = executor.held();
+            held.extend(waiting.iter().map(|l| (l.lease_id.clone(), 0)));
             let request = link.req(v1::HeartbeatRequest {
                 leases: held
                     .iter()
@@ -460,6 +467,39 @@ async fn run_async(args: RunArgs) -> Result<()> {
             }
         }
 
+        // leases whose job engine is not ready yet (spec not fetched, coordinator away):
+        // kept and heartbeated, never dropped
+        if !waiting.is_empty() && link.up() && !stopping {
+            let mut still = Vec::new();
+            for lease in waiting.drain(..) {
+                match prepare_job(&mut link, &mut jobs, &lease.job_id, &args.engine).await {
+                    Prepared::Ready(engine) => {
+                        match (
+                            path_from_wire(&lease.prefix, "prefix"),
+                            path_from_wire(&lease.cursor, "cursor"),
+                        ) {
+                            (Ok(prefix), Ok(cursor)) => executor.push(Task {
+                                lease_id: lease.lease_id,
+                                unit_id: lease.unit_id,
+                                job_id: lease.job_id,
+                                unit: Unit { prefix, cursor },
+                                budget: (lease.budget > 0).then_some(lease.budget),
+                                engine,
+                            }),
+                            _ => {
+                                warn!(lease_id = %lease.lease_id, "malformed lease from the coordinator; skipped")
+                            }
+                        }
+                    }
+                    Prepared::Later => still.push(lease),
+                    Prepared::Never => {}
+                }
+            }
+            waiting = still;
+        }
+        let (queued, running) = executor.load();
+        let queued = queued + waiting.len();
+
         // keep every thread busy, plus one unit queued
         let want = (executor.threads() + 1).saturating_sub(queued + running);
         let remaining = args
@@ -486,34 +526,8 @@ async fn run_async(args: RunArgs) -> Result<()> {
                         retry_after =
                             Duration::from_millis(r.retry_after_ms.clamp(100, 30_000) as u64);
                     }
-                    for lease in r.leases {
-                        let engine =
-                            match prepare_job(&mut link, &mut jobs, &lease.job_id, &args.engine)
-                                .await
-                            {
-                                Some(e) => e,
-                                None => continue,
-                            };
-                        let unit = match (
-                            path_from_wire(&lease.prefix, "prefix"),
-                            path_from_wire(&lease.cursor, "cursor"),
-                        ) {
-                            (Ok(prefix), Ok(cursor)) => Unit { prefix, cursor },
-                            _ => {
-                                warn!(lease_id = %lease.lease_id, "malformed lease from the coordinator; skipped");
-                                continue;
-                            }
-                        };
-                        units_taken += 1;
-                        executor.push(Task {
-                            lease_id: lease.lease_id,
-                            unit_id: lease.unit_id,
-                            job_id: lease.job_id,
-                            unit,
-                            budget: (lease.budget > 0).then_some(lease.budget),
-                            engine,
-                        });
-                    }
+                    units_taken += r.leases.len() as u64;
+                    waiting.extend(r.leases);
                 }
                 Err(s) => {
                     link.fail("lease", &s);
@@ -554,19 +568,31 @@ async fn run_async(args: RunArgs) -> Result<()> {
     Ok(())
 }
 
+/// Whether a lease's job can run here.
+enum Prepared {
+    Ready(Arc<EngineFactory>),
+    /// Try again later (the coordinator is unreachable).
+    Later,
+    /// Never (the job's puzzle is invalid here).
+    Never,
+}
+
 /// Fetches a job's spec, builds its engine and self-tests it (once per job).
 async fn prepare_job(
     link: &mut Link,
     jobs: &mut HashMap<String, JobEngine>,
     job_id: &str,
     engine_args: &EngineArgs,
-) -> Option<Arc<EngineFactory>> {
+) -> Prepared {
+    if !link.up() && !jobs.contains_key(job_id) {
+        return Prepared::Later;
+    }
     if let Some(j) = jobs.get(job_id) {
         return match j {
-            JobEngine::Ready(f) => Some(f.clone()),
+            JobEngine::Ready(f) => Prepared::Ready(f.clone()),
             JobEngine::Broken(why) => {
                 warn!(%job_id, %why, "skipping a unit of a job this worker cannot run");
-                None
+                Prepared::Never
             }
         };
     }
@@ -580,7 +606,11 @@ async fn prepare_job(
         Ok(s) => s.into_inner(),
         Err(s) => {
             link.fail("job spec", &s);
-            return None;
+            return if is_transient(&s) || s.code() == Code::Unauthenticated {
+                Prepared::Later
+            } else {
+                Prepared::Never
+            };
         }
     };
     let plan = match parse_str(&spec.puzzle_json, "job.json", &LoadOptions::default())
@@ -605,7 +635,7 @@ async fn prepare_job(
                 }))
                 .await;
             jobs.insert(job_id.to_string(), JobEngine::Broken(e));
-            return None;
+            return Prepared::Never;
         }
     };
     let args = engine_args.clone();
@@ -645,7 +675,7 @@ async fn prepare_job(
     };
     let factory = Arc::new(factory);
     jobs.insert(job_id.to_string(), JobEngine::Ready(factory.clone()));
-    Some(factory)
+    Prepared::Ready(factory)
 }
 
 static PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

@@ -1,0 +1,6 @@
+//! The worker binary against an in-process coordinator on 127.0.0.1, on real puzzles:
+//! exact totals, SIGKILL and lease expiry, SIGTERM with cursors, the coordinator going
+//! away and coming back, journal replay, and a build that fails its self-test.
+
+mod harness;
+mod scenarios;
