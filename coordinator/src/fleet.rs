@@ -24,7 +24,7 @@ use e2fleet_engine::formats::{LoadOptions, parse_str};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{NoControl, RunOptions, Walker};
 use e2fleet_engine::unit::add_counts;
-use e2fleet_engine::verify::{verify_board, verify_path};
+use e2fleet_engine::verify::verify_board;
 use e2fleet_engine::{FillOrder, OrderSpec, Placement, Puzzle, Unit, UnitResult};
 use rand::RngCore;
 use serde::Serialize;
@@ -1073,7 +1073,10 @@ fn check_result(ctx: &JobCtx, unit: &Unit, budget: i64, r: &UnitResult) -> Resul
         }
         let mut path = unit.prefix.clone();
         path.extend_from_slice(cursor);
-        verify_path(&ctx.puzzle, &ctx.order, &path).map_err(|e| format!("cursor: {e}"))?;
+        verify_board(&ctx.puzzle, &path, false).map_err(|e| format!("cursor: {e}"))?;
+        Walker::new(&ctx.plan)
+            .check_path(&path)
+            .map_err(|e| format!("cursor: {e}"))?;
     }
     if (r.solutions.len() as u64) > r.solutions_count
         || (depths > 0 && r.solutions_count != r.nodes_by_depth[depths - 1])
@@ -1089,7 +1092,10 @@ fn check_result(ctx: &JobCtx, unit: &Unit, budget: i64, r: &UnitResult) -> Resul
     if r.max_depth > depths || r.deepest.len() != r.max_depth {
         return Err("deepest board and max_depth disagree".into());
     }
-    verify_path(&ctx.puzzle, &ctx.order, &r.deepest).map_err(|e| format!("deepest board: {e}"))?;
+    verify_board(&ctx.puzzle, &r.deepest, false).map_err(|e| format!("deepest board: {e}"))?;
+    Walker::new(&ctx.plan)
+        .check_path(&r.deepest)
+        .map_err(|e| format!("deepest board: {e}"))?;
     Ok(())
 }
 

@@ -36,6 +36,9 @@ enum Command {
     Job {
         /// The job id.
         id: String,
+        /// Keep showing live progress until the job ends.
+        #[arg(long)]
+        watch: bool,
         #[command(flatten)]
         admin: AdminArgs,
     },
@@ -291,14 +294,35 @@ async fn run(cli: Cli) -> Result<()> {
             }
             Ok(())
         }
-        Command::Job { id, admin } => {
+        Command::Job { id, watch, admin } => {
             let mut c = client(&admin).await?;
-            let r = c
-                .get_job(authed(&admin, v1::GetJobRequest { job_id: id })?)
-                .await?
-                .into_inner();
-            print_job(&serde_json::from_str(&r.json)?, admin.json);
-            Ok(())
+            let started = std::time::Instant::now();
+            loop {
+                let r = c
+                    .get_job(authed(&admin, v1::GetJobRequest { job_id: id.clone() })?)
+                    .await?
+                    .into_inner();
+                let doc: serde_json::Value = serde_json::from_str(&r.json)?;
+                if !watch || doc["state"] != "running" {
+                    if watch {
+                        eprintln!();
+                    }
+                    print_job(&doc, admin.json);
+                    return Ok(());
+                }
+                let u = &doc["units"];
+                let done = u["done"].as_u64().unwrap_or(0);
+                let total =
+                    done + u["open"].as_u64().unwrap_or(0) + u["leased"].as_u64().unwrap_or(0);
+                eprint!(
+                    "\r[{:>5.0} s] units {done}/{total}  nodes {}  {}  {}   ",
+                    started.elapsed().as_secs_f64(),
+                    doc["nodes_total"],
+                    rate(&doc["per_core_nodes_per_s"], "per core"),
+                    rate(&doc["aggregate_nodes_per_s"], "fleet aggregate"),
+                );
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
         }
         Command::Workers(admin) => {
             let mut c = client(&admin).await?;

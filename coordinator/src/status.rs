@@ -190,7 +190,11 @@ async fn job_document(
         .map(|(verdict, kind, build, n, nodes)| json!({"verdict": verdict, "engine_kind": kind, "engine_build": build, "results": n, "nodes": nodes}))
         .collect();
     let end = job.finished_ms.unwrap_or(now);
-    let window_start = (end - RATE_WINDOW_MS).max(job.created_ms);
+    // the window starts when work started (first lease), not at submission
+    let started = leases::first_for_job(c, &job.id)
+        .await?
+        .unwrap_or(job.created_ms);
+    let window_start = (end - RATE_WINDOW_MS).max(started);
     let (raw, verified) = results::nodes_since(c, Some(&job.id), window_start).await?;
     let seconds = ((end - window_start) as f64 / 1000.0).max(1.0);
     let done = *states.get("done").unwrap_or(&0);

@@ -107,3 +107,14 @@ pub async fn recent_counts(
     .await?;
     Ok((created, expired))
 }
+
+/// When the first unit of a job was leased (work started), if any was.
+pub async fn first_for_job(
+    c: &mut SqliteConnection,
+    job_id: &str,
+) -> Result<Option<i64>, StoreError> {
+    Ok(sqlx::query_scalar("SELECT MIN(l.created_ms) FROM leases l JOIN units u ON u.id = l.unit_id WHERE u.job_id = ?")
+        .bind(job_id)
+        .fetch_one(c)
+        .await?)
+}

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# A local fleet in one command: builds e2fleet, starts a coordinator on a fresh embedded
+# SQLite database, submits a puzzle (bench-easy by default), runs a worker on every core,
+# shows live progress and ends with the exact verified total and both rates.
+#
+#   ./local-fleet.sh [PUZZLE] [extra submit flags, e.g. --units 200 --budget 100000000]
+#
+# Environment: E2FLEET_PORT (default 7733), E2FLEET_THREADS (default: all cores),
+# E2FLEET_KEEP=1 keeps the database and logs.
+set -euo pipefail
+cd "$(dirname "$0")"
+puzzle=${1:-puzzles/bench/bench-easy.json}
+shift || true
+submit_flags=("$@")
+if [ ${#submit_flags[@]} -eq 0 ]; then
+  submit_flags=(--units 100)
+fi
+port=${E2FLEET_PORT:-7733}
+
+echo "building e2fleet (release)..."
+cargo build --release -q -p e2fleet-coordinator -p e2fleet-worker
+bin=target/release
+
+work=$(mktemp -d -t e2fleet-local.XXXXXX)
+export E2FLEET_ENROLL_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+export E2FLEET_ADMIN_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+export E2FLEET_COORDINATOR="http://127.0.0.1:$port"
+coordinator_pid=""
+worker_pid=""
+
+cleanup() {
+  trap - EXIT INT TERM
+  if [ -n "$worker_pid" ] && kill -0 "$worker_pid" 2>/dev/null; then
+    kill -TERM "$worker_pid" 2>/dev/null || true   # the worker reports its exact cursors
+    wait "$worker_pid" 2>/dev/null || true
+  fi
+  if [ -n "$coordinator_pid" ] && kill -0 "$coordinator_pid" 2>/dev/null; then
+    kill -INT "$coordinator_pid" 2>/dev/null || true
+    wait "$coordinator_pid" 2>/dev/null || true
+  fi
+  if [ "${E2FLEET_KEEP:-0}" = 1 ]; then
+    echo "kept: $work (database e2fleet.db, logs *.log)"
+  else
+    rm -rf "$work"
+  fi
+}
+trap cleanup EXIT
+trap 'echo; echo "stopping..."; exit 130' INT TERM
+
+"$bin/e2fleet-coordinator" serve --listen "127.0.0.1:$port" --db "$work/e2fleet.db" \
+  --lease-seconds 30 >"$work/coordinator.log" 2>&1 &
+coordinator_pid=$!
+for _ in $(seq 1 100); do
+  if "$bin/e2fleet-coordinator" jobs >/dev/null 2>&1; then break; fi
+  if ! kill -0 "$coordinator_pid" 2>/dev/null; then
+    echo "the coordinator did not start:"; cat "$work/coordinator.log"; exit 1
+  fi
+  sleep 0.1
+done
+echo "coordinator on $E2FLEET_COORDINATOR (HTTP API: $E2FLEET_COORDINATOR/api/fleet, database $work/e2fleet.db)"
+
+job=$("$bin/e2fleet-coordinator" submit "$puzzle" "${submit_flags[@]}" --json)
+job_id=$(echo "$job" | sed -E 's/.*"job_id":"([^"]+)".*/\1/')
+echo "submitted $puzzle as job $job_id: $job"
+
+"$bin/e2fleet-worker" run ${E2FLEET_THREADS:+--threads "$E2FLEET_THREADS"} \
+  --data-dir "$work/worker" --hostname local-worker --nice 0 >"$work/worker.log" 2>&1 &
+worker_pid=$!
+echo "worker started on $(nproc) cores (log: $work/worker.log)"
+
+"$bin/e2fleet-coordinator" job "$job_id" --watch
+echo
+echo "Two rates, never mixed: per-core = one engine thread's nodes/s (median over units);"
+echo "aggregate = nodes per wall-clock second across the whole fleet."
