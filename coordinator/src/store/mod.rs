@@ -8,12 +8,15 @@ pub mod results;
 pub mod units;
 pub mod workers;
 
+use std::ops::{Deref, DerefMut};
 use std::path::Path;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, SqlitePool, Transaction};
+use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
+use tokio::sync::{Mutex, OwnedMutexGuard};
 
 /// A store failure. Details stay in logs; clients see an internal error.
 #[derive(Debug, thiserror::Error)]
@@ -29,13 +32,38 @@ pub enum StoreError {
     Corrupt(String),
 }
 
-/// A transaction on the store.
-pub type Tx = Transaction<'static, Sqlite>;
+/// A write transaction. It holds the store's in-process write lock, so writers queue in
+/// order instead of spinning in SQLite's busy handler.
+pub struct Tx {
+    inner: Transaction<'static, Sqlite>,
+    _writer: OwnedMutexGuard<()>,
+}
+
+impl Tx {
+    /// Commits.
+    pub async fn commit(self) -> Result<(), StoreError> {
+        Ok(self.inner.commit().await?)
+    }
+}
+
+impl Deref for Tx {
+    type Target = SqliteConnection;
+    fn deref(&self) -> &SqliteConnection {
+        &self.inner
+    }
+}
+
+impl DerefMut for Tx {
+    fn deref_mut(&mut self) -> &mut SqliteConnection {
+        &mut self.inner
+    }
+}
 
 /// The coordinator's database.
 #[derive(Clone)]
 pub struct Store {
     pool: SqlitePool,
+    writer: Arc<Mutex<()>>,
 }
 
 impl Store {
@@ -52,13 +80,20 @@ impl Store {
             .connect_with(options)
             .await?;
         sqlx::migrate!("../migrations").run(&pool).await?;
-        Ok(Store { pool })
+        Ok(Store {
+            pool,
+            writer: Arc::new(Mutex::new(())),
+        })
     }
 
     /// Starts a write transaction (`BEGIN IMMEDIATE`: the write lock is taken up front,
     /// so two claims can never interleave).
     pub async fn begin(&self) -> Result<Tx, StoreError> {
-        Ok(self.pool.begin_with("BEGIN IMMEDIATE").await?)
+        let writer = self.writer.clone().lock_owned().await;
+        Ok(Tx {
+            inner: self.pool.begin_with("BEGIN IMMEDIATE").await?,
+            _writer: writer,
+        })
     }
 
     /// The pool, for reads.

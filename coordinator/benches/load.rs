@@ -1,0 +1,220 @@
+//! Coordinator load benchmark (not a test): an in-process coordinator on a real SQLite
+//! file, driven over loopback gRPC by many simulated workers.
+//!
+//! Each simulated worker has its own identity and token and loops: lease one unit, "think"
+//! (the time a real engine would spend), walk it for real with a 1-node budget (so every
+//! report is a genuine, verifiable result whose cursor becomes the next continuation
+//! unit: an endless supply), report. Workers share a pool of HTTP/2 connections.
+//!
+//! ```sh
+//! cargo bench -p e2fleet-coordinator --bench load -- --workers 1000 --think-ms 100 --seconds 20
+//! ```
+//! Prints completed units/s and lease/report latency percentiles.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use e2fleet_coordinator::fleet::{Fleet, FleetConfig, JobRequest, system_clock};
+use e2fleet_coordinator::store::Store;
+use e2fleet_engine::formats::{LoadOptions, load_file, to_site_json};
+use e2fleet_engine::plan::SearchPlan;
+use e2fleet_engine::search::{NoControl, RunOptions, Walker};
+use e2fleet_engine::{FillOrder, Unit};
+use e2fleet_proto::convert::{path_from_wire, result_to_wire};
+use e2fleet_proto::v1;
+use e2fleet_proto::v1::worker_service_client::WorkerServiceClient;
+use tonic::Request;
+use tonic::transport::Channel;
+
+fn arg(name: &str, default: u64) -> u64 {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn auth<T>(token: &str, m: T) -> Request<T> {
+    let mut r = Request::new(m);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    r
+}
+
+fn pct(sorted: &[u64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    sorted[((sorted.len() - 1) as f64 * p) as usize] as f64 / 1000.0
+}
+
+#[tokio::main(flavor = "multi_thread")]
+async fn main() {
+    let workers = arg("--workers", 1000) as usize;
+    let think = Duration::from_millis(arg("--think-ms", 100));
+    let seconds = arg("--seconds", 20);
+    let channels = arg("--connections", 32) as usize;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("load.db")).await.unwrap();
+    let fleet = Arc::new(Fleet::new(
+        store,
+        FleetConfig {
+            lease: Duration::from_secs(300),
+            quarantine_after: 3,
+            enroll_token: "enroll".into(),
+            admin_token: "admin".into(),
+        },
+        system_clock(),
+    ));
+    let puzzle_path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../puzzles/bench/bench-hard.json");
+    let puzzle = load_file(&puzzle_path, &LoadOptions::default()).unwrap();
+    let plan = Arc::new(SearchPlan::new(&puzzle, &FillOrder::row_major(&puzzle)));
+    // a 1-node budget: every report carries a cursor and spawns the next unit
+    let (job_id, units, depth) = fleet
+        .submit_job(JobRequest {
+            name: "load".into(),
+            puzzle_json: to_site_json(&puzzle),
+            order: "row-major".into(),
+            split_depth: None,
+            target_units: workers * 2,
+            budget: Some(1),
+            replicas: 1,
+            spot_check: 0.0,
+        })
+        .await
+        .unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let server = fleet.clone();
+    tokio::spawn(async move {
+        e2fleet_coordinator::server::serve(listener, server, std::future::pending())
+            .await
+            .unwrap();
+    });
+    eprintln!(
+        "job {job_id}: {units} units at depth {depth}; {workers} workers, think {think:?}, {seconds} s"
+    );
+
+    let mut pool = Vec::new();
+    for _ in 0..channels.max(1) {
+        pool.push(
+            Channel::from_shared(url.clone())
+                .unwrap()
+                .connect()
+                .await
+                .unwrap(),
+        );
+    }
+    let stop = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let lease_lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let report_lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..workers {
+        let mut client = WorkerServiceClient::new(pool[i % pool.len()].clone());
+        let reg = client
+            .register_worker(v1::RegisterWorkerRequest {
+                enroll_token: "enroll".into(),
+                host: Some(v1::HostInfo {
+                    hostname: format!("sim-{i}"),
+                    ..Default::default()
+                }),
+                previous_worker_id: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let (stop, done, plan) = (stop.clone(), done.clone(), plan.clone());
+        let (lease_lat, report_lat) = (lease_lat.clone(), report_lat.clone());
+        tasks.push(tokio::spawn(async move {
+            let token = reg.worker_token.clone();
+            // spread the start over one think time
+            tokio::time::sleep(think.mul_f64(i as f64 / workers as f64)).await;
+            let (mut ll, mut rl) = (Vec::new(), Vec::new());
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                let Ok(r) = client
+                    .lease_units(auth(
+                        &token,
+                        v1::LeaseUnitsRequest {
+                            max_units: 1,
+                            ..Default::default()
+                        },
+                    ))
+                    .await
+                else {
+                    break;
+                };
+                ll.push(t.elapsed().as_micros() as u64);
+                let Some(lease) = r.into_inner().leases.pop() else {
+                    tokio::time::sleep(think).await;
+                    continue;
+                };
+                tokio::time::sleep(think).await;
+                let unit = Unit {
+                    prefix: path_from_wire(&lease.prefix, "p").unwrap(),
+                    cursor: path_from_wire(&lease.cursor, "c").unwrap(),
+                };
+                let options = RunOptions {
+                    budget: Some(1),
+                    max_solutions: e2fleet_proto::REPORT_MAX_SOLUTIONS,
+                };
+                let result = Walker::new(&plan)
+                    .run(&unit, options, &mut NoControl)
+                    .unwrap();
+                let t = Instant::now();
+                let ok = client
+                    .report_result(auth(
+                        &token,
+                        v1::ReportResultRequest {
+                            lease_id: lease.lease_id,
+                            unit_id: lease.unit_id,
+                            result: Some(result_to_wire(&result)),
+                            engine_seconds: think.as_secs_f64(),
+                            engine_kind: "reference".into(),
+                            engine_build: "load".into(),
+                        },
+                    ))
+                    .await
+                    .is_ok();
+                rl.push(t.elapsed().as_micros() as u64);
+                if ok {
+                    done.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            lease_lat.lock().unwrap().extend(ll);
+            report_lat.lock().unwrap().extend(rl);
+        }));
+    }
+    // measure a steady window after one think time of warm-up
+    tokio::time::sleep(think + Duration::from_secs(1)).await;
+    let start_done = done.load(Ordering::Relaxed);
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    let completed = done.load(Ordering::Relaxed) - start_done;
+    let elapsed = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        let _ = t.await;
+    }
+    let mut l = lease_lat.lock().unwrap().clone();
+    let mut r = report_lat.lock().unwrap().clone();
+    l.sort_unstable();
+    r.sort_unstable();
+    let doc = fleet.job_status(&job_id).await.unwrap();
+    println!(
+        "workers {workers}  think {} ms  completed {:.0} units/s  lease p50 {:.1} ms p99 {:.1} ms  report p50 {:.1} ms p99 {:.1} ms  (job nodes {}, units done {})",
+        think.as_millis(),
+        completed as f64 / elapsed,
+        pct(&l, 0.5),
+        pct(&l, 0.99),
+        pct(&r, 0.5),
+        pct(&r, 0.99),
+        doc["nodes_total"],
+        doc["units"]["done"],
+    );
+}
