@@ -70,7 +70,7 @@ CREATE TABLE leases (
     budget INTEGER NOT NULL,
     created_ms INTEGER NOT NULL,
     deadline_ms INTEGER NOT NULL,
-    state TEXT NOT NULL                 -- active | reported | expired | cancelled
+    state TEXT NOT NULL                 -- active | reported | expired | cancelled | released
 );
 CREATE INDEX leases_by_state ON leases(state, deadline_ms);
 CREATE INDEX leases_by_unit ON leases(unit_id);

@@ -657,6 +657,25 @@ impl Fleet {
         Ok((deadline, stop))
     }
 
+    /// Gives a worker's unstarted leases back to the queue.
+    pub async fn release_leases(
+        &self,
+        worker: &WorkerRow,
+        lease_ids: &[String],
+    ) -> Result<usize, FleetError> {
+        let mut tx = self.store.begin().await?;
+        let mut n = 0;
+        for id in lease_ids.iter().take(1024) {
+            if let Some(unit_id) = leases::release(&mut tx, id, &worker.id).await? {
+                units::adjust(&mut tx, unit_id, -1, 0, None).await?;
+                n += 1;
+            }
+        }
+        tx.commit().await?;
+        info!(worker_id = %worker.id, released = n, "leases released");
+        Ok(n)
+    }
+
     // ------------------------------------------------------------ reports
 
     /// Records one result, exactly once, and decides its unit when a quorum agrees.

@@ -193,6 +193,26 @@ impl WorkerService for WorkerApi {
         }))
     }
 
+    async fn release_leases(
+        &self,
+        request: Request<v1::ReleaseLeasesRequest>,
+    ) -> Result<Response<v1::ReleaseLeasesResponse>, Status> {
+        let worker = self
+            .0
+            .worker_by_token(bearer(&request).as_deref())
+            .await
+            .map_err(status_of)?;
+        let ids = request.into_inner().lease_ids;
+        let n = self
+            .0
+            .release_leases(&worker, &ids)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v1::ReleaseLeasesResponse {
+            released: n as u32,
+        }))
+    }
+
     async fn report_build_failure(
         &self,
         request: Request<v1::ReportBuildFailureRequest>,

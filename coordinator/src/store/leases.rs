@@ -118,3 +118,16 @@ pub async fn first_for_job(
         .fetch_one(c)
         .await?)
 }
+
+/// Releases a worker's active lease; returns its unit id if it was active.
+pub async fn release(
+    c: &mut SqliteConnection,
+    id: &str,
+    worker_id: &str,
+) -> Result<Option<i64>, StoreError> {
+    Ok(sqlx::query_scalar("UPDATE leases SET state = 'released' WHERE id = ? AND worker_id = ? AND state = 'active' RETURNING unit_id")
+        .bind(id)
+        .bind(worker_id)
+        .fetch_optional(c)
+        .await?)
+}

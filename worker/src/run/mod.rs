@@ -231,8 +231,11 @@ fn self_test(factory: &EngineFactory, tests: &[v1::SelfTest], depths: usize) -> 
 
 /// Runs `run`.
 pub fn run(args: RunArgs) -> Result<()> {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
+    // on a terminal the status line replaces routine logs; RUST_LOG overrides
+    let watching =
+        args.log_format == "text" && std::io::IsTerminal::is_terminal(&std::io::stderr());
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| if watching { "warn" } else { "info" }.into());
     // logs go to stderr: stdout is for the program's own output
     let logs = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -334,6 +337,7 @@ async fn run_async(args: RunArgs) -> Result<()> {
     }
     let mut stopping = false;
     let mut paused = false;
+    let status = status_line(&args);
     let mut waiting: Vec<v1::Lease> = Vec::new();
     loop {
         // stop conditions
@@ -343,11 +347,18 @@ async fn run_async(args: RunArgs) -> Result<()> {
                 .is_some_and(|s| started.elapsed() >= Duration::from_secs(s));
         if signals.load(Ordering::SeqCst) >= 1 && !stopping {
             stopping = true;
-            let dropped = executor.stop_all();
+            let mut dropped = executor.stop_all();
+            dropped.extend(waiting.drain(..).map(|l| l.lease_id));
             info!(
-                dropped = dropped.len(),
+                released = dropped.len(),
                 "stopping: engines report their exact cursors"
             );
+            if !dropped.is_empty() && link.up() {
+                let request = link.req(v1::ReleaseLeasesRequest { lease_ids: dropped });
+                if let Err(s) = link.client.release_leases(request).await {
+                    warn!(code = ?s.code(), "could not release unstarted leases; they will expire");
+                }
+            }
         }
         let now_paused = pause_file.exists()
             || signals.load(Ordering::SeqCst) == 0 && PAUSED.load(Ordering::SeqCst);
@@ -538,6 +549,18 @@ async fn run_async(args: RunArgs) -> Result<()> {
             }
         }
 
+        if let Some(bar) = &status {
+            let (q, r) = executor.load();
+            bar.set_message(format!(
+                "{} | {r}/{} engines busy, {} queued | {units_reported} units reported | {:.1} M placements/s per core | {}",
+                if paused { "paused" } else if stopping { "stopping" } else { "running" },
+                executor.threads(),
+                q + waiting.len(),
+                executor.per_core_rate() / 1e6,
+                if link.up() { "coordinator connected".to_string() } else { format!("waiting for the coordinator ({} failures)", link.failures) },
+            ));
+        }
+
         // wait for a result, the retry time or a short tick
         let wait = if link.up() {
             retry_after
@@ -676,6 +699,19 @@ async fn prepare_job(
     let factory = Arc::new(factory);
     jobs.insert(job_id.to_string(), JobEngine::Ready(factory.clone()));
     Prepared::Ready(factory)
+}
+
+/// A live status line when a person is watching (text logs on a terminal).
+fn status_line(args: &RunArgs) -> Option<indicatif::ProgressBar> {
+    if args.log_format != "text" || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}").ok()?,
+    );
+    bar.enable_steady_tick(Duration::from_millis(250));
+    Some(bar)
 }
 
 static PAUSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);

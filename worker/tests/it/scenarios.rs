@@ -71,6 +71,13 @@ async fn sigterm_reports_cursors_and_nothing_is_walked_twice() {
     assert!(status.success(), "a graceful stop exits 0");
     let mid = c.job(&job).await;
     assert_ne!(mid["state"], "complete");
+    assert_eq!(
+        mid["units"]["leased"],
+        0,
+        "running units reported, queued ones released: {}\n{}",
+        mid["units"],
+        std::fs::read_to_string(dir.path().join("w1.log")).unwrap()
+    );
     let _w2 = Worker::start(
         &c.url,
         &dir.path().join("w2"),
