@@ -104,6 +104,7 @@ async fn main() {
         pool.push(
             Channel::from_shared(url.clone())
                 .unwrap()
+                .tcp_nodelay(true)
                 .connect()
                 .await
                 .unwrap(),

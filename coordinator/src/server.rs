@@ -103,6 +103,13 @@ pub async fn serve(
             }
         }
     });
+    // gRPC is many small request/response pairs: without TCP_NODELAY, Nagle's algorithm
+    // and delayed ACKs hold a response written in pieces for ~40 ms
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            warn!(error = %e, "cannot set TCP_NODELAY");
+        }
+    });
     let result = axum::serve(listener, router(fleet))
         .with_graceful_shutdown(shutdown)
         .await;
