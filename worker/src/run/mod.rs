@@ -511,8 +511,9 @@ async fn run_async(args: RunArgs) -> Result<()> {
         let (queued, running) = executor.load();
         let queued = queued + waiting.len();
 
-        // keep every thread busy, plus one unit queued
-        let want = (executor.threads() + 1).saturating_sub(queued + running);
+        // keep every thread busy with a queue of one more unit per thread, so short units
+        // never leave a thread waiting on a round trip
+        let want = (2 * executor.threads()).saturating_sub(queued + running);
         let remaining = args
             .stop_after_units
             .map_or(u64::MAX, |n| n.saturating_sub(units_taken));
