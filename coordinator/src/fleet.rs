@@ -227,18 +227,7 @@ fn sha256_hex(data: &[u8]) -> String {
         .collect()
 }
 
-/// The digest two results must share to agree.
-pub fn result_digest(r: &UnitResult) -> String {
-    let canonical = serde_json::json!({
-        "nodes": r.nodes_by_depth,
-        "cursor": r.cursor,
-        "solutions_count": r.solutions_count,
-        "solutions": r.solutions,
-        "max_depth": r.max_depth,
-        "deepest": r.deepest,
-    });
-    sha256_hex(canonical.to_string().as_bytes())
-}
+pub use e2fleet_engine::unit::result_digest;
 
 /// A fresh random token.
 pub fn random_token() -> String {

@@ -16,6 +16,7 @@
 //!   enumeration and continuation splitting.
 //! - [`unit`]: work units and their exact results.
 //! - [`verify`]: the independent board verifier and the score.
+//! - [`suite`]: verification suites (fixed units with golden exact results).
 //! - [`compiled`]: the compiled engine: code generator, local rustc build and cache, child process.
 //! - [`engine`]: one interface over every engine kind.
 //! - [`testing`]: random planted puzzles and the brute-force oracle for tests.
@@ -37,6 +38,7 @@ pub mod model;
 pub mod order;
 pub mod plan;
 pub mod search;
+pub mod suite;
 pub mod testing;
 pub mod unit;
 pub mod validate;

@@ -115,6 +115,25 @@ impl UnitResult {
     }
 }
 
+/// The SHA-256 (hex) of a result's canonical form: per-depth counts, cursor, solution
+/// count and boards, deepest depth and board. Two runs agree exactly when their digests
+/// are equal; the coordinator compares replicas with it and verification suites store it.
+pub fn result_digest(r: &UnitResult) -> String {
+    use sha2::{Digest, Sha256};
+    let canonical = serde_json::json!({
+        "nodes": r.nodes_by_depth,
+        "cursor": r.cursor,
+        "solutions_count": r.solutions_count,
+        "solutions": r.solutions,
+        "max_depth": r.max_depth,
+        "deepest": r.deepest,
+    });
+    Sha256::digest(canonical.to_string().as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
 /// Adds `b` into `a` depth by depth.
 pub fn add_counts(a: &mut Vec<u64>, b: &[u64]) {
     if a.len() < b.len() {

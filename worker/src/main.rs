@@ -9,6 +9,7 @@
 //! - `solve.rs`: the `solve` command, its JSON report and the human summary.
 //! - `bench.rs`: the `bench` command (per-core speed with exact counts).
 //! - `engine_args.rs`: flags that choose and build an engine.
+//! - `verify.rs`: `verify --offline`, the built-in verification suite.
 //! - `run/`: the fleet client (`run`): registration, engine threads, journal, signals.
 
 mod bench;
@@ -16,6 +17,7 @@ mod engine_args;
 mod puzzle_args;
 mod run;
 mod solve;
+mod verify;
 
 use clap::{Parser, Subcommand};
 
@@ -35,6 +37,8 @@ enum Command {
     Bench(bench::BenchArgs),
     /// Join a fleet: lease units from a coordinator and walk them on every core.
     Run(run::RunArgs),
+    /// Check this machine's engine against the built-in suite of exact results.
+    Verify(verify::VerifyArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -43,6 +47,7 @@ fn main() -> std::process::ExitCode {
         Command::Solve(args) => solve::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Run(args) => run::run(args),
+        Command::Verify(args) => verify::run(args),
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

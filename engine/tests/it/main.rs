@@ -7,6 +7,7 @@ mod compiled;
 mod formats;
 mod known_counts;
 mod properties;
+mod suite;
 
 use std::path::PathBuf;
 

@@ -4,3 +4,4 @@
 
 mod harness;
 mod scenarios;
+mod verify;
