@@ -63,6 +63,119 @@ async fn api_workers(State(fleet): State<Arc<Fleet>>) -> Response {
     }
 }
 
+/// Prometheus text exposition of the fleet: both rates (kept as separate metrics),
+/// workers by state, units and leases per minute, wrong results, per-job progress.
+async fn metrics(State(fleet): State<Arc<Fleet>>) -> Response {
+    let (fleet_doc, jobs) = match (fleet.fleet_status().await, fleet.list_jobs().await) {
+        (Ok(f), Ok(j)) => (f, j),
+        (Err(e), _) | (_, Err(e)) => return http_error(e),
+    };
+    let mut out = String::new();
+    let mut metric = |name: &str, help: &str, kind: &str, samples: Vec<(String, f64)>| {
+        out.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n"));
+        for (labels, v) in samples {
+            out.push_str(&format!("{name}{labels} {v}\n"));
+        }
+    };
+    let num = |v: &serde_json::Value| v.as_f64().unwrap_or(0.0);
+    let w = &fleet_doc["workers"];
+    metric(
+        "e2fleet_workers",
+        "Workers by state.",
+        "gauge",
+        ["online", "offline", "quarantined"]
+            .iter()
+            .map(|s| (format!("{{state=\"{s}\"}}"), num(&w[*s])))
+            .collect(),
+    );
+    let agg = &fleet_doc["aggregate_nodes_per_s"];
+    metric(
+        "e2fleet_aggregate_nodes_per_second",
+        "Fleet aggregate: nodes received per wall-clock second over the last 60 s (not a per-core figure).",
+        "gauge",
+        vec![
+            ("{kind=\"raw\"}".into(), num(&agg["raw"])),
+            ("{kind=\"verified\"}".into(), num(&agg["verified"])),
+        ],
+    );
+    let per_core = &fleet_doc["per_core_nodes_per_s"];
+    let mut samples = vec![("{group=\"all\"}".to_string(), num(&per_core["overall"]))];
+    for g in per_core["by_engine_kind"].as_array().into_iter().flatten() {
+        let key = g["key"]
+            .as_str()
+            .unwrap_or("")
+            .replace(['"', '\\', '\n'], "_");
+        samples.push((
+            format!("{{engine_kind=\"{key}\"}}"),
+            num(&g["median_nodes_per_s"]),
+        ));
+    }
+    for g in per_core["by_cpu_model"].as_array().into_iter().flatten() {
+        let key = g["key"]
+            .as_str()
+            .unwrap_or("")
+            .replace(['"', '\\', '\n'], "_");
+        samples.push((
+            format!("{{cpu_model=\"{key}\"}}"),
+            num(&g["median_nodes_per_s"]),
+        ));
+    }
+    metric(
+        "e2fleet_per_core_nodes_per_second",
+        "Median nodes per engine-thread second over results of the last hour (one core, not the fleet).",
+        "gauge",
+        samples,
+    );
+    let u = &fleet_doc["units_last_minute"];
+    metric(
+        "e2fleet_units_last_minute",
+        "Units leased, completed and expired in the last minute.",
+        "gauge",
+        ["leased", "completed", "expired"]
+            .iter()
+            .map(|s| (format!("{{event=\"{s}\"}}"), num(&u[*s])))
+            .collect(),
+    );
+    metric(
+        "e2fleet_wrong_results_total",
+        "Results marked wrong (cross-check losers and failed verifications).",
+        "counter",
+        vec![(String::new(), num(&fleet_doc["wrong_results"]))],
+    );
+    let mut nodes = Vec::new();
+    let mut units = Vec::new();
+    for j in &jobs {
+        let id = j["job_id"].as_str().unwrap_or("");
+        nodes.push((format!("{{job=\"{id}\"}}"), num(&j["nodes_total"])));
+        for state in ["open", "leased", "done"] {
+            units.push((
+                format!("{{job=\"{id}\",state=\"{state}\"}}"),
+                num(&j["units"][state]),
+            ));
+        }
+    }
+    metric(
+        "e2fleet_job_nodes",
+        "Exact nodes counted so far per job.",
+        "gauge",
+        nodes,
+    );
+    metric(
+        "e2fleet_job_units",
+        "Units per job and state.",
+        "gauge",
+        units,
+    );
+    (
+        [(
+            axum::http::header::CONTENT_TYPE,
+            "text/plain; version=0.0.4",
+        )],
+        out,
+    )
+        .into_response()
+}
+
 /// The whole router: gRPC services plus the read-only JSON API.
 pub fn router(fleet: Arc<Fleet>) -> axum::Router {
     let grpc = tonic::service::Routes::new(
@@ -82,6 +195,7 @@ pub fn router(fleet: Arc<Fleet>) -> axum::Router {
         .route("/api/jobs/{id}", get(api_job))
         .route("/api/fleet", get(api_fleet))
         .route("/api/workers", get(api_workers))
+        .route("/metrics", get(metrics))
         .with_state(fleet);
     grpc.merge(http)
 }

@@ -3,4 +3,5 @@
 //! deadlines, ones that report twice or late, liars, and callers with wrong tokens.
 
 mod harness;
+mod http_api;
 mod scenarios;

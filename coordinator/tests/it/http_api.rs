@@ -1,0 +1,106 @@
+//! The HTTP side of the coordinator's port: every JSON API endpoint and the Prometheus
+//! metrics, against a coordinator with a running job and connected workers.
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::harness::*;
+
+/// A plain HTTP/1.1 GET; returns (status, body).
+async fn get(url: &str, path: &str) -> (u16, String) {
+    let addr = url.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    // de-chunk when needed
+    let body = if text
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked")
+    {
+        let mut out = String::new();
+        let mut rest = body.as_str();
+        while let Some((size, tail)) = rest.split_once("\r\n") {
+            let n = usize::from_str_radix(size.trim(), 16).unwrap_or(0);
+            if n == 0 {
+                break;
+            }
+            out.push_str(&tail[..n]);
+            rest = &tail[n + 2..];
+        }
+        out
+    } else {
+        body
+    };
+    (status, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_endpoint_answers_with_a_running_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let job = c.submit("brendan/set1/pieces_05x05.txt", 3, 0, 1).await;
+    let mut w = SimWorker::register(&c.url, "api-host", Behaviour::Honest).await;
+    w.work(2).await;
+
+    let (status, body) = get(&c.url, "/healthz").await;
+    assert_eq!((status, body.as_str()), (200, "ok"));
+
+    let (status, body) = get(&c.url, "/api/jobs").await;
+    assert_eq!(status, 200);
+    let jobs: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(jobs[0]["job_id"], job.as_str());
+    assert_eq!(jobs[0]["state"], "running");
+
+    let (status, body) = get(&c.url, &format!("/api/jobs/{job}")).await;
+    assert_eq!(status, 200);
+    let doc: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert!(doc["units"]["done"].as_u64().unwrap() > 0);
+    assert!(doc["nodes_total"].as_u64().unwrap() > 0);
+    assert!(
+        doc.get("per_core_nodes_per_s").is_some() && doc.get("aggregate_nodes_per_s").is_some()
+    );
+
+    let (status, body) = get(&c.url, "/api/jobs/no-such-job").await;
+    assert_eq!(status, 404);
+    assert!(body.contains("not found"), "{body}");
+
+    let (status, body) = get(&c.url, "/api/fleet").await;
+    assert_eq!(status, 200);
+    let fleet: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(fleet["workers"]["online"], 1);
+    assert!(fleet["aggregate_nodes_per_s"]["verified"].as_f64().unwrap() > 0.0);
+    assert!(fleet["per_core_nodes_per_s"].get("overall").is_some());
+
+    let (status, body) = get(&c.url, "/api/workers").await;
+    assert_eq!(status, 200);
+    let workers: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(workers[0]["hostname"], "api-host");
+    assert!(
+        workers[0].get("token_hash").is_none(),
+        "secrets never leave the server"
+    );
+
+    let (status, body) = get(&c.url, "/metrics").await;
+    assert_eq!(status, 200);
+    for name in [
+        "e2fleet_workers{state=\"online\"} 1",
+        "e2fleet_aggregate_nodes_per_second{kind=\"verified\"}",
+        "e2fleet_per_core_nodes_per_second{group=\"all\"}",
+        "e2fleet_units_last_minute{event=\"completed\"}",
+        "e2fleet_wrong_results_total 0",
+        &format!("e2fleet_job_units{{job=\"{job}\",state=\"done\"}}"),
+    ] {
+        assert!(body.contains(name), "missing {name} in\n{body}");
+    }
+    c.stop().await;
+}
