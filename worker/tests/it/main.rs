@@ -3,5 +3,6 @@
 //! away and coming back, journal replay, and a build that fails its self-test.
 
 mod harness;
+mod processes;
 mod scenarios;
 mod verify;
