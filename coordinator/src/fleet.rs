@@ -218,6 +218,9 @@ pub struct Fleet {
     pub(crate) config: FleetConfig,
     pub(crate) clock: Clock,
     contexts: Mutex<HashMap<String, Arc<JobCtx>>>,
+    /// Token hash -> worker, for authentication without a query per call. Only identity
+    /// fields are used from it; quarantine is always read from the store.
+    tokens: Mutex<HashMap<String, WorkerRow>>,
 }
 
 fn sha256_hex(data: &[u8]) -> String {
@@ -273,6 +276,7 @@ impl Fleet {
             config,
             clock,
             contexts: Mutex::new(HashMap::new()),
+            tokens: Mutex::new(HashMap::new()),
         }
     }
 
@@ -291,7 +295,7 @@ impl Fleet {
             return Ok(ctx.clone());
         }
         let mut conn = self.store.pool().acquire().await?;
-        let job = jobs::get(&mut conn, job_id)
+        let job = jobs::get_with_puzzle(&mut conn, job_id)
             .await?
             .ok_or_else(|| FleetError::NotFound(format!("job {job_id}")))?;
         let ctx = Arc::new(job_context(&job.puzzle_json, &job.order_spec)?);
@@ -317,12 +321,19 @@ impl Fleet {
     pub async fn worker_by_token(&self, token: Option<&str>) -> Result<WorkerRow, FleetError> {
         let token =
             token.ok_or_else(|| FleetError::Unauthenticated("missing worker token".into()))?;
+        let hash = sha256_hex(token.as_bytes());
+        if let Some(w) = self.tokens.lock().expect("token cache").get(&hash) {
+            return Ok(w.clone());
+        }
         let mut conn = self.store.pool().acquire().await?;
-        workers::by_token(&mut conn, &sha256_hex(token.as_bytes()))
-            .await?
-            .ok_or_else(|| {
-                FleetError::Unauthenticated("unknown worker token; register again".into())
-            })
+        let worker = workers::by_token(&mut conn, &hash).await?.ok_or_else(|| {
+            FleetError::Unauthenticated("unknown worker token; register again".into())
+        })?;
+        self.tokens
+            .lock()
+            .expect("token cache")
+            .insert(hash, worker.clone());
+        Ok(worker)
     }
 
     /// Enrols a worker; returns its id and its own token.
@@ -371,6 +382,11 @@ impl Fleet {
         };
         workers::upsert(&mut tx, &row).await?;
         tx.commit().await?;
+        // a re-registration replaces the worker's token: forget the old one
+        self.tokens
+            .lock()
+            .expect("token cache")
+            .retain(|_, w| w.id != id);
         info!(worker_id = %id, hostname = %host.hostname, "worker registered");
         Ok((id, token))
     }
@@ -479,7 +495,7 @@ impl Fleet {
     pub async fn job_spec(&self, job_id: &str) -> Result<JobSpec, FleetError> {
         let ctx = self.context(job_id).await?;
         let mut conn = self.store.pool().acquire().await?;
-        let job = jobs::get(&mut conn, job_id)
+        let job = jobs::get_with_puzzle(&mut conn, job_id)
             .await?
             .ok_or_else(|| FleetError::NotFound(format!("job {job_id}")))?;
         Ok(JobSpec {
@@ -546,10 +562,18 @@ impl Fleet {
             }
         }
         let mut grants = Vec::with_capacity(rows.len());
+        let mut job_cache: Vec<JobRow> = Vec::new();
         for row in rows {
-            let job = jobs::get(&mut tx, &row.job_id)
-                .await?
-                .expect("unit has a job");
+            if !job_cache.iter().any(|j: &JobRow| j.id == row.job_id) {
+                let job = jobs::get(&mut tx, &row.job_id)
+                    .await?
+                    .expect("unit has a job");
+                job_cache.push(job);
+            }
+            let job = job_cache
+                .iter()
+                .find(|j| j.id == row.job_id)
+                .expect("cached above");
             let lease = LeaseRow {
                 id: uuid::Uuid::new_v4().to_string(),
                 unit_id: row.id,
@@ -779,7 +803,10 @@ impl Fleet {
         )
         .await?;
         let outcome = self.decide(&mut tx, unit.id, &row.lease_id, now).await?;
-        finish_if_done(&mut tx, &unit.job_id, now).await?;
+        // only a unit that just became (or stayed) done can complete its job
+        if matches!(outcome.status, "accepted" | "replica" | "wrong") {
+            finish_if_done(&mut tx, &unit.job_id, now).await?;
+        }
         tx.commit().await?;
         Ok(outcome)
     }

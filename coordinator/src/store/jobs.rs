@@ -68,21 +68,33 @@ pub async fn insert(c: &mut SqliteConnection, j: &JobRow) -> Result<(), StoreErr
     Ok(())
 }
 
-/// One job.
+/// Every column but the puzzle, which only job set-up needs (it can be tens of KiB and
+/// the hot paths read the job row several times per report).
+const LIGHT: &str = "SELECT id, name, '' AS puzzle_json, order_spec, depths, split_depth, budget, replicas, \
+     spot_check, state, created_ms, finished_ms, enumeration_json, enumeration_solutions, split_json, \
+     accepted_json, accepted_solutions, conservation_ok FROM jobs";
+
+/// One job, without its puzzle (`puzzle_json` is empty).
 pub async fn get(c: &mut SqliteConnection, id: &str) -> Result<Option<JobRow>, StoreError> {
+    let sql = format!("{LIGHT} WHERE id = ?");
+    Ok(sqlx::query_as(&sql).bind(id).fetch_optional(c).await?)
+}
+
+/// One job with its puzzle.
+pub async fn get_with_puzzle(
+    c: &mut SqliteConnection,
+    id: &str,
+) -> Result<Option<JobRow>, StoreError> {
     Ok(sqlx::query_as("SELECT * FROM jobs WHERE id = ?")
         .bind(id)
         .fetch_optional(c)
         .await?)
 }
 
-/// All jobs, newest first.
+/// All jobs, newest first, without their puzzles.
 pub async fn list(c: &mut SqliteConnection) -> Result<Vec<JobRow>, StoreError> {
-    Ok(
-        sqlx::query_as("SELECT * FROM jobs ORDER BY created_ms DESC")
-            .fetch_all(c)
-            .await?,
-    )
+    let sql = format!("{LIGHT} ORDER BY created_ms DESC");
+    Ok(sqlx::query_as(&sql).fetch_all(c).await?)
 }
 
 /// Replaces the running totals.

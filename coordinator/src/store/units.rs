@@ -216,10 +216,10 @@ pub async fn counts_by_state(
     )
 }
 
-/// Number of unfinished units of a job.
+/// 1 if the job has an unfinished unit, else 0.
 pub async fn unfinished(c: &mut SqliteConnection, job_id: &str) -> Result<i64, StoreError> {
     Ok(sqlx::query_scalar(
-        "SELECT COUNT(*) FROM units WHERE job_id = ? AND state IN ('open', 'busy')",
+        "SELECT EXISTS (SELECT 1 FROM units WHERE job_id = ? AND state IN ('open', 'busy'))",
     )
     .bind(job_id)
     .fetch_one(c)
