@@ -803,6 +803,9 @@ impl Fleet {
         )
         .await?;
         let outcome = self.decide(&mut tx, unit.id, &row.lease_id, now).await?;
+        if outcome.status == "mismatch" && jobs::reopen(&mut tx, &unit.job_id).await? {
+            warn!(job_id = %unit.job_id, unit_id = unit.id, "a late result disputes a completed job; re-opened for a deciding run");
+        }
         // only a unit that just became (or stayed) done can complete its job
         if matches!(outcome.status, "accepted" | "replica" | "wrong") {
             finish_if_done(&mut tx, &unit.job_id, now).await?;

@@ -134,3 +134,16 @@ pub async fn finish(
         .await?;
     Ok(())
 }
+
+/// Re-opens a completed job (a late result disputes one of its units).
+pub async fn reopen(c: &mut SqliteConnection, id: &str) -> Result<bool, StoreError> {
+    Ok(sqlx::query(
+        "UPDATE jobs SET state = 'running', finished_ms = NULL, conservation_ok = NULL \
+         WHERE id = ? AND state = 'complete'",
+    )
+    .bind(id)
+    .execute(c)
+    .await?
+    .rows_affected()
+        == 1)
+}

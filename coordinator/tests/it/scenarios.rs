@@ -303,3 +303,31 @@ async fn brendan_6x6_through_the_operator_api() {
     assert_eq!(doc["conservation_ok"], true);
     c.stop().await;
 }
+
+/// A late result that disagrees with a unit of a job that already completed re-opens the
+/// job for a deciding run instead of being left silently undecided.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_disagreeing_result_reopens_a_completed_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 1).await;
+    let job = c.submit("brendan/set1/pieces_04x04.txt", 2, 0, 1).await;
+    let mut late_liar = SimWorker::register(&c.url, "late-liar", Behaviour::Liar).await;
+    let held = late_liar.lease(1).await.unwrap().remove(0);
+    c.advance(31_000);
+    let mut a = SimWorker::register(&c.url, "a", Behaviour::Honest).await;
+    a.work(100).await;
+    assert_eq!(c.job(&job).await["state"], "complete");
+    // the expired lease's holder reports a different result
+    let r = late_liar.compute(&held).await;
+    assert_eq!(late_liar.report(&held, &r).await.unwrap(), "mismatch");
+    let doc = c.job(&job).await;
+    assert_eq!(doc["state"], "running", "the dispute re-opens the job");
+    // a third host decides; the liar loses and the total is exact again
+    let mut b = SimWorker::register(&c.url, "b", Behaviour::Honest).await;
+    b.work(10).await;
+    let doc = c.job(&job).await;
+    assert_eq!(doc["state"], "complete");
+    assert_eq!(doc["nodes_total"], 4_470);
+    assert_eq!(doc["conservation_ok"], true);
+    c.stop().await;
+}
