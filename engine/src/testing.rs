@@ -8,6 +8,7 @@
 //! other engine) is compared against.
 
 use crate::model::{GREY, Placement, Puzzle, distinct_rotations, geometry, rotate};
+use crate::order::{Corner, OrderSpec};
 
 /// A small deterministic random generator (splitmix64), so tests need no extra crate.
 #[derive(Clone, Debug)]
@@ -174,4 +175,31 @@ pub fn brute_force(puzzle: &Puzzle, order: &[usize]) -> (Vec<u64>, u64) {
         &mut solutions,
     );
     (nodes, solutions)
+}
+
+/// One of the 11 kinds of fill order, picked by `kind % 11`: the 8 scans, a comb with a
+/// random number of rows, or a random explicit permutation of the free cells.
+pub fn order_of_kind(puzzle: &Puzzle, kind: usize, rng: &mut Rng) -> OrderSpec {
+    let corners = [
+        Corner::TopLeft,
+        Corner::TopRight,
+        Corner::BottomLeft,
+        Corner::BottomRight,
+    ];
+    match kind % 11 {
+        k @ 0..=7 => OrderSpec::Scan {
+            columns: k >= 4,
+            from: corners[k % 4],
+        },
+        8 => OrderSpec::Comb {
+            rows: 1 + rng.below(puzzle.height()),
+        },
+        _ => {
+            let hints: Vec<usize> = puzzle.hints().iter().map(|h| h.pos as usize).collect();
+            let mut cells: Vec<usize> =
+                (0..puzzle.cells()).filter(|c| !hints.contains(c)).collect();
+            rng.shuffle(&mut cells);
+            OrderSpec::Cells(cells)
+        }
+    }
 }

@@ -9,10 +9,9 @@ use std::time::Duration;
 
 use e2fleet_engine::compiled::{BuildOptions, CodegenOptions, CompileError, CompiledProgram};
 use e2fleet_engine::engine::{Engine, EngineError, ReferenceEngine};
-use e2fleet_engine::order::Corner;
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{NoControl, RunOptions, Walker};
-use e2fleet_engine::testing::{Rng, random_puzzle};
+use e2fleet_engine::testing::{Rng, order_of_kind, random_puzzle};
 use e2fleet_engine::unit::StopReason;
 use e2fleet_engine::{FillOrder, OrderSpec, Puzzle, Unit};
 
@@ -89,31 +88,6 @@ fn known_counts_compiled() {
     }
 }
 
-fn order_kind(puzzle: &Puzzle, kind: usize, rng: &mut Rng) -> OrderSpec {
-    let corners = [
-        Corner::TopLeft,
-        Corner::TopRight,
-        Corner::BottomLeft,
-        Corner::BottomRight,
-    ];
-    match kind % 11 {
-        k @ 0..=7 => OrderSpec::Scan {
-            columns: k >= 4,
-            from: corners[k % 4],
-        },
-        8 => OrderSpec::Comb {
-            rows: 1 + rng.below(puzzle.height()),
-        },
-        _ => {
-            let hints: Vec<usize> = puzzle.hints().iter().map(|h| h.pos as usize).collect();
-            let mut cells: Vec<usize> =
-                (0..puzzle.cells()).filter(|c| !hints.contains(c)).collect();
-            rng.shuffle(&mut cells);
-            OrderSpec::Cells(cells)
-        }
-    }
-}
-
 /// Whole trees, budget slices with cursors, continuations and random prefixes: the two
 /// engines agree on every field of every result.
 #[test]
@@ -139,7 +113,7 @@ fn compiled_matches_reference_on_random_puzzles() {
         let hints = rng.below(4);
         let rim = 1 + rng.below(3) as u8;
         let (puzzle, _) = random_puzzle(&mut rng, w, h, rim, inner, hints);
-        let spec = order_kind(&puzzle, round, &mut rng);
+        let spec = order_of_kind(&puzzle, round, &mut rng);
         let plan = plan(&puzzle, &spec);
         let group = 1 + round % 5;
         let (mut reference, mut compiled) = engines(&plan, group, "random");

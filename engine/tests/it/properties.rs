@@ -2,38 +2,12 @@
 //! puzzles (up to 4x4 and 5x3, with and without hints, with symmetric pieces), in every
 //! kind of fill order.
 
-use e2fleet_engine::order::Corner;
-use e2fleet_engine::testing::{Rng, brute_force, random_puzzle};
+use e2fleet_engine::FillOrder;
+use e2fleet_engine::testing::{Rng, brute_force, order_of_kind, random_puzzle};
 use e2fleet_engine::verify::verify_board;
-use e2fleet_engine::{FillOrder, OrderSpec, Puzzle};
 use proptest::prelude::*;
 
 use crate::whole_tree;
-
-fn order_kind(puzzle: &Puzzle, kind: usize, rng: &mut Rng) -> OrderSpec {
-    let corners = [
-        Corner::TopLeft,
-        Corner::TopRight,
-        Corner::BottomLeft,
-        Corner::BottomRight,
-    ];
-    match kind % 11 {
-        k @ 0..=7 => OrderSpec::Scan {
-            columns: k >= 4,
-            from: corners[k % 4],
-        },
-        8 => OrderSpec::Comb {
-            rows: 1 + rng.below(puzzle.height()),
-        },
-        _ => {
-            let hints: Vec<usize> = puzzle.hints().iter().map(|h| h.pos as usize).collect();
-            let mut cells: Vec<usize> =
-                (0..puzzle.cells()).filter(|c| !hints.contains(c)).collect();
-            rng.shuffle(&mut cells);
-            OrderSpec::Cells(cells)
-        }
-    }
-}
 
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(300))]
@@ -49,7 +23,7 @@ proptest! {
     ) {
         let mut rng = Rng::new(seed);
         let (puzzle, solution) = random_puzzle(&mut rng, size.0, size.1, rim, inner, hints);
-        let spec = order_kind(&puzzle, kind, &mut rng);
+        let spec = order_of_kind(&puzzle, kind, &mut rng);
         let order = FillOrder::new(&puzzle, &spec).unwrap();
         let (nodes, solutions) = brute_force(&puzzle, order.cells());
         let result = whole_tree(&puzzle, &spec);
