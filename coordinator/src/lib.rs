@@ -5,7 +5,9 @@
 //! comparing exact counts across hosts.
 //!
 //! # Layout
-//! - [`fleet`]: the domain logic (jobs, leases, reports, quorums, accounting). No network.
+//! - [`fleet`]: the domain logic, no network: `fleet/mod.rs` (types, errors, auth,
+//!   registration), `submission.rs` (jobs), `leasing.rs` (leases, splitting, heartbeats),
+//!   `reports.rs` (results, quorums, overturns, accounting checks).
 //! - [`status`]: read models (job, fleet, workers) and the conservation check.
 //! - [`store`]: all SQL (SQLite through sqlx, migrations in `../migrations`).
 //! - [`service`]: the thin tonic services and the error-to-status table.
