@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use e2fleet_proto::convert::{path_from_wire, path_to_wire, result_from_wire, result_to_wire};
+use e2fleet_proto::convert::{path_to_wire, result_from_wire, result_to_wire};
 use e2fleet_proto::v1;
 use e2fleet_proto::v1::operator_service_server::OperatorService;
 use e2fleet_proto::v1::worker_service_server::WorkerService;
@@ -354,10 +354,4 @@ impl OperatorService for OperatorApi {
             released: n as u32,
         }))
     }
-}
-
-/// Unused-path guard so a refactor that drops a conversion import fails to compile loudly.
-#[allow(dead_code)]
-fn _conversions_in_use() {
-    let _ = path_from_wire;
 }

@@ -60,6 +60,16 @@ impl Default for RunOptions {
     }
 }
 
+impl RunOptions {
+    /// Rejects options no engine can honour (every engine calls this).
+    pub fn check(&self) -> Result<(), UnitError> {
+        if self.budget == Some(0) {
+            return Err(UnitError::ZeroBudget);
+        }
+        Ok(())
+    }
+}
+
 /// A unit that does not fit the puzzle and fill order.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum UnitError {
@@ -71,6 +81,9 @@ pub enum UnitError {
         /// Free cells.
         depths: usize,
     },
+    /// A budget of zero nodes (a run must be allowed at least one node).
+    #[error("a node budget must be at least 1")]
+    ZeroBudget,
     /// A placement is not a legal next step.
     #[error("{part} placement {index} {placement:?} is not a legal step at depth {depth}: {why}")]
     IllegalStep {
@@ -339,6 +352,7 @@ impl<'p> Walker<'p> {
         options: RunOptions,
         control: &mut dyn Control,
     ) -> Result<UnitResult, UnitError> {
+        options.check()?;
         let depths = self.plan.len();
         let floor = unit.prefix.len();
         let start = floor + unit.cursor.len();

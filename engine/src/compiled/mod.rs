@@ -13,7 +13,7 @@ use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::PathBuf;
 use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use thiserror::Error;
 
@@ -355,19 +355,13 @@ impl Engine for CompiledEngine {
     ) -> Result<UnitResult, EngineError> {
         let mut path = unit.prefix.clone();
         path.extend_from_slice(&unit.cursor);
+        options.check()?;
         Walker::new(&self.plan).check_path(&path)?;
-        if options.budget == Some(0) {
-            return Err(EngineError::Failed(
-                "a node budget must be at least 1".into(),
-            ));
-        }
-        let started = Instant::now();
         let outcome = self.exchange(unit, options, control);
         if outcome.is_err() {
             // never reuse a process after a protocol error or a crash
             self.process = None;
         }
-        let _ = started;
         outcome.map_err(EngineError::Failed)
     }
 }

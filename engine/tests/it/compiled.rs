@@ -353,3 +353,16 @@ fn make_executable(path: &std::path::Path) {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).unwrap();
 }
+
+#[test]
+fn a_zero_budget_is_refused_by_both_engines() {
+    let puzzle = load("brendan/set1/pieces_04x04.txt");
+    let plan = plan(&puzzle, &OrderSpec::default());
+    let (mut reference, mut compiled) = engines(&plan, 4, "zero");
+    for engine in [&mut reference as &mut dyn Engine, compiled.as_mut()] {
+        let err = engine
+            .run(&Unit::root(), opts(Some(0)), &mut NoControl)
+            .unwrap_err();
+        assert!(err.to_string().contains("at least 1"), "{err}");
+    }
+}

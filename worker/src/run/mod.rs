@@ -426,22 +426,13 @@ async fn run_async(args: RunArgs) -> Result<()> {
         }
 
         let (queued, running) = executor.load();
-        if stopping || limit_reached {
-            if queued == 0 && running == 0 && outbox.is_empty() && rx.is_empty() {
-                if !waiting.is_empty() {
-                    info!(leases = waiting.len(), "leaving unstarted leases to expire");
-                }
-                break;
+        // done when asked to stop (or at a limit) and everything finished is delivered
+        let idle = queued == 0 && running == 0 && outbox.is_empty() && rx.is_empty();
+        if (stopping || limit_reached) && idle {
+            if !waiting.is_empty() {
+                info!(leases = waiting.len(), "leaving unstarted leases to expire");
             }
-            if limit_reached
-                && !stopping
-                && queued == 0
-                && running == 0
-                && !outbox.is_empty()
-                && !link.up()
-            {
-                // keep trying to deliver what we have
-            }
+            break;
         }
 
         // heartbeat well within the lease
