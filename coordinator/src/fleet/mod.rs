@@ -215,6 +215,8 @@ pub struct JobCtx {
     pub order: FillOrder,
     /// The search plan.
     pub plan: Arc<SearchPlan>,
+    /// The self-test units handed to workers, computed once per job.
+    pub self_tests: std::sync::OnceLock<Vec<SelfTest>>,
 }
 
 /// The coordinator's state and operations.
@@ -270,6 +272,7 @@ pub fn job_context(puzzle_json: &str, order: &str) -> Result<JobCtx, FleetError>
         puzzle,
         order,
         plan,
+        self_tests: std::sync::OnceLock::new(),
     })
 }
 

@@ -112,7 +112,7 @@ impl Fleet {
         Ok(JobSpec {
             puzzle_json: job.puzzle_json,
             order: job.order_spec,
-            self_tests: self_tests(&ctx.plan),
+            self_tests: ctx.self_tests.get_or_init(|| self_tests(&ctx.plan)).clone(),
         })
     }
 
