@@ -6,7 +6,8 @@
 #   ./local-fleet.sh [PUZZLE] [extra submit flags, e.g. --units 200 --budget 100000000]
 #
 # Environment: E2FLEET_PORT (default 7733), E2FLEET_THREADS (default: all cores),
-# E2FLEET_KEEP=1 keeps the database and logs.
+# E2FLEET_KEEP=1 keeps the database and logs; E2FLEET_EXIT_WHEN_DONE=1 exits at the end
+# instead of keeping the dashboard up (the default when run from a terminal).
 set -euo pipefail
 cd "$(dirname "$0")"
 puzzle=${1:-puzzles/bench/bench-easy.json}
@@ -57,7 +58,10 @@ for _ in $(seq 1 100); do
   fi
   sleep 0.1
 done
-echo "coordinator on $E2FLEET_COORDINATOR (HTTP API: $E2FLEET_COORDINATOR/api/fleet, database $work/e2fleet.db)"
+echo "coordinator on $E2FLEET_COORDINATOR (database $work/e2fleet.db)"
+echo
+echo "  dashboard: $E2FLEET_COORDINATOR/    (open it in a browser; admin token: $E2FLEET_ADMIN_TOKEN)"
+echo
 
 job=$("$bin/e2fleet-coordinator" submit "$puzzle" "${submit_flags[@]}" --json)
 job_id=$(echo "$job" | sed -E 's/.*"job_id":"([^"]+)".*/\1/')
@@ -72,3 +76,13 @@ echo "worker started on $(nproc) cores (log: $work/worker.log)"
 echo
 echo "Two rates, never mixed: per-core = one engine thread's nodes/s (median over units);"
 echo "aggregate = nodes per wall-clock second across the whole fleet."
+# Interactive runs keep the coordinator (and so the dashboard) up until Ctrl-C;
+# scripts (no terminal, or E2FLEET_EXIT_WHEN_DONE=1) end here.
+if [ -t 1 ] && [ "${E2FLEET_EXIT_WHEN_DONE:-0}" != 1 ]; then
+  kill -TERM "$worker_pid" 2>/dev/null || true
+  wait "$worker_pid" 2>/dev/null || true
+  worker_pid=""
+  echo
+  echo "The dashboard stays up at $E2FLEET_COORDINATOR/ — press Ctrl-C to stop the coordinator."
+  wait "$coordinator_pid" || true
+fi

@@ -11,11 +11,14 @@
 //! - [`status`]: read models (job, fleet, workers) and the conservation check.
 //! - [`store`]: all SQL (SQLite through sqlx, migrations in `../migrations`).
 //! - [`service`]: the thin tonic services and the error-to-status table.
-//! - [`server`]: one port for gRPC and HTTP (`serve(listener, fleet, shutdown)`).
+//! - [`server`]: one port for gRPC and HTTP (`serve(listener, fleet, shutdown)`): the
+//!   JSON API under `/api/`, `/metrics`, and the pages of [`dashboard`].
+//! - [`dashboard`]: the operators' web pages, assets compiled into the binary.
 //!
 //! Dependencies point one way: `service` -> `fleet` -> `store`; the engine crate supplies
 //! the puzzle model, enumeration, splitting and the verifier; `e2fleet-proto` the wire.
 
+pub mod dashboard;
 pub mod fleet;
 pub mod server;
 pub mod service;

@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Path, State};
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Json, Response};
-use axum::routing::get;
+use axum::routing::{get, post};
 use e2fleet_proto::MAX_MESSAGE_BYTES;
 use e2fleet_proto::v1::operator_service_server::OperatorServiceServer;
 use e2fleet_proto::v1::worker_service_server::WorkerServiceServer;
@@ -49,6 +49,55 @@ async fn api_job(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>) -> Res
     }
 }
 
+async fn api_job_puzzle(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>) -> Response {
+    match fleet.job_puzzle(&id).await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => http_error(e),
+    }
+}
+
+/// The bearer token of a request, if any.
+fn bearer(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(axum::http::header::AUTHORIZATION)?
+        .to_str()
+        .ok()?
+        .strip_prefix("Bearer ")
+        .map(str::trim)
+}
+
+/// `POST /api/jobs/{id}/cancel` with the admin token.
+async fn api_cancel_job(
+    State(fleet): State<Arc<Fleet>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let result = match fleet.check_admin(bearer(&headers)) {
+        Ok(()) => fleet.cancel_job(&id).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(()) => Json(serde_json::json!({"job_id": id, "state": "cancelled"})).into_response(),
+        Err(e) => http_error(e),
+    }
+}
+
+/// `POST /api/hosts/{hostname}/release` with the admin token.
+async fn api_release_host(
+    State(fleet): State<Arc<Fleet>>,
+    Path(host): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    let result = match fleet.check_admin(bearer(&headers)) {
+        Ok(()) => fleet.release_host(&host).await,
+        Err(e) => Err(e),
+    };
+    match result {
+        Ok(n) => Json(serde_json::json!({"hostname": host, "workers_released": n})).into_response(),
+        Err(e) => http_error(e),
+    }
+}
+
 async fn api_fleet(State(fleet): State<Arc<Fleet>>) -> Response {
     match fleet.fleet_status().await {
         Ok(v) => Json(v).into_response(),
@@ -83,7 +132,7 @@ async fn metrics(State(fleet): State<Arc<Fleet>>) -> Response {
         "e2fleet_workers",
         "Workers by state.",
         "gauge",
-        ["online", "offline", "quarantined"]
+        ["online", "idle", "offline", "quarantined"]
             .iter()
             .map(|s| (format!("{{state=\"{s}\"}}"), num(&w[*s])))
             .collect(),
@@ -193,9 +242,13 @@ pub fn router(fleet: Arc<Fleet>) -> axum::Router {
         .route("/healthz", get(|| async { "ok" }))
         .route("/api/jobs", get(api_jobs))
         .route("/api/jobs/{id}", get(api_job))
+        .route("/api/jobs/{id}/puzzle", get(api_job_puzzle))
+        .route("/api/jobs/{id}/cancel", post(api_cancel_job))
+        .route("/api/hosts/{hostname}/release", post(api_release_host))
         .route("/api/fleet", get(api_fleet))
         .route("/api/workers", get(api_workers))
         .route("/metrics", get(metrics))
+        .merge(crate::dashboard::routes())
         .with_state(fleet);
     grpc.merge(http)
 }

@@ -68,6 +68,22 @@ impl Fleet {
         job_document(&mut c, &job, (self.clock)()).await
     }
 
+    /// What the dashboard needs to draw any board of a job: size, every piece's colours
+    /// (URDL at rotation 0), the hints and the fill order.
+    pub async fn job_puzzle(&self, job_id: &str) -> Result<Value, FleetError> {
+        let ctx = self.context(job_id).await?;
+        let p = &ctx.puzzle;
+        Ok(json!({
+            "job_id": job_id,
+            "name": p.name(),
+            "width": p.width(),
+            "height": p.height(),
+            "pieces": p.pieces(),
+            "hints": p.hints(),
+            "fill_order": ctx.order.cells(),
+        }))
+    }
+
     /// Status documents of every job.
     pub async fn list_jobs(&self) -> Result<Vec<Value>, FleetError> {
         let mut c = self.store.pool().acquire().await?;
@@ -84,22 +100,39 @@ impl Fleet {
         let lease_ms = self.config.lease.as_millis() as i64;
         let mut c = self.store.pool().acquire().await?;
         let all = workers::list(&mut c).await?;
-        let (mut online, mut offline, mut quarantined) = (0, 0, 0);
+        let (mut online, mut idle, mut offline, mut quarantined) = (0, 0, 0, 0);
         for w in &all {
-            if w.quarantined {
-                quarantined += 1;
-            } else if now - w.last_seen_ms <= 2 * lease_ms {
-                online += 1;
-            } else {
-                offline += 1;
+            match worker_state(w, now, lease_ms) {
+                "quarantined" => quarantined += 1,
+                "offline" => offline += 1,
+                "idle" => idle += 1,
+                _ => online += 1,
             }
         }
         let samples = results::rate_samples(&mut c, None, now - 3_600_000).await?;
         let (raw, verified) = results::nodes_since(&mut c, None, now - RATE_WINDOW_MS).await?;
-        let series: Vec<Value> = results::per_minute(&mut c, now - 3_600_000)
-            .await?
+        // one row per minute of the last hour: nodes received (raw / verified) and unit events
+        let mut minutes: BTreeMap<i64, [i64; 5]> = BTreeMap::new();
+        for (m, raw, verified, count) in results::per_minute(&mut c, now - 3_600_000).await? {
+            let row = minutes.entry(m).or_default();
+            (row[0], row[1], row[2]) = (raw, verified, count);
+        }
+        for (m, created, expired) in leases::per_minute(&mut c, now - 3_600_000).await? {
+            let row = minutes.entry(m).or_default();
+            (row[3], row[4]) = (created, expired);
+        }
+        let series: Vec<Value> = minutes
             .into_iter()
-            .map(|(m, raw, verified)| json!({"minute_unix_ms": m * 60_000, "raw_nodes_per_s": raw as f64 / 60.0, "verified_nodes_per_s": verified as f64 / 60.0}))
+            .map(|(m, [raw, verified, completed, leased, expired])| {
+                json!({
+                    "minute_unix_ms": m * 60_000,
+                    "raw_nodes_per_s": raw as f64 / 60.0,
+                    "verified_nodes_per_s": verified as f64 / 60.0,
+                    "units_completed": completed,
+                    "leases_created": leased,
+                    "leases_expired": expired,
+                })
+            })
             .collect();
         let (leased, expired) = leases::recent_counts(&mut c, now - 60_000).await?;
         let done_last_minute: i64 =
@@ -109,7 +142,7 @@ impl Fleet {
                 .await
                 .map_err(StoreError::from)?;
         Ok(json!({
-            "workers": {"total": all.len(), "online": online, "offline": offline, "quarantined": quarantined},
+            "workers": {"total": all.len(), "online": online, "idle": idle, "offline": offline, "quarantined": quarantined},
             "aggregate_nodes_per_s": {
                 "what": "nodes received per wall-clock second across the whole fleet, last 60 s",
                 "raw": raw as f64 / (RATE_WINDOW_MS as f64 / 1000.0),
@@ -137,21 +170,27 @@ impl Fleet {
         Ok(Value::Array(
             list.into_iter()
                 .map(|w| {
-                    let state = if w.quarantined {
-                        "quarantined"
-                    } else if now - w.last_seen_ms > 2 * lease_ms {
-                        "offline"
-                    } else if w.threads == 0 {
-                        "idle"
-                    } else {
-                        "online"
-                    };
+                    let state = worker_state(&w, now, lease_ms);
                     let mut v = serde_json::to_value(&w).expect("worker serialises");
                     v["state"] = json!(state);
                     v
                 })
                 .collect(),
         ))
+    }
+}
+
+/// A worker's state as shown everywhere: quarantined, offline (not seen for two lease
+/// periods), idle (seen, holding no lease) or online (seen, working).
+fn worker_state(w: &workers::WorkerRow, now: i64, lease_ms: i64) -> &'static str {
+    if w.quarantined {
+        "quarantined"
+    } else if now - w.last_seen_ms > 2 * lease_ms {
+        "offline"
+    } else if w.leases_held == 0 {
+        "idle"
+    } else {
+        "online"
     }
 }
 

@@ -387,6 +387,7 @@ impl Fleet {
             units_done: 0,
             errors: 0,
             quarantined: false,
+            leases_held: 0,
         };
         workers::upsert(&mut tx, &row).await?;
         tx.commit().await?;

@@ -108,6 +108,23 @@ pub async fn recent_counts(
     Ok((created, expired))
 }
 
+/// Leases created and leases expired per minute since `since_ms`: (minute, created, expired).
+pub async fn per_minute(
+    c: &mut SqliteConnection,
+    since_ms: i64,
+) -> Result<Vec<(i64, i64, i64)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT m, SUM(created), SUM(expired) FROM ( \
+           SELECT created_ms / 60000 AS m, 1 AS created, 0 AS expired FROM leases WHERE created_ms >= ?1 \
+           UNION ALL \
+           SELECT deadline_ms / 60000, 0, 1 FROM leases WHERE state = 'expired' AND deadline_ms >= ?1) \
+         GROUP BY m ORDER BY m",
+    )
+    .bind(since_ms)
+    .fetch_all(c)
+    .await?)
+}
+
 /// When the first unit of a job was leased (work started), if any was.
 pub async fn first_for_job(
     c: &mut SqliteConnection,

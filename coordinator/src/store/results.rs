@@ -179,9 +179,9 @@ pub async fn nodes_since(
 pub async fn per_minute(
     c: &mut SqliteConnection,
     since_ms: i64,
-) -> Result<Vec<(i64, i64, i64)>, StoreError> {
+) -> Result<Vec<(i64, i64, i64, i64)>, StoreError> {
     Ok(sqlx::query_as(
-        "SELECT received_ms / 60000, SUM(committed), SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END) \
+        "SELECT received_ms / 60000, SUM(committed), SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END), COUNT(*) \
          FROM results WHERE received_ms >= ? GROUP BY received_ms / 60000 ORDER BY 1",
     )
     .bind(since_ms)

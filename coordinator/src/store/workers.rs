@@ -29,6 +29,9 @@ pub struct WorkerRow {
     pub units_done: i64,
     pub errors: i64,
     pub quarantined: bool,
+    /// Active leases held (filled by [`list`] only).
+    #[sqlx(default)]
+    pub leases_held: i64,
 }
 
 /// Inserts or replaces a worker (a re-registration keeps the id and the error record).
@@ -78,7 +81,10 @@ pub async fn get(c: &mut SqliteConnection, id: &str) -> Result<Option<WorkerRow>
 /// All workers.
 pub async fn list(c: &mut SqliteConnection) -> Result<Vec<WorkerRow>, StoreError> {
     Ok(
-        sqlx::query_as("SELECT * FROM workers ORDER BY hostname, id")
+        sqlx::query_as(
+            "SELECT w.*, (SELECT COUNT(*) FROM leases l WHERE l.worker_id = w.id AND l.state = 'active') AS leases_held \
+             FROM workers w ORDER BY hostname, id",
+        )
             .fetch_all(c)
             .await?,
     )

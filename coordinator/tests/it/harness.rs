@@ -96,12 +96,34 @@ impl Coordinator {
         budget: u64,
         replicas: u32,
     ) -> String {
+        let name = load_file(&puzzle_path(puzzle), &LoadOptions::default())
+            .unwrap()
+            .name()
+            .to_string();
+        self.submit_full(puzzle, &name, split_depth, budget, replicas)
+            .await
+    }
+
+    /// A job on `puzzle` under another name (split depth 3, no budget, one replica).
+    #[allow(dead_code)]
+    pub async fn submit_named(&self, puzzle: &str, name: &str) -> String {
+        self.submit_full(puzzle, name, 3, 0, 1).await
+    }
+
+    async fn submit_full(
+        &self,
+        puzzle: &str,
+        name: &str,
+        split_depth: u32,
+        budget: u64,
+        replicas: u32,
+    ) -> String {
         let p = load_file(&puzzle_path(puzzle), &LoadOptions::default()).unwrap();
         let r = self
             .operator()
             .await
             .submit_job(admin(v1::SubmitJobRequest {
-                name: p.name().into(),
+                name: name.into(),
                 puzzle_json: to_site_json(&p),
                 order: "row-major".into(),
                 split_depth,

@@ -44,6 +44,44 @@ async fn get(url: &str, path: &str) -> (u16, String) {
     (status, body)
 }
 
+/// A plain HTTP/1.1 GET; returns the whole response, headers included.
+async fn raw_get(url: &str, path: &str) -> String {
+    let addr = url.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    s.write_all(
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    String::from_utf8_lossy(&raw).into_owned()
+}
+
+/// A plain HTTP/1.1 POST with an optional bearer token; returns (status, body).
+async fn post(url: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let addr = url.trim_start_matches("http://");
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    s.write_all(
+        format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Length: 0\r\nConnection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).await.unwrap();
+    let text = String::from_utf8_lossy(&raw).into_owned();
+    let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_answers_with_a_running_job() {
     let dir = tempfile::tempdir().unwrap();
@@ -77,7 +115,20 @@ async fn every_endpoint_answers_with_a_running_job() {
     let (status, body) = get(&c.url, "/api/fleet").await;
     assert_eq!(status, 200);
     let fleet: serde_json::Value = serde_json::from_str(&body).unwrap();
-    assert_eq!(fleet["workers"]["online"], 1);
+    // the worker holds no lease between rounds: seen, but idle
+    assert_eq!(fleet["workers"]["idle"], 1);
+    assert_eq!(fleet["workers"]["online"], 0);
+    let series = fleet["aggregate_series"].as_array().unwrap();
+    assert!(
+        series
+            .iter()
+            .any(|m| m["units_completed"].as_i64().unwrap() > 0)
+    );
+    assert!(
+        series
+            .iter()
+            .any(|m| m["leases_created"].as_i64().unwrap() > 0)
+    );
     assert!(fleet["aggregate_nodes_per_s"]["verified"].as_f64().unwrap() > 0.0);
     assert!(fleet["per_core_nodes_per_s"].get("overall").is_some());
 
@@ -93,7 +144,7 @@ async fn every_endpoint_answers_with_a_running_job() {
     let (status, body) = get(&c.url, "/metrics").await;
     assert_eq!(status, 200);
     for name in [
-        "e2fleet_workers{state=\"online\"} 1",
+        "e2fleet_workers{state=\"idle\"} 1",
         "e2fleet_aggregate_nodes_per_second{kind=\"verified\"}",
         "e2fleet_per_core_nodes_per_second{group=\"all\"}",
         "e2fleet_units_last_minute{event=\"completed\"}",
@@ -102,5 +153,52 @@ async fn every_endpoint_answers_with_a_running_job() {
     ] {
         assert!(body.contains(name), "missing {name} in\n{body}");
     }
+
+    // what the dashboard draws boards with
+    let (status, body) = get(&c.url, &format!("/api/jobs/{job}/puzzle")).await;
+    assert_eq!(status, 200);
+    let puzzle: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (puzzle["width"].as_u64(), puzzle["height"].as_u64()),
+        (Some(5), Some(5))
+    );
+    assert_eq!(puzzle["pieces"].as_array().unwrap().len(), 25);
+    assert_eq!(puzzle["pieces"][0].as_array().unwrap().len(), 4);
+    assert_eq!(puzzle["fill_order"].as_array().unwrap().len(), 25);
+
+    // the dashboard pages and assets, with a script policy that forbids inline script
+    for path in ["/", "/jobs", &format!("/jobs/{job}"), "/workers"] {
+        let (status, body) = get(&c.url, path).await;
+        assert_eq!(status, 200, "{path}");
+        assert!(body.contains("<script src=\"/assets/app.js\""), "{path}");
+    }
+    let csp = raw_get(&c.url, "/").await;
+    assert!(
+        csp.to_ascii_lowercase()
+            .contains("content-security-policy: default-src 'none'; script-src 'self'"),
+        "{csp}"
+    );
+    for asset in ["/assets/app.js", "/assets/style.css", "/assets/favicon.svg"] {
+        let (status, body) = get(&c.url, asset).await;
+        assert_eq!(status, 200, "{asset}");
+        assert!(body.len() > 100, "{asset}");
+    }
+
+    // actions need the admin token
+    let cancel = format!("/api/jobs/{job}/cancel");
+    assert_eq!(post(&c.url, &cancel, None).await.0, 401);
+    assert_eq!(post(&c.url, &cancel, Some("wrong")).await.0, 401);
+    assert_eq!(
+        post(&c.url, "/api/hosts/api-host/release", None).await.0,
+        401
+    );
+    let (status, body) = post(&c.url, "/api/hosts/api-host/release", Some(ADMIN)).await;
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"workers_released\":"), "{body}");
+    let (status, body) = post(&c.url, &cancel, Some(ADMIN)).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(c.job(&job).await["state"], "cancelled");
+    let (status, body) = post(&c.url, &cancel, Some(ADMIN)).await;
+    assert_eq!(status, 409, "cancelling twice is a conflict: {body}");
     c.stop().await;
 }

@@ -1,0 +1,524 @@
+// e2fleet dashboard. No framework, no build step: the coordinator serves this file as is.
+//
+// Rules kept throughout:
+// - Text from the API is only ever set with textContent / attributes, never as HTML.
+// - Exact counts stay exact: integers beyond 2^53 are parsed as BigInt (see parseJson).
+// - The two speeds are never merged: "per-core" is one engine thread (median over
+//   results), "aggregate" is the whole fleet per wall-clock second.
+"use strict";
+
+const REFRESH_MS = 2000;
+const SVG_NS = "http://www.w3.org/2000/svg";
+
+// ------------------------------------------------------------------ errors, for tests too
+
+const jsErrors = [];
+function recordError(msg) {
+  jsErrors.push(String(msg));
+  const pre = document.getElementById("js-errors");
+  if (pre) {
+    pre.hidden = false;
+    pre.textContent = jsErrors.join("\n");
+  }
+}
+window.addEventListener("error", (e) => recordError(e.message || e));
+document.addEventListener("securitypolicyviolation", (e) => recordError("CSP violation: " + e.violatedDirective + " " + e.blockedURI));
+window.addEventListener("unhandledrejection", (e) => recordError(e.reason && e.reason.stack ? e.reason.stack : e.reason));
+
+// ------------------------------------------------------------------ small helpers
+
+// el("div", {class: "x"}, child, "text", ...): children are nodes or strings (as text).
+function el(tag, attrs, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === undefined || v === null || v === false) continue;
+    if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v === true ? "" : String(v));
+  }
+  append(node, children);
+  return node;
+}
+
+function svg(tag, attrs, ...children) {
+  const node = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v !== undefined && v !== null) node.setAttribute(k, String(v));
+  }
+  append(node, children);
+  return node;
+}
+
+function append(node, children) {
+  for (const c of children.flat()) {
+    if (c === undefined || c === null || c === false) continue;
+    node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+}
+
+// JSON with exact integers: numbers that are not safe integers come back as BigInt.
+function parseJson(text) {
+  return JSON.parse(text, (key, value, ctx) => {
+    if (typeof value === "number" && Number.isInteger(value) && !Number.isSafeInteger(value) &&
+        ctx && /^-?\d+$/.test(ctx.source)) {
+      return BigInt(ctx.source);
+    }
+    return value;
+  });
+}
+
+async function api(path, options) {
+  let res;
+  try {
+    res = await fetch(path, Object.assign({ headers: { Accept: "application/json" } }, options || {}));
+  } catch (e) {
+    const err = new Error("coordinator unreachable: " + e.message);
+    err.network = true;
+    throw err;
+  }
+  const text = await res.text();
+  let body = null;
+  try { body = text ? parseJson(text) : null; } catch (_) { body = { error: text }; }
+  if (!res.ok) {
+    const err = new Error((body && body.error) || res.status + " " + res.statusText);
+    err.status = res.status;
+    throw err;
+  }
+  return body;
+}
+
+const intFmt = new Intl.NumberFormat("en-US");
+// An exact count with separators (BigInt or Number).
+function exact(n) {
+  if (n === null || n === undefined) return "–";
+  return typeof n === "bigint" ? n.toLocaleString("en-US") : intFmt.format(n);
+}
+
+// A rate in placements (nodes) per second, with an SI prefix.
+function rate(v) {
+  if (v === null || v === undefined || !isFinite(Number(v))) return "–";
+  v = Number(v);
+  const units = [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]];
+  for (const [scale, p] of units) {
+    if (Math.abs(v) >= scale) return (v / scale).toFixed(v / scale >= 100 ? 0 : 1) + " " + p + "/s";
+  }
+  return v.toFixed(0) + " /s";
+}
+
+function compact(v) {
+  v = Number(v);
+  for (const [scale, p] of [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]]) {
+    if (Math.abs(v) >= scale) return (v / scale).toFixed(v / scale >= 100 ? 0 : 1) + p;
+  }
+  return String(Math.round(v));
+}
+
+function ago(ms) {
+  if (!ms) return "never";
+  const s = Math.max(0, Math.round((Date.now() - Number(ms)) / 1000));
+  if (s < 60) return s + " s ago";
+  if (s < 3600) return Math.round(s / 60) + " min ago";
+  if (s < 86400) return Math.round(s / 3600) + " h ago";
+  return Math.round(s / 86400) + " d ago";
+}
+
+function when(ms) {
+  return ms ? new Date(Number(ms)).toISOString().replace("T", " ").slice(0, 19) + " UTC" : "–";
+}
+
+function badge(state) {
+  return el("span", { class: "badge badge-" + String(state).toLowerCase() }, state);
+}
+
+function card(label, value, sub, attrs) {
+  return el("div", Object.assign({ class: "card" }, attrs || {}),
+    el("div", { class: "card-label" }, label),
+    el("div", { class: "card-value" }, value),
+    sub ? el("div", { class: "card-sub" }, sub) : null);
+}
+
+function section(title, ...children) {
+  return el("section", { class: "panel" }, el("h2", {}, title), ...children);
+}
+
+function table(headers, rows, empty) {
+  if (!rows.length) return el("p", { class: "muted" }, empty || "Nothing yet.");
+  return el("div", { class: "table-wrap" }, el("table", {},
+    el("thead", {}, el("tr", {}, headers.map((h) => el("th", {}, h)))),
+    el("tbody", {}, rows.map((r) => el("tr", {}, r.map((c) => c instanceof Node ? el("td", {}, c) : el("td", {}, c)))))));
+}
+
+function progressBar(done, total) {
+  const pct = total > 0 ? (100 * done) / total : 0;
+  const fill = el("div", { class: "bar-fill" });
+  fill.style.width = pct.toFixed(2) + "%";
+  return el("div", { class: "bar", title: pct.toFixed(1) + "%" }, fill);
+}
+
+// ------------------------------------------------------------------ admin token
+
+function adminToken() { return sessionStorage.getItem("e2fleet-admin-token") || ""; }
+
+function refreshAdminButton() {
+  const b = document.getElementById("admin-button");
+  b.textContent = adminToken() ? "Admin: on (forget)" : "Admin token";
+  b.classList.toggle("on", !!adminToken());
+}
+
+function setupAdmin() {
+  const b = document.getElementById("admin-button");
+  b.addEventListener("click", () => {
+    if (adminToken()) {
+      sessionStorage.removeItem("e2fleet-admin-token");
+    } else {
+      const t = window.prompt("Admin token (E2FLEET_ADMIN_TOKEN). Kept for this tab only.");
+      if (t) sessionStorage.setItem("e2fleet-admin-token", t.trim());
+    }
+    refreshAdminButton();
+    refresh();
+  });
+  refreshAdminButton();
+}
+
+async function adminAction(path, confirmText) {
+  if (!adminToken()) {
+    window.alert("This action needs the admin token: use the “Admin token” button first.");
+    return;
+  }
+  if (!window.confirm(confirmText)) return;
+  try {
+    await api(path, { method: "POST", headers: { Authorization: "Bearer " + adminToken() } });
+  } catch (e) {
+    window.alert("Refused: " + e.message);
+  }
+  refresh();
+}
+
+// ------------------------------------------------------------------ charts (SVG)
+
+// A line chart of series [{name, cls, points: [[x_ms, y]]}] over time.
+function lineChart(series, opts) {
+  const W = 640, H = 200, L = 56, R = 10, T = 10, B = 26;
+  const all = series.flatMap((s) => s.points);
+  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": opts.label });
+  if (!all.length) {
+    root.append(svg("text", { x: W / 2, y: H / 2, "text-anchor": "middle", class: "chart-empty" }, "no data in the last hour yet"));
+    return root;
+  }
+  // from the first data (at least the last 10 minutes, at most the last hour) to now
+  const now = Date.now();
+  const first = Math.min(...all.map((p) => p[0]));
+  const x0 = Math.max(now - 3600e3, Math.min(now - 600e3, first - 60e3)), x1 = Math.max(now, ...all.map((p) => p[0]));
+  const yMax = Math.max(1, ...all.map((p) => p[1])) * 1.1;
+  const sx = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - R);
+  const sy = (y) => T + (1 - y / yMax) * (H - T - B);
+  for (let i = 0; i <= 4; i++) {
+    const y = (yMax * i) / 4;
+    root.append(svg("line", { x1: L, x2: W - R, y1: sy(y), y2: sy(y), class: "grid" }));
+    root.append(svg("text", { x: L - 6, y: sy(y) + 4, "text-anchor": "end", class: "axis" }, opts.fmt(y)));
+  }
+  const span = (x1 - x0) / 60e3, tick = span > 30 ? 15 : span > 12 ? 5 : 2;
+  for (let m = 0; m <= span; m += tick) {
+    const x = now - m * 60e3;
+    root.append(svg("text", { x: sx(x), y: H - 8, "text-anchor": "middle", class: "axis" }, m === 0 ? "now" : `-${m} min`));
+  }
+  for (const s of series) {
+    if (!s.points.length) continue;
+    const d = s.points.map((p, i) => (i ? "L" : "M") + sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1)).join(" ");
+    root.append(svg("path", { d, class: "line " + s.cls }));
+    for (const p of s.points) root.append(svg("circle", { cx: sx(p[0]), cy: sy(p[1]), r: 2.5, class: "dot " + s.cls },
+      svg("title", {}, `${s.name}: ${opts.fmt(p[1])} (minute of ${new Date(p[0]).toLocaleTimeString()})`)));
+  }
+  return root;
+}
+
+function legend(series) {
+  return el("div", { class: "legend" }, series.map((s) => el("span", { class: "key " + s.cls }, s.name)));
+}
+
+// Bars of nodes per depth, log scale (the profile spans many orders of magnitude).
+function depthChart(counts) {
+  const W = 640, H = 220, L = 56, R = 10, T = 10, B = 26;
+  const n = counts.length;
+  const vals = counts.map((c) => Number(c));
+  const maxLog = Math.max(1, ...vals.map((v) => (v > 0 ? Math.log10(v) : 0)));
+  const root = svg("svg", { viewBox: `0 0 ${W} ${H}`, class: "chart", role: "img", "aria-label": "nodes per depth" });
+  const bw = (W - L - R) / Math.max(1, n);
+  const sy = (lg) => T + (1 - lg / Math.ceil(maxLog)) * (H - T - B);
+  for (let e = 0; e <= Math.ceil(maxLog); e += Math.max(1, Math.ceil(maxLog / 5))) {
+    root.append(svg("line", { x1: L, x2: W - R, y1: sy(e), y2: sy(e), class: "grid" }));
+    root.append(svg("text", { x: L - 6, y: sy(e) + 4, "text-anchor": "end", class: "axis" }, e === 0 ? "1" : "1e" + e));
+  }
+  counts.forEach((c, i) => {
+    const v = Number(c);
+    if (v <= 0) return;
+    const lg = Math.log10(v) + 0.02;
+    root.append(svg("rect", { x: L + i * bw + bw * 0.1, width: Math.max(1, bw * 0.8), y: sy(lg), height: sy(0) - sy(lg), class: "depth-bar" },
+      svg("title", {}, `depth ${i + 1}: ${exact(c)} nodes`)));
+  });
+  const step = Math.max(1, Math.ceil(n / 16));
+  for (let i = 0; i < n; i += step) {
+    root.append(svg("text", { x: L + (i + 0.5) * bw, y: H - 8, "text-anchor": "middle", class: "axis" }, String(i + 1)));
+  }
+  return root;
+}
+
+// ------------------------------------------------------------------ boards (SVG)
+
+// Edge colours: 0 is the grey rim; others get a fixed palette, then golden-angle hues.
+const PALETTE = ["#5b5f66", "#e05252", "#3d7be8", "#e8a33d", "#3dbf7a", "#a05be0", "#e05ba8", "#33b8c9",
+  "#c9c233", "#8a5a2b", "#1f4f99", "#9c1f1f", "#2b8a52", "#f08a5d", "#6b6bd6", "#b8e05b",
+  "#5be0d0", "#d68a6b", "#4a4a8a", "#d6b86b", "#8ad66b", "#d66bd0", "#6b8ad6"];
+function colourOf(c) {
+  if (c < PALETTE.length) return PALETTE[c];
+  return `hsl(${(c * 137.508) % 360}, 62%, 52%)`;
+}
+
+// The colours a piece shows when turned `rot` clockwise quarter turns (engine/src/model.rs):
+// placed side s shows piece[(s - rot) mod 4], sides URDL.
+function shown(piece, rot) {
+  return [0, 1, 2, 3].map((s) => piece[(s - rot + 4) % 4]);
+}
+
+// Draws `placements` ([{pos, piece, rot}]) on the puzzle's grid; hints are outlined.
+function board(puzzle, placements, caption) {
+  const S = 32, w = puzzle.width, h = puzzle.height;
+  const hintCells = new Set(puzzle.hints.map((p) => p.pos));
+  const byCell = new Map();
+  for (const p of puzzle.hints) byCell.set(p.pos, p);
+  for (const p of placements) byCell.set(p.pos, p);
+  const root = svg("svg", {
+    viewBox: `-1 -1 ${w * S + 2} ${h * S + 2}`, class: "board", role: "img",
+    "aria-label": caption, "data-cells": w * h, "data-placed": byCell.size,
+  });
+  for (let pos = 0; pos < w * h; pos++) {
+    const x = (pos % w) * S, y = Math.floor(pos / w) * S;
+    const p = byCell.get(pos);
+    const g = svg("g", { class: p ? "cell placed" : "cell", transform: `translate(${x},${y})` });
+    if (!p) {
+      g.append(svg("rect", { width: S, height: S, class: "empty" }));
+    } else {
+      const cols = shown(puzzle.pieces[p.piece], p.rot);
+      const tri = [[0, 0, S, 0], [S, 0, S, S], [S, S, 0, S], [0, S, 0, 0]];
+      tri.forEach(([ax, ay, bx, by], side) => {
+        g.append(svg("polygon", { points: `${ax},${ay} ${bx},${by} ${S / 2},${S / 2}`, fill: colourOf(cols[side]), class: "edge" }));
+      });
+      g.append(svg("title", {}, `cell ${pos} (x ${pos % w}, y ${Math.floor(pos / w)}): piece ${p.piece}, rotation ${p.rot}` +
+        (hintCells.has(pos) ? " — hint" : "")));
+      if (hintCells.has(pos)) g.append(svg("rect", { x: 1.5, y: 1.5, width: S - 3, height: S - 3, class: "hint" }));
+    }
+    root.append(g);
+  }
+  return el("figure", { class: "board-fig" }, root, el("figcaption", {}, caption));
+}
+
+// ------------------------------------------------------------------ pages
+
+let current = null; // {render: async fn, key}
+
+function setLive(ok, text) {
+  const live = document.getElementById("live");
+  live.textContent = text;
+  live.classList.toggle("down", !ok);
+}
+
+function jobsTable(jobs) {
+  return table(["Job", "State", "Progress (units)", "Nodes counted (exact)", "Solutions", "Conservation", "Created"],
+    jobs.map((j) => {
+      const u = j.units;
+      const total = Number(u.open) + Number(u.leased) + Number(u.done);
+      return [
+        el("a", { href: "/jobs/" + encodeURIComponent(j.job_id) }, j.name || j.job_id),
+        badge(j.state),
+        el("div", { class: "progress-cell" }, progressBar(Number(u.done), total), el("span", { class: "num" }, `${exact(u.done)} / ${exact(total)}`)),
+        el("span", { class: "num" }, exact(j.nodes_total)),
+        el("span", { class: "num" }, exact(j.solutions_count)),
+        conservationText(j),
+        when(j.created_ms),
+      ];
+    }), "No jobs yet. Submit one with: e2fleet-coordinator submit PUZZLE");
+}
+
+function conservationText(j) {
+  if (j.conservation_ok === true) return el("span", { class: "ok" }, "holds");
+  if (j.conservation_ok === false) return el("span", { class: "bad" }, "BROKEN");
+  return el("span", { class: "muted" }, j.state === "running" ? "checked at completion" : "not checked");
+}
+
+function perCoreTable(groups, what) {
+  return table([what, "Results", "Per-core median"],
+    (groups || []).map((g) => [g.key || "(unknown)", exact(g.results), el("span", { class: "num" }, rate(g.median_nodes_per_s))]),
+    "No accepted results in the last hour.");
+}
+
+async function fleetPage() {
+  const [fleet, jobs] = await Promise.all([api("/api/fleet"), api("/api/jobs")]);
+  const agg = fleet.aggregate_nodes_per_s, pc = fleet.per_core_nodes_per_s, w = fleet.workers, u = fleet.units_last_minute;
+  const series = fleet.aggregate_series || [];
+  const rateSeries = [
+    { name: "verified nodes/s", cls: "s-verified", points: series.map((m) => [Number(m.minute_unix_ms) + 30e3, m.verified_nodes_per_s]) },
+    { name: "raw nodes/s (all reports)", cls: "s-raw", points: series.map((m) => [Number(m.minute_unix_ms) + 30e3, m.raw_nodes_per_s]) },
+  ];
+  const unitSeries = [
+    { name: "completed", cls: "s-verified", points: series.map((m) => [Number(m.minute_unix_ms) + 30e3, m.units_completed]) },
+    { name: "leased", cls: "s-raw", points: series.map((m) => [Number(m.minute_unix_ms) + 30e3, m.leases_created]) },
+    { name: "expired", cls: "s-bad", points: series.map((m) => [Number(m.minute_unix_ms) + 30e3, m.leases_expired]) },
+  ];
+  return [
+    el("h1", {}, "Fleet"),
+    el("div", { class: "cards" },
+      card("Aggregate fleet speed", rate(agg.verified),
+        `all machines together, verified nodes per wall-clock second (last 60 s); raw ${rate(agg.raw)}`,
+        { id: "aggregate-rate", "data-value": agg.verified }),
+      card("Per-core speed", rate(pc.overall),
+        "one engine thread: median of nodes / engine second over results of the last hour",
+        { id: "per-core-rate", "data-value": pc.overall }),
+      card("Workers", `${exact(w.online)} online`,
+        `${exact(w.idle || 0)} idle · ${exact(w.offline)} offline · ${exact(w.quarantined)} quarantined`, { id: "workers-card" }),
+      card("Units, last minute", `${exact(u.completed)} completed`, `${exact(u.leased)} leased · ${exact(u.expired)} leases expired`),
+      card("Wrong results", exact(fleet.wrong_results), "results outvoted or failing verification (all time)",
+        { class: fleet.wrong_results > 0 ? "card warn" : "card" })),
+    el("div", { class: "grid2" },
+      section("Aggregate fleet placements/s, per minute (last hour)",
+        lineChart(rateSeries, { label: "aggregate fleet placements per second", fmt: compact }), legend(rateSeries),
+        el("p", { class: "note" }, "Nodes received from all workers per wall-clock second. Not a per-core figure.")),
+      section("Units per minute (last hour)",
+        lineChart(unitSeries, { label: "units per minute", fmt: (v) => String(Math.round(v)) }), legend(unitSeries))),
+    el("div", { class: "grid2" },
+      section("Per-core placements/s by CPU model", perCoreTable(pc.by_cpu_model, "CPU model"),
+        el("p", { class: "note" }, "How fast one engine thread walks on that CPU: the median over results of committed nodes / engine seconds.")),
+      section("Per-core placements/s by engine kind", perCoreTable(pc.by_engine_kind, "Engine kind"))),
+    section("Jobs", jobsTable(jobs)),
+  ];
+}
+
+async function jobsPage() {
+  const jobs = await api("/api/jobs");
+  return [el("h1", {}, "Jobs"), section("All jobs", jobsTable(jobs))];
+}
+
+const puzzleCache = new Map();
+let shownSolution = 0;
+
+async function jobPage(id) {
+  const job = await api("/api/jobs/" + encodeURIComponent(id));
+  if (!puzzleCache.has(id)) puzzleCache.set(id, await api("/api/jobs/" + encodeURIComponent(id) + "/puzzle"));
+  const puzzle = puzzleCache.get(id);
+  const u = job.units;
+  const total = Number(u.open) + Number(u.leased) + Number(u.done);
+  const sols = job.solutions || [];
+  if (shownSolution >= sols.length) shownSolution = 0;
+  const est = job.estimate;
+  const actions = job.state === "running"
+    ? el("button", { type: "button", class: "danger", onclick: () => adminAction("/api/jobs/" + encodeURIComponent(id) + "/cancel", `Cancel job “${job.name}”? Held leases are told to stop.`) }, "Cancel job")
+    : null;
+  const boards = [];
+  // a deepest board that is a full solution is already shown as one
+  if (!(sols.length && Number(job.deepest.depth) === Number(job.depths))) boards.push(board(puzzle, job.deepest.board || [],
+    `Deepest board: depth ${exact(job.deepest.depth)} of ${exact(job.depths)} free cells` + (puzzle.hints.length ? `, ${puzzle.hints.length} hint(s) outlined` : "")));
+  if (sols.length) {
+    const pick = el("div", { class: "solution-pick" }, "Solution ",
+      sols.map((_, i) => el("button", { type: "button", class: i === shownSolution ? "small on" : "small", onclick: () => { shownSolution = i; refresh(); } }, String(i + 1))));
+    boards.push(el("div", {}, board(puzzle, sols[shownSolution], `Solution ${shownSolution + 1} of ${exact(job.solutions_count)} found`), pick));
+  }
+  return [
+    el("div", { class: "title-row" },
+      el("h1", {}, job.name || job.job_id, " ", badge(job.state)), actions),
+    el("p", { class: "muted" }, `Job ${job.job_id} · ${puzzle.width}×${puzzle.height} · order ${job.order} · split depth ${job.split_depth} · budget ${job.budget ? exact(job.budget) + " nodes/run" : "none"} · ` +
+      (job.replicas > 1 ? `${job.replicas} replicas per unit` : job.spot_check > 0 ? `spot check ${(job.spot_check * 100).toFixed(0)}%` : "no cross-check") +
+      ` · submitted ${when(job.created_ms)}` + (job.finished_ms ? ` · finished ${when(job.finished_ms)}` : "")),
+    el("div", { class: "cards" },
+      card("Nodes counted (exact)", exact(job.nodes_total),
+        `enumeration ${exact(job.enumeration_nodes)} + splits ${exact(job.split_nodes)} + units ${exact(job.unit_nodes)}`,
+        { id: "nodes-total", "data-value": String(job.nodes_total) }),
+      card("Units", `${exact(u.done)} / ${exact(total)} done`, `${exact(u.open)} open · ${exact(u.leased)} leased`, { id: "units-card", "data-done": u.done }),
+      card("Solutions", exact(job.solutions_count), sols.length < Number(job.solutions_count) ? `first ${sols.length} shown` : null),
+      card("Conservation", job.conservation_ok === null || job.conservation_ok === undefined ? (job.state === "running" ? "pending" : "not checked") : conservationText(job),
+        "enumeration + accepted unit nodes = total, per depth; recomputed from stored results at completion"),
+      card("Per-core speed", rate(job.per_core_nodes_per_s), "one engine thread, median over this job's results", { id: "per-core-rate", "data-value": job.per_core_nodes_per_s }),
+      card("Aggregate speed", rate(job.aggregate_nodes_per_s), `this job, whole fleet, verified per wall-clock second (raw ${rate(job.aggregate_raw_nodes_per_s)})`,
+        { id: "aggregate-rate", "data-value": job.aggregate_nodes_per_s })),
+    section("Progress", progressBar(Number(u.done), total),
+      el("p", {}, est ? `Estimated remaining: about ${compact(est.remaining_nodes)} nodes. How: ${est.how}.` :
+        job.state === "running" ? "No estimate yet: it needs finished units." : "Nothing remains.")),
+    el("div", { class: "grid2" },
+      section("Boards", el("div", { class: "boards" }, boards)),
+      section("Nodes per depth (log scale)", depthChart(job.nodes_by_depth || []),
+        el("p", { class: "note" }, "Exact counts on hover. Depth k is the k-th free cell in the fill order."))),
+    section("Results by verdict and engine", table(["Verdict", "Engine kind", "Engine build", "Results", "Nodes"],
+      (job.results || []).map((r) => [badge(r.verdict), r.engine_kind, el("code", {}, r.engine_build), exact(r.results), el("span", { class: "num" }, exact(r.nodes))]),
+      "No results yet.")),
+  ];
+}
+
+async function workersPage() {
+  const workers = await api("/api/workers");
+  const rows = workers.map((w) => [
+    el("span", { class: "host" }, w.hostname),
+    badge(w.state),
+    w.cpu_model,
+    exact(w.cores),
+    `${w.arch} / ${w.os}`,
+    el("code", {}, w.rustc_version),
+    el("span", {}, w.engine_kind || "–", " ", el("code", {}, w.engine_build || "")),
+    el("span", { class: "num" }, rate(w.per_core_rate)),
+    exact(w.threads),
+    exact(w.units_done),
+    el("span", { class: w.errors > 0 ? "bad" : "" }, exact(w.errors)),
+    el("span", { title: when(w.last_seen_ms) }, ago(w.last_seen_ms)),
+    w.quarantined
+      ? el("button", { type: "button", class: "small", onclick: () => adminAction("/api/hosts/" + encodeURIComponent(w.hostname) + "/release", `Release host “${w.hostname}” from quarantine?`) }, "Release host")
+      : "",
+  ]);
+  return [
+    el("h1", {}, "Workers"),
+    section(`${workers.length} registered`,
+      table(["Host", "State", "CPU", "Cores", "Arch / OS", "rustc", "Engine", "Per-core", "Threads", "Units done", "Errors", "Last seen", ""], rows,
+        "No worker has registered yet. Start one with: e2fleet-worker run --coordinator URL --token TOKEN"),
+      el("p", { class: "note" }, "Per-core is the worker's own engine-thread speed (its last heartbeat). A quarantined host gets no leases until an operator releases it.")),
+  ];
+}
+
+function route() {
+  const path = location.pathname;
+  let m;
+  if ((m = path.match(/^\/jobs\/([^/]+)$/))) return { nav: "jobs", key: "job", render: () => jobPage(decodeURIComponent(m[1])) };
+  if (path === "/jobs") return { nav: "jobs", key: "jobs", render: jobsPage };
+  if (path === "/workers") return { nav: "workers", key: "workers", render: workersPage };
+  return { nav: "fleet", key: "fleet", render: fleetPage };
+}
+
+let inFlight = false;
+async function refresh() {
+  if (inFlight || !current) return;
+  inFlight = true;
+  try {
+    const content = await current.render();
+    const main = document.getElementById("main");
+    const scroll = window.scrollY;
+    main.replaceChildren(...content);
+    window.scrollTo(0, scroll);
+    document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
+    setLive(true, "live · " + new Date().toLocaleTimeString());
+  } catch (e) {
+    if (e.network) {
+      setLive(false, "coordinator unreachable — retrying");
+    } else if (e.status) {
+      document.getElementById("main").replaceChildren(el("h1", {}, e.status === 404 ? "Not found" : "Error " + e.status), el("p", {}, e.message));
+      setLive(true, "live");
+    } else {
+      recordError(e.stack || e);
+    }
+  } finally {
+    inFlight = false;
+  }
+}
+
+function start() {
+  current = route();
+  for (const a of document.querySelectorAll("[data-nav]")) a.classList.toggle("active", a.dataset.nav === current.nav);
+  setupAdmin();
+  refresh();
+  setInterval(refresh, REFRESH_MS);
+}
+
+document.addEventListener("DOMContentLoaded", start);
