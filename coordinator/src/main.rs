@@ -177,8 +177,15 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let addr = listener.local_addr()?;
     info!(%addr, db = %args.db.display(), "coordinator listening");
     println!("coordinator listening on http://{addr} (dashboard API at http://{addr}/api/fleet)");
+    // SIGINT (Ctrl-C) or SIGTERM (systemd, docker, Kubernetes): stop accepting, finish
+    // the requests in flight; every write is a committed transaction either way
     let shutdown = async {
-        let _ = tokio::signal::ctrl_c().await;
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
         info!("shutting down");
     };
     e2fleet_coordinator::server::serve(listener, fleet, shutdown).await?;

@@ -352,7 +352,20 @@ fn run_unit(
 }
 
 /// Serves units on stdin/stdout until stdin closes or `quit`.
+unsafe extern "C" {
+    fn signal(signum: i32, handler: usize) -> usize;
+}
+
 pub fn serve(program: &'static Program) {
+    // The worker owns this process: it stops units with a `stop` line and ends it by
+    // closing stdin. Ignore SIGINT (a terminal's Ctrl-C reaches the whole process group)
+    // and SIGTERM (systemd, Slurm and HTCondor signal every process of a service or job),
+    // so a stopping worker can still collect each engine's exact cursor.
+    // SIG_IGN = 1; SIGINT = 2 and SIGTERM = 15 on Linux, macOS and the BSDs.
+    unsafe {
+        signal(2, 1);
+        signal(15, 1);
+    }
     let mut st = Box::new(St {
         left: 0,
         deepest: 0,
@@ -389,8 +402,9 @@ pub fn serve(program: &'static Program) {
             QUEUE.lock().unwrap().0.push_back(line);
             READY.notify_one();
         }
-        QUEUE.lock().unwrap().1 = true;
-        READY.notify_one();
+        // stdin closed: the worker is gone (or dropped us); nobody will read a result,
+        // so do not finish the unit (an orphan would burn a core until its budget ran out)
+        std::process::exit(0);
     });
     loop {
         let line = {

@@ -38,6 +38,10 @@ use tonic::{Code, Request, Status};
 use tracing::{error, info, warn};
 
 use crate::engine_args::{EngineArgs, EngineFactory};
+
+/// How long a stopping worker keeps trying to deliver finished results before it exits
+/// and leaves them in the journal (well inside systemd's and Kubernetes' stop timeouts).
+const STOP_DELIVERY_GRACE: Duration = Duration::from_secs(20);
 use executor::{Executor, Outcome, Task};
 use journal::{Entry, Journal};
 
@@ -336,6 +340,7 @@ async fn run_async(args: RunArgs) -> Result<()> {
         );
     }
     let mut stopping = false;
+    let mut stop_started = Instant::now();
     let mut paused = false;
     let status = status_line(&args);
     let mut waiting: Vec<v1::Lease> = Vec::new();
@@ -347,6 +352,7 @@ async fn run_async(args: RunArgs) -> Result<()> {
                 .is_some_and(|s| started.elapsed() >= Duration::from_secs(s));
         if signals.load(Ordering::SeqCst) >= 1 && !stopping {
             stopping = true;
+            stop_started = Instant::now();
             let mut dropped = executor.stop_all();
             dropped.extend(waiting.drain(..).map(|l| l.lease_id));
             info!(
@@ -432,6 +438,20 @@ async fn run_async(args: RunArgs) -> Result<()> {
             if !waiting.is_empty() {
                 info!(leases = waiting.len(), "leaving unstarted leases to expire");
             }
+            break;
+        }
+        // a stop is bounded even when the coordinator is away: finished results are in
+        // the fsync'd journal and are sent at the next start
+        if stopping
+            && queued == 0
+            && running == 0
+            && rx.is_empty()
+            && stop_started.elapsed() >= STOP_DELIVERY_GRACE
+        {
+            warn!(
+                unsent = outbox.len(),
+                "stopping without delivering: the coordinator is unreachable; results stay in the journal for the next start"
+            );
             break;
         }
 
