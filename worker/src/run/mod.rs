@@ -78,8 +78,36 @@ pub struct RunArgs {
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: String,
+    /// Test only: after the engine passed its self-tests, add one node at the shallowest
+    /// counted depth of every result (a machine that computes wrong), to prove that
+    /// cross-checks catch it and quarantine the host.
+    #[arg(long, hide = true)]
+    fault_misreport: bool,
     #[command(flatten)]
     engine: EngineArgs,
+}
+
+/// A finished unit: journalled (fsync'd) first, then queued for sending.
+fn collect(
+    outcome: Outcome,
+    journal: &Journal,
+    outbox: &mut Vec<Entry>,
+    misreport: bool,
+) -> Result<()> {
+    match outcome {
+        Outcome::Done(mut entry) => {
+            if misreport && let Some(n) = entry.result.nodes_by_depth.iter_mut().find(|n| **n > 0) {
+                *n += 1;
+                entry.result.committed += 1;
+            }
+            journal.write(&entry)?;
+            outbox.push(*entry);
+        }
+        Outcome::Failed { lease_id, error } => {
+            warn!(%lease_id, %error, "unit failed; its lease will expire and be re-run");
+        }
+    }
+    Ok(())
 }
 
 #[derive(Serialize, Deserialize)]
@@ -380,15 +408,7 @@ async fn run_async(args: RunArgs) -> Result<()> {
 
         // collect finished results: journal first, then send
         while let Ok(outcome) = rx.try_recv() {
-            match outcome {
-                Outcome::Done(entry) => {
-                    journal.write(&entry)?;
-                    outbox.push(*entry);
-                }
-                Outcome::Failed { lease_id, error } => {
-                    warn!(%lease_id, %error, "unit failed; its lease will expire and be re-run");
-                }
-            }
+            collect(outcome, &journal, &mut outbox, args.fault_misreport)?;
         }
         if link.up() && !outbox.is_empty() {
             let mut keep = Vec::new();
@@ -583,13 +603,7 @@ async fn run_async(args: RunArgs) -> Result<()> {
         };
         tokio::select! {
             Some(outcome) = rx.recv() => {
-                match outcome {
-                    Outcome::Done(entry) => {
-                        journal.write(&entry)?;
-                        outbox.push(*entry);
-                    }
-                    Outcome::Failed { lease_id, error } => warn!(%lease_id, %error, "unit failed; its lease will expire and be re-run"),
-                }
+                collect(outcome, &journal, &mut outbox, args.fault_misreport)?;
             }
             _ = tokio::time::sleep(wait) => {}
         }

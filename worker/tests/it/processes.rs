@@ -1,13 +1,34 @@
-//! Real processes only: the coordinator binary and the worker binary on loopback. The
-//! coordinator is killed with SIGKILL in the middle of a job and started again on the same
-//! database; the job still ends at the exact total.
+//! Real processes only: the coordinator binary and worker binaries on loopback, with the
+//! failures a fleet meets in the wild. Each test ends on the exact total of the job
+//! (nothing lost, nothing counted twice) with conservation holding:
+//! - the coordinator SIGKILLed mid-job and restarted on the same database;
+//! - a worker SIGKILLed in the middle of its units, and a new one started;
+//! - a worker cut off from the coordinator (a proxy that stops forwarding) for longer
+//!   than a lease, then reconnected, its late results arriving after others redid them;
+//! - a worker that misreports counts (test-only `--fault-misreport`): outvoted by a
+//!   deciding run, its result marked wrong, its host quarantined;
+//! - garbage bytes, garbage HTTP, undecodable and oversized gRPC messages, reports on
+//!   leases the caller does not hold: each refused with a clear status, the coordinator
+//!   unharmed;
+//! - SIGTERM to a worker's whole process group (what systemd, Slurm and HTCondor do):
+//!   compiled engines keep running until the worker stops them and collects exact cursors.
 
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::harness::{Worker, puzzle_path};
+use e2fleet_proto::v1;
+use e2fleet_proto::v1::worker_service_client::WorkerServiceClient;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::harness::{ENROLL, puzzle_path};
+
+const BRENDAN_6X6_NODES: u64 = 69_284_103;
+const BRENDAN_6X6_SOLUTIONS: u64 = 260;
 
 /// The coordinator binary next to the worker binary (built on demand when this crate's
 /// tests run alone).
@@ -24,7 +45,33 @@ fn coordinator_bin() -> PathBuf {
     bin
 }
 
+/// A child process killed (SIGKILL) when dropped.
 struct Proc(Child);
+
+impl Proc {
+    fn signal(&self, sig: &str) {
+        Command::new("kill")
+            .args([sig, &self.0.id().to_string()])
+            .status()
+            .unwrap();
+    }
+
+    fn alive(&mut self) -> bool {
+        self.0.try_wait().unwrap().is_none()
+    }
+
+    async fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
+        let start = Instant::now();
+        loop {
+            if let Some(s) = self.0.try_wait().unwrap() {
+                return s;
+            }
+            assert!(start.elapsed() < limit, "process did not exit in {limit:?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
 impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.0.kill();
@@ -32,12 +79,14 @@ impl Drop for Proc {
     }
 }
 
-fn serve(db: &std::path::Path, listen: &str) -> (Proc, String) {
+/// Starts the coordinator binary; returns it and its URL.
+fn serve(db: &Path, listen: &str, extra: &[&str]) -> (Proc, String) {
     let mut child = Command::new(coordinator_bin())
-        .args(["serve", "--listen", listen, "--lease-seconds", "5"])
+        .args(["serve", "--listen", listen, "--lease-seconds", "3"])
         .arg("--db")
         .arg(db)
-        .env("E2FLEET_ENROLL_TOKEN", crate::harness::ENROLL)
+        .args(extra)
+        .env("E2FLEET_ENROLL_TOKEN", ENROLL)
         .env("E2FLEET_ADMIN_TOKEN", "admin")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -57,6 +106,7 @@ fn serve(db: &std::path::Path, listen: &str) -> (Proc, String) {
     (Proc(child), addr)
 }
 
+/// Runs an admin subcommand with `--json`.
 fn admin(url: &str, args: &[&str]) -> serde_json::Value {
     let out = Command::new(coordinator_bin())
         .args(args)
@@ -71,62 +121,525 @@ fn admin(url: &str, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// Submits Brendan 6x6 split at depth 2 with a node budget per run (so units end in
+/// budget stops and continuations).
+fn submit_6x6(url: &str, budget: &str, extra: &[&str]) -> String {
+    let puzzle = puzzle_path("brendan/set1/pieces_06x06.txt");
+    let mut args = vec![
+        "submit",
+        puzzle.to_str().unwrap(),
+        "--split-depth",
+        "2",
+        "--budget",
+        budget,
+    ];
+    args.extend_from_slice(extra);
+    admin(url, &args)["job_id"].as_str().unwrap().to_string()
+}
+
+/// Starts a worker process with one engine thread.
+fn worker(url: &str, data: &Path, host: &str, extra: &[&str], own_group: bool) -> Proc {
+    let log = std::fs::File::create(data.with_extension("log")).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_e2fleet-worker"));
+    cmd.args(["run", "--coordinator", url, "--token", ENROLL])
+        .args(["--threads", "1", "--nice", "0", "--hostname", host])
+        .arg("--data-dir")
+        .arg(data)
+        .arg("--cache-dir")
+        .arg(std::env::temp_dir().join("e2fleet-worker-test-cache"))
+        .args(extra)
+        .stdout(Stdio::null())
+        .stderr(log);
+    if own_group {
+        cmd.process_group(0);
+    }
+    Proc(cmd.spawn().unwrap())
+}
+
+/// Polls the job until `until` holds (bounded).
+async fn wait_job(
+    url: &str,
+    job: &str,
+    limit: Duration,
+    until: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let doc = admin(url, &["job", job]);
+        if until(&doc) {
+            return doc;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "job did not get there in {limit:?}: {}",
+            doc["units"]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn units_done(doc: &serde_json::Value) -> u64 {
+    doc["units"]["done"].as_u64().unwrap()
+}
+
+fn assert_exact(doc: &serde_json::Value) {
+    assert_eq!(doc["state"], "complete");
+    assert_eq!(doc["nodes_total"], BRENDAN_6X6_NODES, "{doc}");
+    assert_eq!(doc["solutions_count"], BRENDAN_6X6_SOLUTIONS);
+    assert_eq!(doc["conservation_ok"], true);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_the_coordinator_mid_job_and_restart_it() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("c.db");
-    let (coordinator, url) = serve(&db, "127.0.0.1:0");
-    let puzzle = puzzle_path("brendan/set1/pieces_06x06.txt");
-    let job = admin(
+    let (mut coordinator, url) = serve(&db, "127.0.0.1:0", &[]);
+    let job = submit_6x6(&url, "300000", &[]);
+    let _worker = worker(
         &url,
-        &[
-            "submit",
-            puzzle.to_str().unwrap(),
-            "--split-depth",
-            "2",
-            "--budget",
-            "300000",
-        ],
+        &dir.path().join("w"),
+        "w",
+        &["--engine", "reference"],
+        false,
     );
-    let job_id = job["job_id"].as_str().unwrap().to_string();
-    let _worker = Worker::start(&url, &dir.path().join("w"), "w", &["--engine", "reference"]);
-    // let it get well into the job
+    let doc = wait_job(&url, &job, Duration::from_secs(60), |d| units_done(d) >= 30).await;
+    assert_eq!(doc["state"], "running", "the kill must land mid-job");
+    coordinator.signal("-KILL");
+    coordinator.wait(Duration::from_secs(10)).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let port = url.rsplit(':').next().unwrap();
+    let (_coordinator, url2) = serve(&db, &format!("127.0.0.1:{port}"), &[]);
+    let doc = wait_job(&url2, &job, Duration::from_secs(120), |d| {
+        d["state"] == "complete"
+    })
+    .await;
+    assert_exact(&doc);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigkill_a_worker_mid_unit_and_start_a_new_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_coordinator, url) = serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
+    let job = submit_6x6(&url, "3000000", &[]);
+    let mut first = worker(
+        &url,
+        &dir.path().join("w1"),
+        "w1",
+        &["--engine", "reference"],
+        false,
+    );
+    let doc = wait_job(&url, &job, Duration::from_secs(60), |d| {
+        units_done(d) >= 3 && d["units"]["leased"].as_u64().unwrap() > 0
+    })
+    .await;
+    assert_eq!(doc["state"], "running");
+    first.signal("-KILL");
+    first.wait(Duration::from_secs(10)).await;
+    // another machine takes over; the dead worker's leases expire and are re-leased
+    let _second = worker(
+        &url,
+        &dir.path().join("w2"),
+        "w2",
+        &["--engine", "reference"],
+        false,
+    );
+    let doc = wait_job(&url, &job, Duration::from_secs(120), |d| {
+        d["state"] == "complete"
+    })
+    .await;
+    assert_exact(&doc);
+}
+
+/// A TCP proxy that can cut the line: while cut, open connections are dropped and new
+/// ones are accepted but never forwarded (a black hole, as a dead network looks).
+struct Proxy {
+    url: String,
+    cut: Arc<AtomicBool>,
+}
+
+impl Proxy {
+    async fn start(upstream: String) -> Proxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let cut = Arc::new(AtomicBool::new(false));
+        let flag = cut.clone();
+        tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
+                let flag = flag.clone();
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    if flag.load(Ordering::SeqCst) {
+                        // black hole: hold the connection silently until the line is back
+                        while flag.load(Ordering::SeqCst) {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                        }
+                        drop(client);
+                        return;
+                    }
+                    let Ok(server) = tokio::net::TcpStream::connect(&upstream).await else {
+                        return;
+                    };
+                    let _ = server.set_nodelay(true);
+                    let _ = client.set_nodelay(true);
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let up = async {
+                        let _ = tokio::io::copy(&mut cr, &mut sw).await;
+                    };
+                    let down = async {
+                        let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                    };
+                    let watch = async {
+                        while !flag.load(Ordering::SeqCst) {
+                            tokio::time::sleep(Duration::from_millis(20)).await;
+                        }
+                    };
+                    // the first to finish ends the connection (both directions dropped)
+                    tokio::select! {
+                        _ = async { tokio::join!(up, down) } => {}
+                        _ = watch => {}
+                    }
+                });
+            }
+        });
+        Proxy { url, cut }
+    }
+
+    fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, Ordering::SeqCst);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_cut_off_longer_than_a_lease_rejoins_without_double_counting() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_coordinator, url) = serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
+    let proxy = Proxy::start(url.trim_start_matches("http://").to_string()).await;
+    let job = submit_6x6(&url, "1000000", &[]);
+    let _far = worker(
+        &proxy.url,
+        &dir.path().join("far"),
+        "far",
+        &["--engine", "reference"],
+        false,
+    );
+    wait_job(&url, &job, Duration::from_secs(60), |d| {
+        units_done(d) >= 3 && d["units"]["leased"].as_u64().unwrap() > 0
+    })
+    .await;
+    proxy.set_cut(true);
+    // the far worker keeps computing what it holds; its leases (3 s) expire and a
+    // nearby worker redoes those units
+    let _near = worker(
+        &url,
+        &dir.path().join("near"),
+        "near",
+        &["--engine", "reference"],
+        false,
+    );
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    let far = admin(&url, &["workers"])
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["hostname"] == "far")
+        .cloned()
+        .unwrap();
+    let seen_ms_before = far["last_seen_ms"].as_i64().unwrap();
+    proxy.set_cut(false);
+    let doc = wait_job(&url, &job, Duration::from_secs(180), |d| {
+        d["state"] == "complete"
+    })
+    .await;
+    assert_exact(&doc);
+    // the far worker came back and was heard from again
     let start = Instant::now();
     loop {
-        let doc = admin(&url, &["job", &job_id]);
-        if doc["units"]["done"].as_u64().unwrap() >= 30 {
-            assert_eq!(doc["state"], "running", "the kill must land mid-job");
+        let far = admin(&url, &["workers"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|w| w["hostname"] == "far")
+            .cloned()
+            .unwrap();
+        if far["last_seen_ms"].as_i64().unwrap() > seen_ms_before {
             break;
         }
         assert!(
             start.elapsed() < Duration::from_secs(60),
-            "no progress: {doc}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let mut coordinator = coordinator;
-    Command::new("kill")
-        .args(["-KILL", &coordinator.0.id().to_string()])
-        .status()
-        .unwrap();
-    let _ = coordinator.0.wait();
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let port = url.rsplit(':').next().unwrap();
-    let (_coordinator, url2) = serve(&db, &format!("127.0.0.1:{port}"));
-    let start = Instant::now();
-    let doc = loop {
-        let doc = admin(&url2, &["job", &job_id]);
-        if doc["state"] == "complete" {
-            break doc;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(120),
-            "not complete: {}",
-            doc["units"]
+            "the far worker never reconnected"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // what it finished while cut off arrived late: kept as a replica or ignored, never
+    // added twice (the total above is exact)
+    let log = std::fs::read_to_string(dir.path().join("far.log")).unwrap();
+    assert!(log.contains("coordinator reachable again"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_misreporting_worker_is_outvoted_and_its_host_quarantined() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_coordinator, url) = serve(
+        &dir.path().join("c.db"),
+        "127.0.0.1:0",
+        &["--quarantine-after", "1"],
+    );
+    let job = submit_6x6(&url, "2000000", &["--replicas", "2"]);
+    // the liar starts first so that it surely takes part
+    let _liar = worker(
+        &url,
+        &dir.path().join("liar"),
+        "liar",
+        &["--engine", "reference", "--fault-misreport"],
+        false,
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _a = worker(
+        &url,
+        &dir.path().join("a"),
+        "honest-a",
+        &["--engine", "reference"],
+        false,
+    );
+    let _b = worker(
+        &url,
+        &dir.path().join("b"),
+        "honest-b",
+        &["--engine", "reference"],
+        false,
+    );
+    let doc = wait_job(&url, &job, Duration::from_secs(240), |d| {
+        d["state"] == "complete"
+    })
+    .await;
+    assert_exact(&doc);
+    let workers = admin(&url, &["workers"]);
+    for w in workers.as_array().unwrap() {
+        let liar = w["hostname"] == "liar";
+        assert_eq!(w["quarantined"], liar, "{w}");
+        if liar {
+            assert!(w["errors"].as_i64().unwrap() >= 1, "{w}");
+        }
+    }
+    let fleet = admin(&url, &["fleet"]);
+    assert!(fleet["wrong_results"].as_i64().unwrap() >= 1, "{fleet}");
+    let wrong = doc["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|r| r["verdict"] == "wrong");
+    assert!(wrong, "the lie is on record: {}", doc["results"]);
+}
+
+/// Sends raw bytes and reads what comes back until the peer closes (bounded).
+async fn raw_exchange(addr: &str, bytes: &[u8]) -> Vec<u8> {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = s.write_all(bytes).await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn garbage_and_oversized_messages_are_refused_and_the_coordinator_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut coordinator, url) = serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
+    let addr = url.trim_start_matches("http://").to_string();
+    let job = submit_6x6(&url, "5000000", &[]);
+
+    // raw garbage, and a broken HTTP/2 preface: the connection is closed
+    let mut noise = vec![0u8; 64 * 1024];
+    for (i, b) in noise.iter_mut().enumerate() {
+        *b = (i * 131 % 251) as u8;
+    }
+    raw_exchange(&addr, &noise).await;
+    raw_exchange(
+        &addr,
+        b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\xff\xff\xff\xff\xff\xff\xff\xff\xff",
+    )
+    .await;
+    // a garbage HTTP/1.1 request line: 400
+    let reply = raw_exchange(&addr, b"GARBAGE /\x01\x02 HTTP/1.1\r\n\r\n").await;
+    assert!(
+        String::from_utf8_lossy(&reply).starts_with("HTTP/1.1 400"),
+        "{}",
+        String::from_utf8_lossy(&reply)
+    );
+
+    // gRPC: a client that allows large messages, as a hostile one would
+    let mut client = WorkerServiceClient::connect(url.clone())
+        .await
+        .unwrap()
+        .max_encoding_message_size(64 << 20)
+        .max_decoding_message_size(64 << 20);
+    let reg = client
+        .register_worker(v1::RegisterWorkerRequest {
+            enroll_token: ENROLL.into(),
+            host: Some(v1::HostInfo {
+                hostname: "noisy".into(),
+                ..Default::default()
+            }),
+            previous_worker_id: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let token = reg.worker_token.clone();
+    // an oversized report (20 MiB of solutions) is refused before it is decoded
+    let huge = v1::ReportResultRequest {
+        lease_id: "x".repeat(20 << 20),
+        ..Default::default()
     };
-    assert_eq!(doc["nodes_total"], 69_284_103);
-    assert_eq!(doc["solutions_count"], 260);
-    assert_eq!(doc["conservation_ok"], true);
+    let err = client
+        .report_result(with_token(&token, huge))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err.code(),
+            tonic::Code::OutOfRange | tonic::Code::ResourceExhausted
+        ),
+        "oversized: {err:?}"
+    );
+    // a report on a lease this worker does not hold
+    let err = client
+        .report_result(with_token(
+            &token,
+            v1::ReportResultRequest {
+                lease_id: "no-such-lease".into(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err.code(),
+            tonic::Code::NotFound
+                | tonic::Code::PermissionDenied
+                | tonic::Code::InvalidArgument
+                | tonic::Code::FailedPrecondition
+        ),
+        "foreign lease: {err:?}"
+    );
+    // a wrong token
+    let mut bad = tonic::Request::new(v1::LeaseUnitsRequest {
+        max_units: 1,
+        ..Default::default()
+    });
+    bad.metadata_mut()
+        .insert("authorization", "Bearer not-a-token".parse().unwrap());
+    assert_eq!(
+        client.lease_units(bad).await.unwrap_err().code(),
+        tonic::Code::Unauthenticated
+    );
+    // undecodable protobuf in a well-formed gRPC frame: a lease id that is not UTF-8
+    let channel = tonic::transport::Endpoint::from_shared(url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut grpc = tonic::client::Grpc::new(channel);
+    grpc.ready().await.unwrap();
+    let err = grpc
+        .unary::<Junk, v1::ReportResultResponse, _>(
+            with_token(
+                &token,
+                Junk {
+                    lease_id: vec![0xff, 0xfe, 0xfd],
+                },
+            ),
+            tonic::codegen::http::uri::PathAndQuery::from_static(
+                "/e2fleet.v1.WorkerService/ReportResult",
+            ),
+            tonic_prost::ProstCodec::default(),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err.code(),
+            tonic::Code::InvalidArgument | tonic::Code::Internal
+        ),
+        "undecodable: {err:?}"
+    );
+
+    assert!(coordinator.alive(), "the coordinator survived");
+    // and it still does its job, exactly
+    let _w = worker(
+        &url,
+        &dir.path().join("w"),
+        "w",
+        &["--engine", "reference"],
+        false,
+    );
+    let doc = wait_job(&url, &job, Duration::from_secs(120), |d| {
+        d["state"] == "complete"
+    })
+    .await;
+    assert_exact(&doc);
+}
+
+fn with_token<T>(token: &str, message: T) -> tonic::Request<T> {
+    let mut r = tonic::Request::new(message);
+    r.metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    r
+}
+
+/// What no honest client sends: field 1 of `ReportResultRequest` (a string) as bytes.
+#[derive(Clone, PartialEq, prost::Message)]
+struct Junk {
+    #[prost(bytes = "vec", tag = "1")]
+    lease_id: Vec<u8>,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_to_the_whole_process_group_still_reports_exact_cursors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_coordinator, url) = serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
+    // budgets large enough that a unit is mid-walk when the signal lands
+    let job = submit_6x6(&url, "20000000", &[]);
+    let mut w = worker(
+        &url,
+        &dir.path().join("w1"),
+        "w1",
+        &["--engine", "compiled"],
+        true,
+    );
+    wait_job(&url, &job, Duration::from_secs(120), |d| units_done(d) >= 2).await;
+    // as systemd (KillMode=control-group), Slurm and HTCondor do: every process
+    Command::new("kill")
+        .args(["-TERM", "--", &format!("-{}", w.0.id())])
+        .status()
+        .unwrap();
+    let status = w.wait(Duration::from_secs(30)).await;
+    assert!(status.success(), "clean exit: {status:?}");
+    let log = std::fs::read_to_string(dir.path().join("w1.log")).unwrap();
+    assert!(log.contains("stopping"), "{log}");
+    // an engine killed by the group signal would lose its unit's work ("engine failed
+    // on a unit ... exited in the middle of a unit")
+    assert!(
+        !log.contains("engine failed") && !log.contains("unit failed"),
+        "every engine survived the group signal and reported its cursor: {log}"
+    );
+    assert!(log.contains("worker stopped cleanly"), "{log}");
+    // the stop was a clean budget-like stop: continuations exist, nothing re-run from
+    // scratch; another worker finishes the job exactly
+    let _w2 = worker(
+        &url,
+        &dir.path().join("w2"),
+        "w2",
+        &["--engine", "reference"],
+        false,
+    );
+    let doc = wait_job(&url, &job, Duration::from_secs(120), |d| {
+        d["state"] == "complete"
+    })
+    .await;
+    assert_exact(&doc);
 }
