@@ -23,8 +23,9 @@ cargo build --release -q -p e2fleet-coordinator -p e2fleet-worker
 bin=target/release
 
 work=$(mktemp -d -t e2fleet-local.XXXXXX)
-export E2FLEET_ENROLL_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
-export E2FLEET_ADMIN_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+E2FLEET_ENROLL_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+E2FLEET_ADMIN_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
+export E2FLEET_ENROLL_TOKEN E2FLEET_ADMIN_TOKEN
 export E2FLEET_COORDINATOR="http://127.0.0.1:$port"
 coordinator_pid=""
 worker_pid=""
