@@ -60,6 +60,36 @@ enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Verification suites and the conformance matrix of hardware classes.
+    Verify {
+        #[command(subcommand)]
+        action: VerifyCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum VerifyCommand {
+    /// Store (or replace) a suite: a JSON array of units {name, puzzle, order,
+    /// prefix_depth, prefix_index, budget, speed, expected?}. Units without an expected
+    /// result get one when two hardware classes agree.
+    Submit {
+        /// The suite file.
+        file: std::path::PathBuf,
+        /// Suite name (default: the file name without extension).
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Hardware classes x suite units: agrees / DISAGREES / pending / not run, with
+    /// per-core rates, and the speed table.
+    Matrix {
+        /// Suite name.
+        #[arg(long, default_value = "default")]
+        suite: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
 }
 
 #[derive(clap::Args)]
@@ -398,7 +428,125 @@ async fn run(cli: Cli) -> Result<()> {
             println!("released {} worker(s) on {hostname}", r.released);
             Ok(())
         }
+        Command::Verify {
+            action: VerifyCommand::Submit { file, name, admin },
+        } => {
+            let suite_json = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let name = name.unwrap_or_else(|| {
+                file.file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            });
+            let mut c = client(&admin).await?;
+            let r = c
+                .submit_suite(authed(&admin, v1::SubmitSuiteRequest { name, suite_json })?)
+                .await?
+                .into_inner();
+            if admin.json {
+                println!(
+                    "{}",
+                    serde_json::json!({"suite": r.name, "units": r.units, "with_expected": r.with_expected})
+                );
+            } else {
+                println!(
+                    "suite {}: {} units, {} with expected results (the rest are fixed when two hardware classes agree)",
+                    r.name, r.units, r.with_expected
+                );
+            }
+            Ok(())
+        }
+        Command::Verify {
+            action: VerifyCommand::Matrix { suite, admin },
+        } => {
+            let mut c = client(&admin).await?;
+            let r = c
+                .verification_matrix(authed(&admin, v1::VerificationMatrixRequest { suite })?)
+                .await?
+                .into_inner();
+            let doc: serde_json::Value = serde_json::from_str(&r.json)?;
+            if admin.json {
+                println!("{doc}");
+            } else {
+                print!("{}", matrix_table(&doc));
+            }
+            Ok(())
+        }
     }
+}
+
+/// The conformance matrix as text: one row per hardware class, one column per unit.
+fn matrix_table(doc: &serde_json::Value) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let units = doc["units"].as_array().cloned().unwrap_or_default();
+    let classes = doc["classes"].as_array().cloned().unwrap_or_default();
+    let _ = writeln!(
+        out,
+        "suite {}: {} units, {} hardware classes",
+        doc["suite"].as_str().unwrap_or(""),
+        units.len(),
+        classes.len()
+    );
+    for (i, u) in units.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  U{:<3} {:<24} {}",
+            i + 1,
+            u["name"].as_str().unwrap_or(""),
+            match u["expected_source"].as_str() {
+                Some("") | None => "expected: not yet known".to_string(),
+                Some(s) => format!("expected: {s}"),
+            }
+        );
+    }
+    let _ = write!(out, "\n{:<13} {:<9}", "class", "status");
+    for i in 0..units.len() {
+        let _ = write!(out, " {:>5}", format!("U{}", i + 1));
+    }
+    let _ = writeln!(out, "  per-core (speed units)  what");
+    for c in &classes {
+        let _ = write!(
+            out,
+            "{:<13} {:<9}",
+            c["id"].as_str().unwrap_or(""),
+            if c["flagged"].as_bool() == Some(true) {
+                "FLAGGED"
+            } else {
+                "ok"
+            }
+        );
+        for u in &units {
+            let cell = &c["cells"][u["name"].as_str().unwrap_or("")];
+            let mark = match cell["verdict"].as_str() {
+                Some("agrees") => "ok",
+                Some("DISAGREES") => "DIFF",
+                Some("pending") => "?",
+                _ => "-",
+            };
+            let _ = write!(out, " {mark:>5}");
+        }
+        let speed = c["speed_nodes_per_s"]
+            .as_f64()
+            .map(|v| format!("{:.1} M/s", v / 1e6))
+            .unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            out,
+            "  {:>22}  {} / {} {} / {} / {} [{}]",
+            speed,
+            c["cpu_model"].as_str().unwrap_or(""),
+            c["arch"].as_str().unwrap_or(""),
+            c["os"].as_str().unwrap_or(""),
+            c["rustc_version"].as_str().unwrap_or(""),
+            c["engine_release"].as_str().unwrap_or(""),
+            c["target_features"].as_str().unwrap_or(""),
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nok = agrees with the exact result, DIFF = DISAGREES (the class gets no real work), ? = no expected result yet, - = not run"
+    );
+    out
 }
 
 #[tokio::main]

@@ -98,6 +98,22 @@ async fn api_release_host(
     }
 }
 
+#[derive(serde::Deserialize)]
+struct SuiteQuery {
+    #[serde(default)]
+    suite: String,
+}
+
+async fn api_verification(
+    State(fleet): State<Arc<Fleet>>,
+    axum::extract::Query(q): axum::extract::Query<SuiteQuery>,
+) -> Response {
+    match fleet.verification_matrix(&q.suite).await {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => http_error(e),
+    }
+}
+
 async fn api_fleet(State(fleet): State<Arc<Fleet>>) -> Response {
     match fleet.fleet_status().await {
         Ok(v) => Json(v).into_response(),
@@ -247,6 +263,7 @@ pub fn router(fleet: Arc<Fleet>) -> axum::Router {
         .route("/api/hosts/{hostname}/release", post(api_release_host))
         .route("/api/fleet", get(api_fleet))
         .route("/api/workers", get(api_workers))
+        .route("/api/verification", get(api_verification))
         .route("/metrics", get(metrics))
         .merge(crate::dashboard::routes())
         .with_state(fleet);

@@ -56,6 +56,9 @@ impl WorkerService for WorkerApi {
             os: h.os,
             rustc_version: h.rustc_version,
             worker_version: h.worker_version,
+            target_features: h.target_features,
+            engine_kind: h.engine_kind,
+            engine_release: h.engine_release,
         };
         let previous = (!r.previous_worker_id.is_empty()).then_some(r.previous_worker_id.as_str());
         let (worker_id, worker_token) = self
@@ -67,6 +70,77 @@ impl WorkerService for WorkerApi {
             worker_id,
             worker_token,
             lease_seconds: self.0.config().lease.as_secs().max(1) as u32,
+        }))
+    }
+
+    async fn get_suite(
+        &self,
+        request: Request<v1::GetSuiteRequest>,
+    ) -> Result<Response<v1::GetSuiteResponse>, Status> {
+        let worker = self
+            .0
+            .worker_by_token(bearer(&request).as_deref())
+            .await
+            .map_err(status_of)?;
+        let r = request.into_inner();
+        let (suite, units, class_id) = self
+            .0
+            .suite_for_worker(&worker, &r.suite, r.only_missing)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v1::GetSuiteResponse {
+            suite,
+            class_id,
+            units: units
+                .into_iter()
+                .map(|u| v1::SuiteUnitSpec {
+                    name: u.name,
+                    puzzle: u.puzzle,
+                    order: u.order,
+                    prefix_depth: u.prefix_depth as u32,
+                    prefix_index: u.prefix_index as u64,
+                    budget: u.budget.unwrap_or(0),
+                    speed: u.speed,
+                })
+                .collect(),
+        }))
+    }
+
+    async fn submit_verification(
+        &self,
+        request: Request<v1::SubmitVerificationRequest>,
+    ) -> Result<Response<v1::SubmitVerificationResponse>, Status> {
+        let worker = self
+            .0
+            .worker_by_token(bearer(&request).as_deref())
+            .await
+            .map_err(status_of)?;
+        let r = request.into_inner();
+        let mut results = Vec::with_capacity(r.results.len());
+        for v in r.results {
+            let wire = v
+                .result
+                .ok_or_else(|| Status::invalid_argument(format!("unit {}: no result", v.unit)))?;
+            let result = result_from_wire(&wire, wire.nodes_by_depth.len())
+                .map_err(|e| Status::invalid_argument(format!("unit {}: {e}", v.unit)))?;
+            results.push((v.unit, result, v.engine_seconds, v.engine_build));
+        }
+        let (class_id, verdicts, class_flagged) = self
+            .0
+            .submit_verification(&worker, &r.suite, results)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v1::SubmitVerificationResponse {
+            class_id,
+            class_flagged,
+            verdicts: verdicts
+                .into_iter()
+                .map(|v| v1::UnitVerdict {
+                    unit: v.unit,
+                    verdict: v.verdict.into(),
+                    detail: v.detail,
+                })
+                .collect(),
         }))
     }
 
@@ -241,6 +315,40 @@ impl OperatorApi {
 
 #[tonic::async_trait]
 impl OperatorService for OperatorApi {
+    async fn submit_suite(
+        &self,
+        request: Request<v1::SubmitSuiteRequest>,
+    ) -> Result<Response<v1::SubmitSuiteResponse>, Status> {
+        self.admin(&request)?;
+        let r = request.into_inner();
+        let (units, with_expected) = self
+            .0
+            .submit_suite(&r.name, &r.suite_json)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v1::SubmitSuiteResponse {
+            name: r.name,
+            units,
+            with_expected,
+        }))
+    }
+
+    async fn verification_matrix(
+        &self,
+        request: Request<v1::VerificationMatrixRequest>,
+    ) -> Result<Response<v1::VerificationMatrixResponse>, Status> {
+        self.admin(&request)?;
+        let suite = request.into_inner().suite;
+        let doc = self
+            .0
+            .verification_matrix(&suite)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v1::VerificationMatrixResponse {
+            json: doc.to_string(),
+        }))
+    }
+
     async fn submit_job(
         &self,
         request: Request<v1::SubmitJobRequest>,

@@ -73,7 +73,7 @@ impl Engine for ReferenceEngine {
         EngineKind::Reference
     }
     fn build_id(&self) -> String {
-        format!("reference-{}", env!("CARGO_PKG_VERSION"))
+        reference_release()
     }
     fn run(
         &mut self,
@@ -83,4 +83,9 @@ impl Engine for ReferenceEngine {
     ) -> Result<UnitResult, EngineError> {
         Ok(Walker::new(&self.plan).run(unit, options, control)?)
     }
+}
+
+/// The reference engine's release (and build) id: it is the same program for every puzzle.
+pub fn reference_release() -> String {
+    format!("reference-{}", env!("CARGO_PKG_VERSION"))
 }

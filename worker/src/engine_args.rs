@@ -67,13 +67,39 @@ impl EngineArgs {
         o
     }
 
-    /// Builds (or finds) what the chosen engine needs for `plan`.
-    pub fn factory(&self, plan: &Arc<SearchPlan>, verbose: bool) -> Result<EngineFactory> {
-        let codegen = CodegenOptions {
+    fn codegen(&self) -> CodegenOptions {
+        CodegenOptions {
             group: self.group,
             fault_depth: self.fault_depth,
             ..CodegenOptions::default()
+        }
+    }
+
+    /// The engine kind and release these flags will run, for the hardware class: compiled
+    /// when chosen (or, for `auto`, when rustc answers), reference otherwise.
+    pub fn release(&self, rustc_version: &str) -> (String, String) {
+        let compiled = match self.engine {
+            EngineChoice::Reference => false,
+            EngineChoice::Compiled => true,
+            EngineChoice::Auto => !rustc_version.is_empty(),
         };
+        if compiled {
+            let target = self.build_options().target_cpu;
+            (
+                "compiled".into(),
+                e2fleet_engine::compiled::codegen::release_id(&self.codegen(), target.as_deref()),
+            )
+        } else {
+            (
+                "reference".into(),
+                e2fleet_engine::engine::reference_release(),
+            )
+        }
+    }
+
+    /// Builds (or finds) what the chosen engine needs for `plan`.
+    pub fn factory(&self, plan: &Arc<SearchPlan>, verbose: bool) -> Result<EngineFactory> {
+        let codegen = self.codegen();
         if let Some(path) = &self.emit_source {
             let source = e2fleet_engine::compiled::codegen::emit(plan, &codegen, "");
             std::fs::write(path, source)

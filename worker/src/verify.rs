@@ -1,26 +1,47 @@
-//! `e2fleet-worker verify --offline`: runs the built-in verification suite with this
-//! machine's engine (the same engine `run` would build) and prints a verdict and per-core
-//! rates. It is how a person checks a new CPU, compiler or engine build against known
-//! exact results. Exit status 1 when any unit disagrees.
+//! `e2fleet-worker verify`: runs a verification suite with this machine's engine (the
+//! same engine `run` would build) and reports per-unit verdicts and per-core rates.
+//!
+//! - `--offline`: the built-in suite, judged here against its exact results.
+//! - `--coordinator URL --token T`: the coordinator's suite (default, or `--suite`); the
+//!   results go to the coordinator with this machine's fingerprint, which judges them and
+//!   adds this hardware class to its conformance matrix.
+//!
+//! Exit status 1 when any unit disagrees. [`run_units`] is also what `run` uses when the
+//! coordinator hands a new hardware class its suite units.
 
 use std::time::Instant;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use clap::Args;
+use e2fleet_engine::UnitResult;
 use e2fleet_engine::search::{NoControl, RunOptions};
-use e2fleet_engine::suite::{default_suite, resolve};
-use e2fleet_proto::REPORT_MAX_SOLUTIONS;
+use e2fleet_engine::suite::{SuiteUnit, default_suite, resolve};
+use e2fleet_proto::convert::result_to_wire;
+use e2fleet_proto::v1::worker_service_client::WorkerServiceClient;
+use e2fleet_proto::{REPORT_MAX_SOLUTIONS, v1};
 use serde::Serialize;
 
 use crate::engine_args::EngineArgs;
 
 /// Flags of `verify`.
 #[derive(Args, Debug)]
+#[command(group(clap::ArgGroup::new("where").required(true).args(["offline", "coordinator"])))]
 pub struct VerifyArgs {
-    /// Run the built-in suite on this machine only (submitting results to a coordinator
-    /// is not available yet).
-    #[arg(long, required = true)]
+    /// Run the built-in suite on this machine only and judge it here.
+    #[arg(long)]
     offline: bool,
+    /// Run the coordinator's suite and submit the results there.
+    #[arg(long, env = "E2FLEET_COORDINATOR")]
+    coordinator: Option<String>,
+    /// The fleet's enrolment token (with --coordinator).
+    #[arg(long, env = "E2FLEET_ENROLL_TOKEN")]
+    token: Option<String>,
+    /// Suite name on the coordinator.
+    #[arg(long, default_value = "default")]
+    suite: String,
+    /// Report this host name instead of the detected one.
+    #[arg(long, env = "E2FLEET_HOSTNAME")]
+    hostname: Option<String>,
     #[command(flatten)]
     engine: EngineArgs,
     /// Print one JSON object.
@@ -28,10 +49,53 @@ pub struct VerifyArgs {
     json: bool,
 }
 
+/// One suite unit run on this machine.
+pub struct UnitRun {
+    /// The unit.
+    pub unit: SuiteUnit,
+    /// Its exact result.
+    pub result: UnitResult,
+    /// Engine-thread seconds.
+    pub seconds: f64,
+    /// Engine kind used.
+    pub engine_kind: String,
+    /// Engine build id.
+    pub engine_build: String,
+}
+
+/// Runs suite units with the engine `engine` chooses, one after another on one thread.
+pub fn run_units(units: &[SuiteUnit], engine: &EngineArgs) -> Result<Vec<UnitRun>> {
+    let mut out = Vec::new();
+    for u in units {
+        let resolved = resolve(u).map_err(anyhow::Error::msg)?;
+        let factory = engine.factory(&resolved.plan, false)?;
+        let mut e = factory.make();
+        let t = Instant::now();
+        let result = e
+            .run(
+                &resolved.unit,
+                RunOptions {
+                    budget: u.budget,
+                    max_solutions: REPORT_MAX_SOLUTIONS,
+                },
+                &mut NoControl,
+            )
+            .with_context(|| format!("suite unit {}", u.name))?;
+        out.push(UnitRun {
+            unit: u.clone(),
+            result,
+            seconds: t.elapsed().as_secs_f64(),
+            engine_kind: e.kind().to_string(),
+            engine_build: e.build_id(),
+        });
+    }
+    Ok(out)
+}
+
 #[derive(Serialize)]
 struct UnitReport {
     name: String,
-    agrees: bool,
+    verdict: String,
     detail: Option<String>,
     nodes: u64,
     seconds: f64,
@@ -41,76 +105,109 @@ struct UnitReport {
     engine_build: String,
 }
 
+impl UnitReport {
+    fn new(run: &UnitRun, verdict: &str, detail: Option<String>) -> UnitReport {
+        UnitReport {
+            name: run.unit.name.clone(),
+            verdict: verdict.into(),
+            detail,
+            nodes: run.result.committed,
+            seconds: run.seconds,
+            nodes_per_s: run.result.committed as f64 / run.seconds.max(1e-9),
+            speed_unit: run.unit.speed,
+            engine: run.engine_kind.clone(),
+            engine_build: run.engine_build.clone(),
+        }
+    }
+}
+
 /// Runs `verify`.
 pub fn run(args: VerifyArgs) -> Result<()> {
-    let _ = args.offline;
     let started = Instant::now();
-    let mut reports = Vec::new();
-    for u in default_suite() {
-        let resolved = resolve(&u).map_err(anyhow::Error::msg)?;
-        let factory = args.engine.factory(&resolved.plan, false)?;
-        let mut engine = factory.make();
-        let t = Instant::now();
-        let result = engine.run(
-            &resolved.unit,
-            RunOptions {
-                budget: u.budget,
-                max_solutions: REPORT_MAX_SOLUTIONS,
-            },
-            &mut NoControl,
-        )?;
-        let seconds = t.elapsed().as_secs_f64();
-        let detail = match &u.expected {
-            Some(e) => e.disagreement(&result),
-            None => Some("the suite has no expected result for this unit".into()),
-        };
-        let report = UnitReport {
-            name: u.name.clone(),
-            agrees: detail.is_none(),
-            detail,
-            nodes: result.committed,
-            seconds,
-            nodes_per_s: result.committed as f64 / seconds.max(1e-9),
-            speed_unit: u.speed,
-            engine: engine.kind().to_string(),
-            engine_build: engine.build_id(),
-        };
-        if !args.json {
+    let (reports, class) = match &args.coordinator {
+        Some(url) if !args.offline => {
+            let token = args
+                .token
+                .clone()
+                .context("--token (or E2FLEET_ENROLL_TOKEN) is needed with --coordinator")?;
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?
+                .block_on(with_coordinator(&args, url, &token))?
+        }
+        _ => {
+            let runs = run_units(&default_suite(), &args.engine)?;
+            let expected = default_suite();
+            let reports = runs
+                .iter()
+                .zip(&expected)
+                .map(|(run, u)| {
+                    let detail = match &u.expected {
+                        Some(e) => e.disagreement(&run.result),
+                        None => Some("the suite has no expected result for this unit".into()),
+                    };
+                    let verdict = if detail.is_none() {
+                        "agrees"
+                    } else {
+                        "DISAGREES"
+                    };
+                    UnitReport::new(run, verdict, detail)
+                })
+                .collect::<Vec<_>>();
+            (reports, None)
+        }
+    };
+    if !args.json {
+        for r in &reports {
             println!(
                 "{:<22} {:<9} {:>10} nodes {:>8.1} M/s per core  {}{}",
-                report.name,
-                if report.agrees { "agrees" } else { "DISAGREES" },
-                report.nodes,
-                report.nodes_per_s / 1e6,
-                report.engine_build,
-                report
-                    .detail
+                r.name,
+                r.verdict,
+                r.nodes,
+                r.nodes_per_s / 1e6,
+                r.engine_build,
+                r.detail
                     .as_ref()
                     .map(|d| format!("  ({d})"))
                     .unwrap_or_default()
             );
         }
-        reports.push(report);
     }
-    let failed: Vec<&UnitReport> = reports.iter().filter(|r| !r.agrees).collect();
-    let speed: Vec<f64> = reports
+    let failed: Vec<&UnitReport> = reports
+        .iter()
+        .filter(|r| r.verdict == "DISAGREES")
+        .collect();
+    let pending = reports.iter().filter(|r| r.verdict == "pending").count();
+    let mut speed: Vec<f64> = reports
         .iter()
         .filter(|r| r.speed_unit)
         .map(|r| r.nodes_per_s)
         .collect();
-    let mut sorted = speed.clone();
-    sorted.sort_by(f64::total_cmp);
-    let median = sorted.get(sorted.len() / 2).copied().unwrap_or(0.0);
+    speed.sort_by(f64::total_cmp);
+    let median = speed.get(speed.len() / 2).copied().unwrap_or(0.0);
+    let class_note = class
+        .as_ref()
+        .map(|(id, _)| format!(" (hardware class {id})"))
+        .unwrap_or_default();
     let verdict = if failed.is_empty() {
         format!(
-            "VERIFIED: all {} units agree with their exact results; speed units {:.1} M placements/s per core (median); {:.1} s",
-            reports.len(),
+            "VERIFIED{class_note}: {} units agree with their exact results{}; speed units {:.1} M placements/s per core (median); {:.1} s",
+            if pending > 0 {
+                format!("{} of {}", reports.len() - pending, reports.len())
+            } else {
+                format!("all {}", reports.len())
+            },
+            if pending > 0 {
+                format!(", {pending} pending (no expected result yet)")
+            } else {
+                String::new()
+            },
             median / 1e6,
             started.elapsed().as_secs_f64()
         )
     } else {
         format!(
-            "FAILED: {} of {} units disagree; first: {} ({})",
+            "FAILED{class_note}: {} of {} units disagree; first: {} ({})",
             failed.len(),
             reports.len(),
             failed[0].name,
@@ -120,7 +217,14 @@ pub fn run(args: VerifyArgs) -> Result<()> {
     if args.json {
         println!(
             "{}",
-            serde_json::json!({"verified": failed.is_empty(), "verdict": verdict, "per_core_nodes_per_s": median, "units": reports})
+            serde_json::json!({
+                "verified": failed.is_empty(),
+                "verdict": verdict,
+                "class_id": class.as_ref().map(|c| c.0.clone()),
+                "class_flagged": class.as_ref().map(|c| c.1),
+                "per_core_nodes_per_s": median,
+                "units": reports,
+            })
         );
     } else {
         println!("{verdict}");
@@ -129,4 +233,98 @@ pub fn run(args: VerifyArgs) -> Result<()> {
         bail!("this engine build disagrees with the known results: do not use it for real work");
     }
     Ok(())
+}
+
+/// Registers with the coordinator, runs its suite and submits the results; returns the
+/// per-unit reports and (class id, flagged).
+async fn with_coordinator(
+    args: &VerifyArgs,
+    url: &str,
+    token: &str,
+) -> Result<(Vec<UnitReport>, Option<(String, bool)>)> {
+    let mut client = WorkerServiceClient::connect(url.to_string())
+        .await
+        .with_context(|| format!("cannot reach the coordinator at {url}"))?
+        .max_decoding_message_size(e2fleet_proto::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(e2fleet_proto::MAX_MESSAGE_BYTES);
+    let reg = client
+        .register_worker(v1::RegisterWorkerRequest {
+            enroll_token: token.to_string(),
+            host: Some(crate::run::host::host_info(
+                args.hostname.as_deref(),
+                &args.engine,
+            )),
+            previous_worker_id: String::new(),
+        })
+        .await
+        .context("registration refused")?
+        .into_inner();
+    let bearer = format!("Bearer {}", reg.worker_token);
+    fn authed<T>(bearer: &str, message: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(message);
+        r.metadata_mut()
+            .insert("authorization", bearer.parse().expect("ascii token"));
+        r
+    }
+    let suite = client
+        .get_suite(authed(
+            &bearer,
+            v1::GetSuiteRequest {
+                suite: args.suite.clone(),
+                only_missing: false,
+            },
+        ))
+        .await
+        .context("cannot fetch the suite")?
+        .into_inner();
+    let units = suite.units.iter().map(unit_from_wire).collect::<Vec<_>>();
+    let engine = args.engine.clone();
+    let runs = tokio::task::spawn_blocking(move || run_units(&units, &engine)).await??;
+    let answer = client
+        .submit_verification(authed(&bearer, submission(&suite.suite, &runs)))
+        .await
+        .context("the coordinator refused the results")?
+        .into_inner();
+    let reports = runs
+        .iter()
+        .zip(&answer.verdicts)
+        .map(|(run, v)| {
+            UnitReport::new(
+                run,
+                &v.verdict,
+                (!v.detail.is_empty()).then(|| v.detail.clone()),
+            )
+        })
+        .collect();
+    Ok((reports, Some((answer.class_id, answer.class_flagged))))
+}
+
+/// A suite unit as the coordinator hands it out.
+pub fn unit_from_wire(u: &v1::SuiteUnitSpec) -> SuiteUnit {
+    SuiteUnit {
+        name: u.name.clone(),
+        puzzle: u.puzzle.clone(),
+        order: u.order.clone(),
+        prefix_depth: u.prefix_depth as usize,
+        prefix_index: u.prefix_index as usize,
+        budget: (u.budget > 0).then_some(u.budget),
+        speed: u.speed,
+        expected: None,
+    }
+}
+
+/// The submission of finished suite units.
+pub fn submission(suite: &str, runs: &[UnitRun]) -> v1::SubmitVerificationRequest {
+    v1::SubmitVerificationRequest {
+        suite: suite.to_string(),
+        results: runs
+            .iter()
+            .map(|r| v1::VerificationResult {
+                unit: r.unit.name.clone(),
+                result: Some(result_to_wire(&r.result)),
+                engine_seconds: r.seconds,
+                engine_build: r.engine_build.clone(),
+            })
+            .collect(),
+    }
 }

@@ -478,12 +478,49 @@ async function workersPage() {
   ];
 }
 
+async function verificationPage() {
+  const suite = new URLSearchParams(location.search).get("suite") || "default";
+  const m = await api("/api/verification?suite=" + encodeURIComponent(suite));
+  const units = m.units || [];
+  const classes = m.classes || [];
+  const mark = { agrees: "agrees", DISAGREES: "DISAGREES", pending: "pending", "not run": "not run" };
+  const header = ["Hardware class", "Status", ...units.map((u, i) => el("span", { title: u.name }, "U" + (i + 1)))];
+  const rows = classes.map((c) => [
+    el("div", {},
+      el("div", { class: "host" }, c.cpu_model, " · ", c.engine_kind),
+      el("div", { class: "muted small" }, `${c.arch} / ${c.os} · ${c.rustc_version || "no rustc"}`),
+      el("div", {}, el("code", {}, c.engine_release), " ", el("code", {}, c.id)),
+      el("div", { class: "muted small" }, "hosts: " + ((c.hosts || []).join(", ") || "–"))),
+    c.flagged ? badge("flagged") : badge("ok"),
+    ...units.map((u) => {
+      const cell = (c.cells || {})[u.name] || { verdict: "not run" };
+      return el("div", { class: "cell-" + cell.verdict.replace(" ", "-").toLowerCase(), title: cell.verdict + (cell.results ? ` · ${cell.results} result(s) · hosts ${(cell.hosts || []).join(", ")}` : "") },
+        el("div", {}, mark[cell.verdict] || cell.verdict),
+        cell.per_core_nodes_per_s ? el("div", { class: "muted small num" }, rate(cell.per_core_nodes_per_s)) : null);
+    }),
+  ]);
+  return [
+    el("h1", {}, "Verification"),
+    el("p", { class: "muted" }, `Suite “${m.suite}”: ${units.length} units with exact results, run by every hardware class (CPU model, arch, OS, rustc, CPU features, engine kind and release) before it gets real work. A class that DISAGREES anywhere is flagged and gets no real units until a fixed build — a new class — agrees.`),
+    section("Conformance matrix", table(header, rows, "No hardware class has run this suite yet. Workers run it when they first connect; or: e2fleet-worker verify --coordinator URL --token TOKEN")),
+    section("Speed table: per-core placements/s on the suite's speed units",
+      table(["Class", "CPU", "Engine", "rustc", "Per-core (median)"],
+        (m.speed_table || []).map((s) => [el("code", {}, s.class_id), s.cpu_model, el("span", {}, s.engine_kind, " ", el("code", {}, s.engine_release)), el("code", {}, s.rustc_version), el("span", { class: "num" }, rate(s.per_core_nodes_per_s))]),
+        "Nothing measured yet."),
+      el("p", { class: "note" }, "One engine thread's speed on identical, exactly known pieces of work: the fleet's answer to “which CPU and compiler is fastest”.")),
+    section("Units", table(["", "Name", "Puzzle", "Order", "Prefix", "Budget", "Expected result"],
+      units.map((u, i) => ["U" + (i + 1), u.name, u.puzzle, u.order, `depth ${u.prefix_depth} #${u.prefix_index}`, u.budget ? exact(u.budget) : "none",
+        u.expected ? `${exact(u.expected.committed)} nodes, ${exact(u.expected.solutions_count)} solutions (${u.expected_source})` : el("span", { class: "muted" }, "not known yet: fixed when two classes agree")]))),
+  ];
+}
+
 function route() {
   const path = location.pathname;
   let m;
   if ((m = path.match(/^\/jobs\/([^/]+)$/))) return { nav: "jobs", key: "job", render: () => jobPage(decodeURIComponent(m[1])) };
   if (path === "/jobs") return { nav: "jobs", key: "jobs", render: jobsPage };
   if (path === "/workers") return { nav: "workers", key: "workers", render: workersPage };
+  if (path === "/verification") return { nav: "verification", key: "verification", render: verificationPage };
   return { nav: "fleet", key: "fleet", render: fleetPage };
 }
 

@@ -55,6 +55,7 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> axum::Router<S> {
         .route("/jobs", get(page))
         .route("/jobs/{id}", get(page))
         .route("/workers", get(page))
+        .route("/verification", get(page))
         .route(
             "/assets/app.js",
             get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),

@@ -20,6 +20,12 @@ impl Fleet {
         engine: (&str, &str),
     ) -> Result<Vec<LeaseGrant>, FleetError> {
         let max = max.clamp(1, 256) as i64;
+        if let Some(reason) = self.flagged_reason(&worker.class_id).await? {
+            return Err(FleetError::FailedPrecondition(format!(
+                "no real work for hardware class {}: {reason}; run a fixed build (e2fleet-worker verify --coordinator ...)",
+                worker.class_id
+            )));
+        }
         let now = self.now();
         let mut tx = self.store.begin().await?;
         expire(&mut tx, now).await?;

@@ -41,6 +41,7 @@ use crate::store::{Store, StoreError, Tx, jobs, leases, parse_json, results, uni
 mod leasing;
 mod reports;
 mod submission;
+pub mod verification;
 
 pub use e2fleet_proto::REPORT_MAX_SOLUTIONS;
 pub use submission::{choose_split_depth, self_tests};
@@ -119,6 +120,30 @@ pub struct Host {
     pub rustc_version: String,
     /// Worker program version.
     pub worker_version: String,
+    /// CPU features engines can use, comma-separated.
+    pub target_features: String,
+    /// Engine kind the worker runs.
+    pub engine_kind: String,
+    /// Engine release (generator + runtime + flags), the same for every puzzle.
+    pub engine_release: String,
+}
+
+impl Host {
+    /// The hardware class: a short SHA-256 of everything that must match for two results
+    /// to count as "the same hardware and build".
+    pub fn class_id(&self) -> String {
+        let fields = [
+            &self.cpu_model,
+            &self.arch,
+            &self.os,
+            &self.rustc_version,
+            &self.target_features,
+            &self.engine_kind,
+            &self.engine_release,
+        ];
+        let joined: Vec<&str> = fields.iter().map(|s| s.as_str()).collect();
+        sha256_hex(joined.join("\u{1f}").as_bytes())[..12].to_string()
+    }
 }
 
 /// A new job.
@@ -228,6 +253,10 @@ pub struct Fleet {
     /// Token hash -> worker, for authentication without a query per call. Only identity
     /// fields are used from it; quarantine is always read from the store.
     tokens: Mutex<HashMap<String, WorkerRow>>,
+    /// Hardware class -> why it gets no real work; `None` = recompute.
+    flagged: Mutex<Option<HashMap<String, String>>>,
+    /// The default verification suite is stored.
+    default_suite_ready: std::sync::atomic::AtomicBool,
 }
 
 fn sha256_hex(data: &[u8]) -> String {
@@ -285,6 +314,8 @@ impl Fleet {
             clock,
             contexts: Mutex::new(HashMap::new()),
             tokens: Mutex::new(HashMap::new()),
+            flagged: Mutex::new(None),
+            default_suite_ready: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -368,6 +399,8 @@ impl Fleet {
         }
         let token = random_token();
         let now = self.now();
+        let class_id = host.class_id();
+        crate::store::verification::upsert_class(&mut tx, &class_id, &host, now).await?;
         let row = WorkerRow {
             id: id.clone(),
             token_hash: sha256_hex(token.as_bytes()),
@@ -378,8 +411,10 @@ impl Fleet {
             os: host.os,
             rustc_version: host.rustc_version,
             worker_version: host.worker_version,
-            engine_kind: String::new(),
-            engine_build: String::new(),
+            engine_kind: host.engine_kind,
+            engine_build: host.engine_release,
+            target_features: host.target_features,
+            class_id,
             registered_ms: now,
             last_seen_ms: now,
             per_core_rate: 0.0,

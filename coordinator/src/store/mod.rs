@@ -6,6 +6,7 @@ pub mod jobs;
 pub mod leases;
 pub mod results;
 pub mod units;
+pub mod verification;
 pub mod workers;
 
 use std::ops::{Deref, DerefMut};

@@ -29,6 +29,9 @@ pub struct WorkerRow {
     pub units_done: i64,
     pub errors: i64,
     pub quarantined: bool,
+    pub target_features: String,
+    /// The hardware class at the last registration.
+    pub class_id: String,
     /// Active leases held (filled by [`list`] only).
     #[sqlx(default)]
     pub leases_held: i64,
@@ -37,11 +40,13 @@ pub struct WorkerRow {
 /// Inserts or replaces a worker (a re-registration keeps the id and the error record).
 pub async fn upsert(c: &mut SqliteConnection, w: &WorkerRow) -> Result<(), StoreError> {
     sqlx::query(
-        "INSERT INTO workers (id, token_hash, hostname, cpu_model, cores, arch, os, rustc_version, worker_version, registered_ms, last_seen_ms) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+        "INSERT INTO workers (id, token_hash, hostname, cpu_model, cores, arch, os, rustc_version, worker_version, registered_ms, last_seen_ms, \
+           engine_kind, engine_build, target_features, class_id) \
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
          ON CONFLICT(id) DO UPDATE SET token_hash = excluded.token_hash, hostname = excluded.hostname, cpu_model = excluded.cpu_model, \
            cores = excluded.cores, arch = excluded.arch, os = excluded.os, rustc_version = excluded.rustc_version, \
-           worker_version = excluded.worker_version, last_seen_ms = excluded.last_seen_ms",
+           worker_version = excluded.worker_version, last_seen_ms = excluded.last_seen_ms, engine_kind = excluded.engine_kind, \
+           engine_build = excluded.engine_build, target_features = excluded.target_features, class_id = excluded.class_id",
     )
     .bind(&w.id)
     .bind(&w.token_hash)
@@ -54,6 +59,10 @@ pub async fn upsert(c: &mut SqliteConnection, w: &WorkerRow) -> Result<(), Store
     .bind(&w.worker_version)
     .bind(w.registered_ms)
     .bind(w.last_seen_ms)
+    .bind(&w.engine_kind)
+    .bind(&w.engine_build)
+    .bind(&w.target_features)
+    .bind(&w.class_id)
     .execute(c)
     .await?;
     Ok(())

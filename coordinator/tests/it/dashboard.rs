@@ -142,7 +142,11 @@ async fn pages_load_and_show_a_running_job_moving() {
         "progress moves: {nodes_before} -> {nodes_after}"
     );
 
-    for path in ["/", "/jobs", "/workers"] {
+    // a hardware class that disagrees, for the verification page
+    let mut odd = SimWorker::register_as(&c.url, "odd-host", "CPU Odd", Behaviour::Honest).await;
+    assert!(odd.verify("", &["clue1-budget"]).await.class_flagged);
+    w.verify("", &[]).await;
+    for path in ["/", "/jobs", "/workers", "/verification"] {
         let url = format!("{}{path}", c.url);
         let dom = tokio::task::spawn_blocking({
             let (b, p) = (browser.clone(), profile.clone());
@@ -151,6 +155,18 @@ async fn pages_load_and_show_a_running_job_moving() {
         .await
         .unwrap();
         assert!(dom.contains("browser-host") || path != "/workers", "{dom}");
+        if path == "/verification" {
+            assert!(
+                dom.contains("CPU Odd") && dom.contains("DISAGREES"),
+                "{dom}"
+            );
+            assert!(dom.contains("badge-flagged"), "{dom}");
+            assert_eq!(
+                dom.matches("class=\"cell-agrees\"").count(),
+                12 + 11,
+                "{dom}"
+            );
+        }
         if path == "/" {
             for id in ["per-core-rate", "aggregate-rate"] {
                 attr_of(&dom, id, "data-value");

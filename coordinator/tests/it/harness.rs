@@ -187,18 +187,31 @@ pub struct SimWorker {
 
 impl SimWorker {
     pub async fn register(url: &str, hostname: &str, behaviour: Behaviour) -> SimWorker {
+        Self::register_as(url, hostname, &format!("Sim CPU {hostname}"), behaviour).await
+    }
+
+    /// A simulated worker on a given CPU model (its hardware class follows from it).
+    pub async fn register_as(
+        url: &str,
+        hostname: &str,
+        cpu_model: &str,
+        behaviour: Behaviour,
+    ) -> SimWorker {
         let mut client = WorkerServiceClient::connect(url.to_string()).await.unwrap();
         let r = client
             .register_worker(v1::RegisterWorkerRequest {
                 enroll_token: ENROLL.into(),
                 host: Some(v1::HostInfo {
                     hostname: hostname.into(),
-                    cpu_model: format!("Sim CPU {hostname}"),
+                    cpu_model: cpu_model.into(),
                     cores: 2,
                     arch: "x86_64".into(),
                     os: "linux".into(),
                     rustc_version: String::new(),
                     worker_version: "test".into(),
+                    engine_kind: "reference".into(),
+                    engine_release: "reference-test".into(),
+                    target_features: String::new(),
                 }),
                 previous_worker_id: String::new(),
             })

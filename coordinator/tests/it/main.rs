@@ -6,3 +6,4 @@ mod dashboard;
 mod harness;
 mod http_api;
 mod scenarios;
+mod verification;

@@ -54,6 +54,36 @@ impl Default for CodegenOptions {
 /// The source of the runtime library every generated program links.
 pub const RUNTIME_SOURCE: &str = include_str!("../../runtime/e2fleet_rt.rs");
 
+/// What generates compiled engines, as one short id: a hash of the runtime, this code
+/// generator and the search plan tables it reads. Any change to them is a new id, so a
+/// new engine release is a new hardware class for verification, whatever the puzzle.
+pub fn generator_id() -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(RUNTIME_SOURCE);
+    h.update(include_str!("codegen.rs"));
+    h.update(include_str!("../plan.rs"));
+    h.finalize()[..6]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+/// The engine release of compiled engines built with these options and this CPU target
+/// (`None` = generic): the same for every puzzle, unlike a build id.
+pub fn release_id(options: &CodegenOptions, target_cpu: Option<&str>) -> String {
+    let mut id = format!(
+        "compiled-{}-{}-g{}",
+        generator_id(),
+        target_cpu.unwrap_or("generic"),
+        options.group
+    );
+    if let Some(d) = options.fault_depth {
+        id.push_str(&format!("-FAULT{d}"));
+    }
+    id
+}
+
 /// The protocol version spoken by generated programs.
 pub const PROTOCOL_VERSION: u32 = 1;
 

@@ -36,8 +36,39 @@ fn rustc_version(rustc: &std::path::Path) -> String {
         .unwrap_or_default()
 }
 
-/// This machine's fingerprint; `hostname` overrides the detected name.
-pub fn host_info(hostname_override: Option<&str>, rustc: &std::path::Path) -> v1::HostInfo {
+/// The CPU features engines can use on this machine (detected at run time), sorted and
+/// comma-separated. Part of the hardware class: a build for `native` differs with them.
+pub fn target_features() -> String {
+    let mut found: Vec<&str> = Vec::new();
+    #[cfg(target_arch = "x86_64")]
+    {
+        macro_rules! probe {
+            ($($f:tt),*) => { $( if std::arch::is_x86_feature_detected!($f) { found.push($f); } )* };
+        }
+        probe!(
+            "sse4.2", "popcnt", "avx", "avx2", "bmi1", "bmi2", "lzcnt", "fma", "avx512f",
+            "avx512bw", "avx512vl"
+        );
+    }
+    #[cfg(target_arch = "aarch64")]
+    {
+        macro_rules! probe {
+            ($($f:tt),*) => { $( if std::arch::is_aarch64_feature_detected!($f) { found.push($f); } )* };
+        }
+        probe!("neon", "sve", "sve2", "lse");
+    }
+    found.sort_unstable();
+    found.join(",")
+}
+
+/// This machine's fingerprint; `hostname` overrides the detected name; `engine` chooses
+/// the engine kind and release reported for the hardware class.
+pub fn host_info(
+    hostname_override: Option<&str>,
+    engine: &crate::engine_args::EngineArgs,
+) -> v1::HostInfo {
+    let rustc_version = rustc_version(&engine.rustc);
+    let (engine_kind, engine_release) = engine.release(&rustc_version);
     v1::HostInfo {
         hostname: hostname_override
             .map(str::to_string)
@@ -46,7 +77,10 @@ pub fn host_info(hostname_override: Option<&str>, rustc: &std::path::Path) -> v1
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()) as u32,
         arch: std::env::consts::ARCH.into(),
         os: std::env::consts::OS.into(),
-        rustc_version: rustc_version(rustc),
+        rustc_version,
         worker_version: env!("CARGO_PKG_VERSION").into(),
+        target_features: target_features(),
+        engine_kind,
+        engine_release,
     }
 }

@@ -87,6 +87,62 @@ pub struct RunArgs {
     engine: EngineArgs,
 }
 
+/// Runs the verification units this hardware class has not run yet (the coordinator
+/// hands them out) with the engine real work would use, and submits them. A compiled
+/// build that disagrees is dropped for the reference engine (a new class, verified in
+/// turn); a class that still disagrees gets no real work from the coordinator, which
+/// says so on every lease request.
+async fn verify_class(
+    link: &mut Link,
+    engine: &mut EngineArgs,
+    hostname: Option<&str>,
+) -> Result<()> {
+    loop {
+        let suite = link
+            .client
+            .get_suite(link.req(v1::GetSuiteRequest {
+                suite: String::new(),
+                only_missing: true,
+            }))
+            .await?
+            .into_inner();
+        if suite.units.is_empty() {
+            return Ok(());
+        }
+        info!(suite = %suite.suite, units = suite.units.len(), class_id = %suite.class_id, "running verification units for this hardware class");
+        let units: Vec<_> = suite
+            .units
+            .iter()
+            .map(crate::verify::unit_from_wire)
+            .collect();
+        let e = engine.clone();
+        let runs =
+            tokio::task::spawn_blocking(move || crate::verify::run_units(&units, &e)).await??;
+        let answer = link
+            .client
+            .submit_verification(link.req(crate::verify::submission(&suite.suite, &runs)))
+            .await?
+            .into_inner();
+        for v in answer.verdicts.iter().filter(|v| v.verdict == "DISAGREES") {
+            error!(unit = %v.unit, detail = %v.detail, "this engine build disagrees with the verification suite");
+        }
+        if !answer.class_flagged {
+            info!(class_id = %answer.class_id, "hardware class verified");
+            return Ok(());
+        }
+        if engine.engine == crate::engine_args::EngineChoice::Reference {
+            error!(class_id = %answer.class_id, "this hardware class disagrees with the verification suite: the coordinator gives it no real work until a fixed build agrees");
+            return Ok(());
+        }
+        warn!(
+            "the compiled engine disagrees with the verification suite; using the reference engine"
+        );
+        engine.engine = crate::engine_args::EngineChoice::Reference;
+        link.host = host::host_info(hostname, engine);
+        link.register().await?;
+    }
+}
+
 /// A finished unit: journalled (fsync'd) first, then queued for sending.
 fn collect(
     outcome: Outcome,
@@ -316,13 +372,22 @@ async fn run_async(args: RunArgs) -> Result<()> {
             .map(|s| s.worker_id.clone())
             .unwrap_or_default(),
         enroll: args.token.clone(),
-        host: host::host_info(args.hostname.as_deref(), &args.engine.rustc),
+        host: host::host_info(args.hostname.as_deref(), &args.engine),
         identity_path,
         coordinator: args.coordinator.clone(),
         failures: 0,
         next_try: Instant::now(),
         lease_seconds: 60,
     };
+    // A saved identity registers again, so the coordinator has this run's fingerprint (a
+    // new build or rustc is a new hardware class); if it is away, the saved token serves.
+    if !link.token.is_empty() {
+        match link.register().await {
+            Ok(()) => link.ok(),
+            Err(s) if s.code() == Code::Unauthenticated => link.token.clear(),
+            Err(s) => link.fail("register", &s),
+        }
+    }
     while link.token.is_empty() {
         match link.register().await {
             Ok(()) => link.ok(),
@@ -337,6 +402,11 @@ async fn run_async(args: RunArgs) -> Result<()> {
                 tokio::time::sleep_until(link.next_try.into()).await;
             }
         }
+    }
+
+    let mut engine_args = args.engine.clone();
+    if let Err(e) = verify_class(&mut link, &mut engine_args, args.hostname.as_deref()).await {
+        warn!(error = %format!("{e:#}"), "could not run the verification units now");
     }
 
     let threads = args
@@ -514,7 +584,7 @@ async fn run_async(args: RunArgs) -> Result<()> {
         if !waiting.is_empty() && link.up() && !stopping {
             let mut still = Vec::new();
             for lease in waiting.drain(..) {
-                match prepare_job(&mut link, &mut jobs, &lease.job_id, &args.engine).await {
+                match prepare_job(&mut link, &mut jobs, &lease.job_id, &engine_args).await {
                     Prepared::Ready(engine) => {
                         match (
                             path_from_wire(&lease.prefix, "prefix"),
@@ -551,7 +621,7 @@ async fn run_async(args: RunArgs) -> Result<()> {
         let want = want.min(remaining.min(64) as usize);
         let mut retry_after = Duration::from_millis(200);
         if want > 0 && !stopping && !limit_reached && !paused && link.up() {
-            let engine_kind = if args.engine.engine == crate::engine_args::EngineChoice::Reference {
+            let engine_kind = if engine_args.engine == crate::engine_args::EngineChoice::Reference {
                 EngineKind::Reference
             } else {
                 EngineKind::Compiled

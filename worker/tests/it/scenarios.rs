@@ -217,7 +217,7 @@ async fn the_journal_is_replayed_after_a_crash() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_build_that_fails_its_self_test_never_walks_a_unit() {
+async fn a_build_that_fails_verification_never_walks_a_unit() {
     let dir = tempfile::tempdir().unwrap();
     let c = Coordinator::start(&dir.path().join("c.db"), 0, Duration::from_secs(30)).await;
     let job = c.submit("brendan/set1/pieces_05x05.txt", 3, None).await;
@@ -235,7 +235,31 @@ async fn a_build_that_fails_its_self_test_never_walks_a_unit() {
             "the faulty compiled build was never used: {r}"
         );
     }
+    // the suite caught it before any real unit: the worker fell back to the reference
+    // engine (a new hardware class, verified in turn)
     let log = std::fs::read_to_string(dir.path().join("w.log")).unwrap();
-    assert!(log.contains("failed its self-test"), "{log}");
+    assert!(
+        log.contains("disagrees with the verification suite"),
+        "{log}"
+    );
+    assert!(log.contains("using the reference engine"), "{log}");
+    let m = c.fleet.verification_matrix("").await.unwrap();
+    let classes = m["classes"].as_array().unwrap();
+    let compiled = classes
+        .iter()
+        .find(|k| k["engine_kind"] == "compiled")
+        .unwrap();
+    let reference = classes
+        .iter()
+        .find(|k| k["engine_kind"] == "reference")
+        .unwrap();
+    assert_eq!(compiled["flagged"], true, "{m}");
+    assert!(
+        compiled["engine_release"]
+            .as_str()
+            .unwrap()
+            .contains("FAULT")
+    );
+    assert_eq!(reference["flagged"], false, "{m}");
     c.stop().await;
 }

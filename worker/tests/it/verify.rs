@@ -1,6 +1,7 @@
 //! `verify --offline`: the built-in suite passes with both engines, and a deliberately
 //! wrong engine (test-only fault injection) fails with a verdict naming the unit and the
-//! first differing depth.
+//! first differing depth. `verify --coordinator`: results go to the coordinator, which
+//! judges them per hardware class and shows the class in its conformance matrix.
 
 use std::process::Command;
 
@@ -36,4 +37,82 @@ fn a_wrong_engine_fails_with_the_unit_and_depth() {
         "{text}"
     );
     assert!(text.contains("first differing depth 7"), "{text}");
+}
+
+fn verify_with(url: &str, extra: &[&str]) -> (bool, serde_json::Value) {
+    let out = Command::new(env!("CARGO_BIN_EXE_e2fleet-worker"))
+        .args([
+            "verify",
+            "--coordinator",
+            url,
+            "--token",
+            crate::harness::ENROLL,
+        ])
+        .args(["--hostname", "verifier", "--json", "--cache-dir"])
+        .arg(std::env::temp_dir().join("e2fleet-worker-test-cache"))
+        .args(extra)
+        .output()
+        .unwrap();
+    let doc = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+    (out.status.success(), doc)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn results_go_to_the_coordinator_and_into_its_matrix() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = crate::harness::Coordinator::start(
+        &dir.path().join("c.db"),
+        0,
+        std::time::Duration::from_secs(30),
+    )
+    .await;
+    let url = c.url.clone();
+    let (ok, doc) = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || verify_with(&url, &["--engine", "reference"])
+    })
+    .await
+    .unwrap();
+    assert!(ok, "{doc}");
+    assert_eq!(doc["verified"], true);
+    assert_eq!(doc["class_flagged"], false);
+    assert_eq!(doc["units"].as_array().unwrap().len(), 12);
+    let good_class = doc["class_id"].as_str().unwrap().to_string();
+
+    let (ok, doc) = tokio::task::spawn_blocking(move || {
+        verify_with(&url, &["--engine", "compiled", "--fault-depth", "6"])
+    })
+    .await
+    .unwrap();
+    assert!(!ok, "{doc}");
+    assert_eq!(doc["class_flagged"], true);
+    assert!(
+        doc["verdict"]
+            .as_str()
+            .unwrap()
+            .contains("first differing depth 7"),
+        "{doc}"
+    );
+    let bad_class = doc["class_id"].as_str().unwrap().to_string();
+    assert_ne!(
+        good_class, bad_class,
+        "another engine build is another class"
+    );
+
+    let m = c.fleet.verification_matrix("default").await.unwrap();
+    let flagged: Vec<(String, bool)> = m["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["id"].as_str().unwrap().to_string(),
+                k["flagged"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert!(flagged.contains(&(good_class, false)), "{flagged:?}");
+    assert!(flagged.contains(&(bad_class, true)), "{flagged:?}");
+    c.stop().await;
 }
