@@ -35,6 +35,8 @@ easy=$("$bin/e2fleet-coordinator" submit puzzles/bench/bench-easy.json --units 1
 "$bin/e2fleet-worker" run --data-dir "$work/w1" --hostname lab-server-01 --nice 0 >"$work/w1.log" 2>&1 &
 pids+=($!)
 "$bin/e2fleet-coordinator" job "$easy" --watch >/dev/null
+# a second hardware class for the verification page: this machine's reference engine
+"$bin/e2fleet-worker" verify --coordinator "$E2FLEET_COORDINATOR" --engine reference --hostname lab-server-01 >/dev/null
 e2=$("$bin/e2fleet-coordinator" submit puzzles/e2/centre-clue.json --units 400 --budget 200000000 --json \
   | sed -E 's/.*"job_id":"([^"]+)".*/\1/')
 sleep 25
@@ -50,3 +52,4 @@ shot fleet / 1250
 shot job-running "/jobs/$e2" 1500
 shot job-complete "/jobs/$easy" 1500
 shot workers /workers 600
+shot verification /verification 1100

@@ -25,9 +25,9 @@ use crate::engine_args::EngineArgs;
 
 /// Flags of `verify`.
 #[derive(Args, Debug)]
-#[command(group(clap::ArgGroup::new("where").required(true).args(["offline", "coordinator"])))]
 pub struct VerifyArgs {
-    /// Run the built-in suite on this machine only and judge it here.
+    /// Run the built-in suite on this machine only and judge it here (wins over
+    /// --coordinator / E2FLEET_COORDINATOR).
     #[arg(long)]
     offline: bool,
     /// Run the coordinator's suite and submit the results there.
@@ -124,6 +124,9 @@ impl UnitReport {
 /// Runs `verify`.
 pub fn run(args: VerifyArgs) -> Result<()> {
     let started = Instant::now();
+    if !args.offline && args.coordinator.is_none() {
+        bail!("say where to verify: --offline, or --coordinator URL (or E2FLEET_COORDINATOR)");
+    }
     let (reports, class) = match &args.coordinator {
         Some(url) if !args.offline => {
             let token = args
