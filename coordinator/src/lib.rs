@@ -14,6 +14,7 @@
 //! - [`server`]: one port for gRPC and HTTP (`serve(listener, fleet, shutdown)`): the
 //!   JSON API under `/api/`, `/metrics`, and the pages of [`dashboard`].
 //! - [`dashboard`]: the operators' web pages, assets compiled into the binary.
+//! - [`tls`]: the optional TLS listener (`--tls-cert/--tls-key`).
 //!
 //! Dependencies point one way: `service` -> `fleet` -> `store`; the engine crate supplies
 //! the puzzle model, enumeration, splitting and the verifier; `e2fleet-proto` the wire.
@@ -24,3 +25,4 @@ pub mod server;
 pub mod service;
 pub mod status;
 pub mod store;
+pub mod tls;

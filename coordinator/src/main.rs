@@ -115,6 +115,12 @@ struct ServeArgs {
     /// Log format: text or json.
     #[arg(long, default_value = "text")]
     log_format: String,
+    /// Serve TLS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, env = "E2FLEET_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "E2FLEET_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
 }
 
 #[derive(clap::Args, Clone)]
@@ -129,6 +135,9 @@ struct AdminArgs {
     /// Admin token.
     #[arg(long, env = "E2FLEET_ADMIN_TOKEN")]
     admin_token: String,
+    /// CA certificate (PEM) to trust for an https:// coordinator (default: system roots).
+    #[arg(long, env = "E2FLEET_CA_CERT")]
+    ca_cert: Option<PathBuf>,
     /// Print JSON.
     #[arg(long)]
     json: bool,
@@ -188,6 +197,14 @@ async fn serve(args: ServeArgs) -> Result<()> {
     if args.admin_token.is_none() {
         println!("E2FLEET_ADMIN_TOKEN={admin_token}");
     }
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(
+            e2fleet_coordinator::tls::server_config(cert, key)
+                .map_err(|e| anyhow::anyhow!("TLS: {e}"))?,
+        ),
+        _ => None,
+    };
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let store = Store::open(&args.db)
         .await
         .with_context(|| format!("cannot open database {}", args.db.display()))?;
@@ -206,7 +223,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
     info!(%addr, db = %args.db.display(), "coordinator listening");
-    println!("coordinator listening on http://{addr} (dashboard API at http://{addr}/api/fleet)");
+    println!("coordinator listening on {scheme}://{addr} (dashboard: {scheme}://{addr}/)");
     // SIGINT (Ctrl-C) or SIGTERM (systemd, docker, Kubernetes): stop accepting, finish
     // the requests in flight; every write is a committed transaction either way
     let shutdown = async {
@@ -218,12 +235,13 @@ async fn serve(args: ServeArgs) -> Result<()> {
         }
         info!("shutting down");
     };
-    e2fleet_coordinator::server::serve(listener, fleet, shutdown).await?;
+    e2fleet_coordinator::server::serve_with(listener, fleet, shutdown, tls).await?;
     Ok(())
 }
 
 async fn client(admin: &AdminArgs) -> Result<OperatorServiceClient<Channel>> {
-    let channel = Channel::from_shared(admin.coordinator.clone())?
+    let channel = e2fleet_proto::endpoint::endpoint(&admin.coordinator, admin.ca_cert.as_deref())
+        .map_err(anyhow::Error::msg)?
         .connect()
         .await
         .with_context(|| format!("cannot reach the coordinator at {}", admin.coordinator))?;

@@ -276,6 +276,16 @@ pub async fn serve(
     fleet: Arc<Fleet>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    serve_with(listener, fleet, shutdown, None).await
+}
+
+/// [`serve`], over TLS when `tls` is given (see [`crate::tls`]).
+pub async fn serve_with(
+    listener: TcpListener,
+    fleet: Arc<Fleet>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+) -> std::io::Result<()> {
     let expiry_fleet = fleet.clone();
     let period = (fleet.config().lease / 4).max(Duration::from_millis(100));
     let expiry = tokio::spawn(async move {
@@ -289,14 +299,25 @@ pub async fn serve(
     });
     // gRPC is many small request/response pairs: without TCP_NODELAY, Nagle's algorithm
     // and delayed ACKs hold a response written in pieces for ~40 ms
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            warn!(error = %e, "cannot set TCP_NODELAY");
+    let result = match tls {
+        Some(config) => {
+            let listener = crate::tls::TlsListener::new(listener, config)?;
+            axum::serve(listener, router(fleet))
+                .with_graceful_shutdown(shutdown)
+                .await
         }
-    });
-    let result = axum::serve(listener, router(fleet))
-        .with_graceful_shutdown(shutdown)
-        .await;
+        None => {
+            let listener =
+                axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
+                    if let Err(e) = tcp.set_nodelay(true) {
+                        warn!(error = %e, "cannot set TCP_NODELAY");
+                    }
+                });
+            axum::serve(listener, router(fleet))
+                .with_graceful_shutdown(shutdown)
+                .await
+        }
+    };
     expiry.abort();
     result
 }

@@ -13,6 +13,7 @@ pub mod v1 {
 }
 
 pub mod convert;
+pub mod endpoint;
 
 /// Solutions kept per reported result; coordinator and workers use the same cap so that
 /// result digests compare.

@@ -36,6 +36,9 @@ pub struct VerifyArgs {
     /// The fleet's enrolment token (with --coordinator).
     #[arg(long, env = "E2FLEET_ENROLL_TOKEN")]
     token: Option<String>,
+    /// CA certificate (PEM) to trust for an https:// coordinator (default: system roots).
+    #[arg(long, env = "E2FLEET_CA_CERT")]
+    ca_cert: Option<std::path::PathBuf>,
     /// Suite name on the coordinator.
     #[arg(long, default_value = "default")]
     suite: String,
@@ -245,9 +248,12 @@ async fn with_coordinator(
     url: &str,
     token: &str,
 ) -> Result<(Vec<UnitReport>, Option<(String, bool)>)> {
-    let mut client = WorkerServiceClient::connect(url.to_string())
+    let channel = e2fleet_proto::endpoint::endpoint(url, args.ca_cert.as_deref())
+        .map_err(anyhow::Error::msg)?
+        .connect()
         .await
-        .with_context(|| format!("cannot reach the coordinator at {url}"))?
+        .with_context(|| format!("cannot reach the coordinator at {url}"))?;
+    let mut client = WorkerServiceClient::new(channel)
         .max_decoding_message_size(e2fleet_proto::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(e2fleet_proto::MAX_MESSAGE_BYTES);
     let reg = client

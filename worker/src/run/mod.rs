@@ -54,6 +54,9 @@ pub struct RunArgs {
     /// The fleet's enrolment token.
     #[arg(long, env = "E2FLEET_ENROLL_TOKEN")]
     token: String,
+    /// CA certificate (PEM) to trust for an https:// coordinator (default: system roots).
+    #[arg(long, env = "E2FLEET_CA_CERT")]
+    ca_cert: Option<PathBuf>,
     /// Engine threads (default: every core).
     #[arg(long, env = "E2FLEET_THREADS")]
     threads: Option<usize>,
@@ -355,9 +358,8 @@ async fn run_async(args: RunArgs) -> Result<()> {
         .ok()
         .and_then(|t| serde_json::from_str(&t).ok())
         .filter(|i: &Identity| i.coordinator == args.coordinator);
-    let channel = Channel::from_shared(args.coordinator.clone())
-        .context("bad coordinator URL")?
-        .connect_timeout(Duration::from_secs(5))
+    let channel = e2fleet_proto::endpoint::endpoint(&args.coordinator, args.ca_cert.as_deref())
+        .map_err(anyhow::Error::msg)?
         .connect_lazy();
     let mut link = Link {
         client: WorkerServiceClient::new(channel)

@@ -11,7 +11,8 @@
 //!   leases the caller does not hold: each refused with a clear status, the coordinator
 //!   unharmed;
 //! - SIGTERM to a worker's whole process group (what systemd, Slurm and HTCondor do):
-//!   compiled engines keep running until the worker stops them and collects exact cursors.
+//!   compiled engines keep running until the worker stops them and collects exact cursors;
+//! - and the whole fleet over TLS (`--tls-cert/--tls-key`, clients with `--ca-cert`).
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -642,4 +643,82 @@ async fn sigterm_to_the_whole_process_group_still_reports_exact_cursors() {
     })
     .await;
     assert_exact(&doc);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_over_tls_with_its_own_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let (cert_pem, key_pem) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_pem, cert.cert.pem()).unwrap();
+    std::fs::write(&key_pem, cert.key_pair.serialize_pem()).unwrap();
+    let (mut coordinator, url) = serve(
+        &dir.path().join("c.db"),
+        "127.0.0.1:0",
+        &[
+            "--tls-cert",
+            cert_pem.to_str().unwrap(),
+            "--tls-key",
+            key_pem.to_str().unwrap(),
+        ],
+    );
+    assert!(url.starts_with("https://127.0.0.1:"), "{url}");
+    let url = url.replace("127.0.0.1", "localhost");
+    let ca = cert_pem.to_str().unwrap();
+    let tls_admin = |args: &[&str]| -> serde_json::Value {
+        let out = Command::new(coordinator_bin())
+            .args(args)
+            .args([
+                "--coordinator",
+                &url,
+                "--admin-token",
+                "admin",
+                "--ca-cert",
+                ca,
+                "--json",
+            ])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let puzzle = puzzle_path("brendan/set1/pieces_05x05.txt");
+    let job = tls_admin(&["submit", puzzle.to_str().unwrap(), "--split-depth", "3"])["job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    // a client that does not trust the certificate is refused
+    let out = Command::new(coordinator_bin())
+        .args(["jobs", "--coordinator", &url, "--admin-token", "admin"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "an untrusted certificate must fail");
+    let _w = worker(
+        &url,
+        &dir.path().join("w"),
+        "w",
+        &["--engine", "reference", "--ca-cert", ca],
+        false,
+    );
+    let start = Instant::now();
+    let doc = loop {
+        let doc = tls_admin(&["job", &job]);
+        if doc["state"] == "complete" {
+            break doc;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "{}",
+            doc["units"]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(doc["nodes_total"], 113_211);
+    assert_eq!(doc["solutions_count"], 16);
+    assert_eq!(doc["conservation_ok"], true);
+    assert!(coordinator.alive());
 }
