@@ -52,6 +52,13 @@ fn pct(sorted: &[u64], p: f64) -> f64 {
 
 #[tokio::main(flavor = "multi_thread")]
 async fn main() {
+    // RUST_LOG=sqlx::query=debug logs every statement with its time (to find hot ones)
+    if std::env::var_os("RUST_LOG").is_some() {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .init();
+    }
     let workers = arg("--workers", 1000) as usize;
     let think = Duration::from_millis(arg("--think-ms", 100));
     let seconds = arg("--seconds", 20);
@@ -114,21 +121,40 @@ async fn main() {
     let done = Arc::new(AtomicU64::new(0));
     let lease_lat = Arc::new(std::sync::Mutex::new(Vec::new()));
     let report_lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // register every worker first (64 at a time), so that registration does not queue
+    // behind the load the first workers already make
+    let registered_at = Instant::now();
+    let mut tokens = Vec::with_capacity(workers);
+    for chunk in (0..workers).collect::<Vec<_>>().chunks(64) {
+        let mut batch = Vec::new();
+        for &i in chunk {
+            let mut client = WorkerServiceClient::new(pool[i % pool.len()].clone());
+            batch.push(tokio::spawn(async move {
+                client
+                    .register_worker(v1::RegisterWorkerRequest {
+                        enroll_token: "enroll".into(),
+                        host: Some(v1::HostInfo {
+                            hostname: format!("sim-{i}"),
+                            ..Default::default()
+                        }),
+                        previous_worker_id: String::new(),
+                    })
+                    .await
+                    .unwrap()
+                    .into_inner()
+            }));
+        }
+        for b in batch {
+            tokens.push(b.await.unwrap());
+        }
+    }
+    eprintln!(
+        "{workers} workers registered in {:.1} s",
+        registered_at.elapsed().as_secs_f64()
+    );
     let mut tasks = Vec::new();
-    for i in 0..workers {
+    for (i, reg) in tokens.into_iter().enumerate() {
         let mut client = WorkerServiceClient::new(pool[i % pool.len()].clone());
-        let reg = client
-            .register_worker(v1::RegisterWorkerRequest {
-                enroll_token: "enroll".into(),
-                host: Some(v1::HostInfo {
-                    hostname: format!("sim-{i}"),
-                    ..Default::default()
-                }),
-                previous_worker_id: String::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner();
         let (stop, done, plan) = (stop.clone(), done.clone(), plan.clone());
         let (lease_lat, report_lat) = (lease_lat.clone(), report_lat.clone());
         tasks.push(tokio::spawn(async move {

@@ -28,10 +28,18 @@ impl Fleet {
         }
         let now = self.now();
         let mut tx = self.store.begin().await?;
-        expire(&mut tx, now).await?;
-        workers::touch(&mut tx, &worker.id, now, None, Some(engine)).await?;
-        let current = workers::get(&mut tx, &worker.id).await?;
-        if current.is_none_or(|w| w.quarantined) {
+        // overdue leases go back to the queue before handing out work; the background
+        // task does this too, so here it runs at most once a second
+        let last = self
+            .last_expiry_ms
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if now - last >= 1000 || now < last {
+            expire(&mut tx, now).await?;
+            self.last_expiry_ms
+                .store(now, std::sync::atomic::Ordering::Relaxed);
+        }
+        let quarantined = workers::touch(&mut tx, &worker.id, now, None, Some(engine)).await?;
+        if quarantined.is_none_or(|q| q) {
             tx.commit().await?;
             return Ok(Vec::new());
         }
@@ -45,24 +53,15 @@ impl Fleet {
             }
         }
         let mut grants = Vec::with_capacity(rows.len());
-        let mut job_cache: Vec<JobRow> = Vec::new();
         for row in rows {
-            if !job_cache.iter().any(|j: &JobRow| j.id == row.job_id) {
-                let job = jobs::get(&mut tx, &row.job_id)
-                    .await?
-                    .expect("unit has a job");
-                job_cache.push(job);
-            }
-            let job = job_cache
-                .iter()
-                .find(|j| j.id == row.job_id)
-                .expect("cached above");
+            // a job's budget never changes: read from the cached job context
+            let budget = self.context(&row.job_id).await?.budget;
             let lease = LeaseRow {
                 id: uuid::Uuid::new_v4().to_string(),
                 unit_id: row.id,
                 worker_id: worker.id.clone(),
                 hostname: worker.hostname.clone(),
-                budget: job.budget,
+                budget,
                 created_ms: now,
                 deadline_ms: now + self.config.lease.as_millis() as i64,
                 state: "active".into(),
@@ -77,7 +76,7 @@ impl Fleet {
                     prefix: parse_json(&row.prefix_json, "prefix")?,
                     cursor: parse_json(&row.cursor_json, "cursor")?,
                 },
-                budget: (job.budget > 0).then_some(job.budget as u64),
+                budget: (budget > 0).then_some(budget as u64),
                 deadline_ms: lease.deadline_ms,
             });
         }

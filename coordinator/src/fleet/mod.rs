@@ -242,6 +242,8 @@ pub struct JobCtx {
     pub plan: Arc<SearchPlan>,
     /// The self-test units handed to workers, computed once per job.
     pub self_tests: std::sync::OnceLock<Vec<SelfTest>>,
+    /// The job's node budget per run (0 = none); fixed at submission.
+    pub budget: i64,
 }
 
 /// The coordinator's state and operations.
@@ -255,6 +257,8 @@ pub struct Fleet {
     tokens: Mutex<HashMap<String, WorkerRow>>,
     /// Hardware class -> why it gets no real work; `None` = recompute.
     flagged: Mutex<Option<HashMap<String, String>>>,
+    /// When the lease path last expired overdue leases (ms).
+    last_expiry_ms: std::sync::atomic::AtomicI64,
     /// The default verification suite is stored.
     default_suite_ready: std::sync::atomic::AtomicBool,
 }
@@ -302,6 +306,7 @@ pub fn job_context(puzzle_json: &str, order: &str) -> Result<JobCtx, FleetError>
         order,
         plan,
         self_tests: std::sync::OnceLock::new(),
+        budget: 0,
     })
 }
 
@@ -315,6 +320,7 @@ impl Fleet {
             contexts: Mutex::new(HashMap::new()),
             tokens: Mutex::new(HashMap::new()),
             flagged: Mutex::new(None),
+            last_expiry_ms: std::sync::atomic::AtomicI64::new(i64::MIN / 2),
             default_suite_ready: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -337,7 +343,9 @@ impl Fleet {
         let job = jobs::get_with_puzzle(&mut conn, job_id)
             .await?
             .ok_or_else(|| FleetError::NotFound(format!("job {job_id}")))?;
-        let ctx = Arc::new(job_context(&job.puzzle_json, &job.order_spec)?);
+        let mut ctx = job_context(&job.puzzle_json, &job.order_spec)?;
+        ctx.budget = job.budget;
+        let ctx = Arc::new(ctx);
         self.contexts
             .lock()
             .expect("context cache")

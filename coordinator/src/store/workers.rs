@@ -99,17 +99,19 @@ pub async fn list(c: &mut SqliteConnection) -> Result<Vec<WorkerRow>, StoreError
     )
 }
 
-/// Records that a worker was seen, with its current rate and engine.
+/// Records that a worker was seen, with its current rate and engine; returns whether it
+/// is quarantined (`None` when no such worker).
 pub async fn touch(
     c: &mut SqliteConnection,
     id: &str,
     now_ms: i64,
     rate: Option<(f64, i64)>,
     engine: Option<(&str, &str)>,
-) -> Result<(), StoreError> {
-    sqlx::query(
+) -> Result<Option<bool>, StoreError> {
+    Ok(sqlx::query_scalar(
         "UPDATE workers SET last_seen_ms = ?, per_core_rate = COALESCE(?, per_core_rate), threads = COALESCE(?, threads), \
-           engine_kind = COALESCE(?, engine_kind), engine_build = COALESCE(?, engine_build) WHERE id = ?",
+           engine_kind = COALESCE(?, engine_kind), engine_build = COALESCE(?, engine_build) WHERE id = ? \
+         RETURNING quarantined",
     )
     .bind(now_ms)
     .bind(rate.map(|r| r.0))
@@ -117,9 +119,8 @@ pub async fn touch(
     .bind(engine.map(|e| e.0))
     .bind(engine.map(|e| e.1))
     .bind(id)
-    .execute(c)
-    .await?;
-    Ok(())
+    .fetch_optional(c)
+    .await?)
 }
 
 /// Counts a finished unit for a worker.

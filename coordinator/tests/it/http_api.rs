@@ -154,6 +154,15 @@ async fn every_endpoint_answers_with_a_running_job() {
         assert!(body.contains(name), "missing {name} in\n{body}");
     }
 
+    // the verification matrix (the default suite is there before anyone ran it)
+    let (status, body) = get(&c.url, "/api/verification").await;
+    assert_eq!(status, 200, "{body}");
+    let m: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(m["suite"], "default");
+    assert_eq!(m["units"].as_array().unwrap().len(), 12);
+    let (status, _) = get(&c.url, "/api/verification?suite=nope").await;
+    assert_eq!(status, 404);
+
     // what the dashboard draws boards with
     let (status, body) = get(&c.url, &format!("/api/jobs/{job}/puzzle")).await;
     assert_eq!(status, 200);
