@@ -73,8 +73,8 @@ impl Fleet {
                 unit_id: row.id,
                 job_id: row.job_id.clone(),
                 unit: Unit {
-                    prefix: parse_json(&row.prefix_json, "prefix")?,
-                    cursor: parse_json(&row.cursor_json, "cursor")?,
+                    prefix: units::decode_path(&row.prefix_json, "prefix")?,
+                    cursor: units::decode_path(&row.cursor_json, "cursor")?,
                 },
                 budget: (budget > 0).then_some(budget as u64),
                 deadline_ms: lease.deadline_ms,
@@ -87,8 +87,8 @@ impl Fleet {
     async fn split_unit(&self, tx: &mut Tx, row: &UnitRow, now: i64) -> Result<bool, FleetError> {
         let ctx = self.context(&row.job_id).await?;
         let unit = Unit {
-            prefix: parse_json(&row.prefix_json, "prefix")?,
-            cursor: parse_json(&row.cursor_json, "cursor")?,
+            prefix: units::decode_path(&row.prefix_json, "prefix")?,
+            cursor: units::decode_path(&row.cursor_json, "cursor")?,
         };
         let split = Walker::new(&ctx.plan)
             .split_continuation(&unit)
@@ -103,7 +103,7 @@ impl Fleet {
             .siblings
             .iter()
             .map(|s| NewUnit {
-                prefix_json: to_json(&s.prefix),
+                prefix_json: units::encode_path(&s.prefix),
                 cursor_json: "[]".into(),
                 parent_id: Some(row.id),
                 kind: "split",
@@ -114,8 +114,8 @@ impl Fleet {
         units::set_path(
             tx,
             row.id,
-            &to_json(&split.remaining.prefix),
-            &to_json(&split.remaining.cursor),
+            &units::encode_path(&split.remaining.prefix),
+            &units::encode_path(&split.remaining.cursor),
         )
         .await?;
         jobs::set_totals(

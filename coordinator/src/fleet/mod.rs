@@ -25,7 +25,7 @@ use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{NoControl, RunOptions, Walker};
 use e2fleet_engine::unit::add_counts;
 use e2fleet_engine::verify::verify_board;
-use e2fleet_engine::{FillOrder, OrderSpec, Placement, Puzzle, Unit, UnitResult};
+use e2fleet_engine::{FillOrder, OrderSpec, Puzzle, Unit, UnitResult};
 use rand::RngCore;
 use serde::Serialize;
 use sha2::{Digest, Sha256};

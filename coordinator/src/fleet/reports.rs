@@ -59,8 +59,8 @@ impl Fleet {
         }
         let ctx = self.context(&unit.job_id).await?;
         let unit_value = Unit {
-            prefix: parse_json(&unit.prefix_json, "prefix")?,
-            cursor: parse_json(&unit.cursor_json, "cursor")?,
+            prefix: units::decode_path(&unit.prefix_json, "prefix")?,
+            cursor: units::decode_path(&unit.cursor_json, "cursor")?,
         };
         let check = check_result(&ctx, &unit_value, lease.budget, &report.result);
         let row = ResultRow {
@@ -248,7 +248,7 @@ impl Fleet {
             );
             let child = NewUnit {
                 prefix_json: unit.prefix_json.clone(),
-                cursor_json: to_json(&cursor),
+                cursor_json: units::encode_path(&cursor),
                 parent_id: Some(unit.id),
                 kind: "continuation",
                 quorum,
@@ -278,7 +278,7 @@ impl Fleet {
             .collect();
         while let Some(child) = stack.pop() {
             if child.kind == "split" {
-                let depth: Vec<Placement> = parse_json(&child.prefix_json, "prefix")?;
+                let depth = units::decode_path(&child.prefix_json, "prefix")?;
                 self.subtract(tx, &child.job_id, &[], 0, Some(depth.len() - 1))
                     .await?;
             }

@@ -80,7 +80,7 @@ impl Fleet {
             .iter()
             .enumerate()
             .map(|(i, p)| NewUnit {
-                prefix_json: to_json(p),
+                prefix_json: units::encode_path(p),
                 cursor_json: "[]".into(),
                 parent_id: None,
                 kind: "root",
