@@ -291,8 +291,8 @@ fn to_json<T: Serialize>(value: &T) -> String {
     serde_json::to_string(value).expect("domain values serialise")
 }
 
-/// Builds the search context of a job's puzzle and order.
-pub fn job_context(puzzle_json: &str, order: &str) -> Result<JobCtx, FleetError> {
+/// Builds the search context of a job's puzzle and order (and its node budget, 0 = none).
+pub fn job_context(puzzle_json: &str, order: &str, budget: i64) -> Result<JobCtx, FleetError> {
     let puzzle = parse_str(puzzle_json, "job.json", &LoadOptions::default())
         .map_err(|e| FleetError::InvalidArgument(format!("puzzle: {}", e.kind)))?;
     let spec: OrderSpec = order
@@ -306,7 +306,7 @@ pub fn job_context(puzzle_json: &str, order: &str) -> Result<JobCtx, FleetError>
         order,
         plan,
         self_tests: std::sync::OnceLock::new(),
-        budget: 0,
+        budget,
     })
 }
 
@@ -343,9 +343,7 @@ impl Fleet {
         let job = jobs::get_with_puzzle(&mut conn, job_id)
             .await?
             .ok_or_else(|| FleetError::NotFound(format!("job {job_id}")))?;
-        let mut ctx = job_context(&job.puzzle_json, &job.order_spec)?;
-        ctx.budget = job.budget;
-        let ctx = Arc::new(ctx);
+        let ctx = Arc::new(job_context(&job.puzzle_json, &job.order_spec, job.budget)?);
         self.contexts
             .lock()
             .expect("context cache")

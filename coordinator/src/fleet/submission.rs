@@ -22,7 +22,11 @@ impl Fleet {
                 "a budget must be at least 1 node".into(),
             ));
         }
-        let ctx = job_context(&request.puzzle_json, &request.order)?;
+        let ctx = job_context(
+            &request.puzzle_json,
+            &request.order,
+            request.budget.unwrap_or(0) as i64,
+        )?;
         let depths = ctx.plan.len();
         let depth = match request.split_depth {
             Some(d) if d > depths => {

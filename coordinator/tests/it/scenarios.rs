@@ -22,6 +22,12 @@ async fn a_job_adds_up_exactly_with_budgets_and_continuations() {
     let job = c.submit("brendan/set1/pieces_05x05.txt", 3, 2_000, 1).await;
     let mut a = SimWorker::register(&c.url, "host-a", Behaviour::Honest).await;
     let mut b = SimWorker::register(&c.url, "host-b", Behaviour::Honest).await;
+    // every lease carries the job's budget (a lease without one would walk unbounded)
+    for l in a.lease(3).await.unwrap() {
+        assert_eq!(l.budget, 2_000, "{l:?}");
+        let r = a.compute(&l).await;
+        a.report(&l, &r).await.unwrap();
+    }
     for _ in 0..200 {
         if a.work(1).await + b.work(1).await == 0 {
             break;
@@ -139,6 +145,7 @@ async fn a_restart_on_the_same_database_loses_nothing() {
     w.work(3).await;
     // a lease held across the restart
     let held = w.lease(2).await.unwrap();
+    assert!(held.iter().all(|l| l.budget == 5_000), "{held:?}");
     c.stop().await;
     let c = Coordinator::start_with_clock(&db, 3, clock).await;
     let mut w2 = SimWorker::register(&c.url, "w2", Behaviour::Honest).await;
@@ -150,6 +157,13 @@ async fn a_restart_on_the_same_database_loses_nothing() {
     for l in &held {
         let r = w.compute(l).await;
         assert_eq!(w.report(l, &r).await.unwrap(), "accepted");
+    }
+    // after the restart the budget comes from the stored job
+    let after = w2.lease(1).await.unwrap();
+    assert!(after.iter().all(|l| l.budget == 5_000), "{after:?}");
+    for l in &after {
+        let r = w2.compute(l).await;
+        w2.report(l, &r).await.unwrap();
     }
     for _ in 0..200 {
         if w2.work(1).await == 0 {
