@@ -17,6 +17,27 @@ use tonic::transport::Channel;
 use tracing::info;
 
 /// e2fleet coordinator: splits puzzles into units, leases them, adds results up exactly.
+/// `println!` that ends the program quietly when stdout is closed (`... | head`), instead
+/// of panicking on the broken pipe.
+macro_rules! outln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if writeln!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
+/// `print!`, quietly ending on a closed stdout.
+macro_rules! out {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        if write!(std::io::stdout(), $($arg)*).is_err() {
+            std::process::exit(0);
+        }
+    }};
+}
+
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
@@ -192,10 +213,10 @@ async fn serve(args: ServeArgs) -> Result<()> {
     let enroll_token = args.enroll_token.clone().unwrap_or_else(random_token);
     let admin_token = args.admin_token.clone().unwrap_or_else(random_token);
     if args.enroll_token.is_none() {
-        println!("E2FLEET_ENROLL_TOKEN={enroll_token}");
+        outln!("E2FLEET_ENROLL_TOKEN={enroll_token}");
     }
     if args.admin_token.is_none() {
-        println!("E2FLEET_ADMIN_TOKEN={admin_token}");
+        outln!("E2FLEET_ADMIN_TOKEN={admin_token}");
     }
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(
@@ -223,7 +244,7 @@ async fn serve(args: ServeArgs) -> Result<()> {
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
     info!(%addr, db = %args.db.display(), "coordinator listening");
-    println!("coordinator listening on {scheme}://{addr} (dashboard: {scheme}://{addr}/)");
+    outln!("coordinator listening on {scheme}://{addr} (dashboard: {scheme}://{addr}/)");
     // SIGINT (Ctrl-C) or SIGTERM (systemd, docker, Kubernetes): stop accepting, finish
     // the requests in flight; every write is a committed transaction either way
     let shutdown = async {
@@ -259,11 +280,11 @@ fn authed<T>(admin: &AdminArgs, message: T) -> Result<Request<T>> {
 
 fn print_job(doc: &serde_json::Value, json: bool) {
     if json {
-        println!("{doc}");
+        outln!("{doc}");
         return;
     }
     let u = &doc["units"];
-    println!(
+    outln!(
         "{}  {}  {}\n  units: {} done, {} leased, {} open\n  nodes: {} (enumeration {} + split {} + units {})\n  solutions: {}   deepest: {}\n  conservation: {}\n  per-core rate: {}   aggregate rate: {}",
         doc["job_id"].as_str().unwrap_or(""),
         doc["name"].as_str().unwrap_or(""),
@@ -325,14 +346,16 @@ async fn run(cli: Cli) -> Result<()> {
                 .await?
                 .into_inner();
             if args.admin.json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::json!({"job_id": r.job_id, "units": r.units, "split_depth": r.split_depth})
                 );
             } else {
-                println!(
+                outln!(
                     "job {} submitted: {} units at depth {}",
-                    r.job_id, r.units, r.split_depth
+                    r.job_id,
+                    r.units,
+                    r.split_depth
                 );
             }
             Ok(())
@@ -387,10 +410,10 @@ async fn run(cli: Cli) -> Result<()> {
                 .into_inner();
             let doc: serde_json::Value = serde_json::from_str(&r.json)?;
             if admin.json {
-                println!("{doc}");
+                outln!("{doc}");
             } else {
                 for w in doc.as_array().into_iter().flatten() {
-                    println!(
+                    outln!(
                         "{:<20} {:<12} {:<28} cores {:>3}  {:>8} units  {} errors  {:.1} M/s per core  {}",
                         w["hostname"].as_str().unwrap_or(""),
                         w["state"].as_str().unwrap_or(""),
@@ -412,7 +435,7 @@ async fn run(cli: Cli) -> Result<()> {
                 .await?
                 .into_inner();
             let doc: serde_json::Value = serde_json::from_str(&r.json)?;
-            println!(
+            outln!(
                 "{}",
                 if admin.json {
                     doc.to_string()
@@ -426,7 +449,7 @@ async fn run(cli: Cli) -> Result<()> {
             let mut c = client(&admin).await?;
             c.cancel_job(authed(&admin, v1::CancelJobRequest { job_id: id.clone() })?)
                 .await?;
-            println!("job {id} cancelled");
+            outln!("job {id} cancelled");
             Ok(())
         }
         Command::ReleaseHost { hostname, admin } => {
@@ -443,7 +466,7 @@ async fn run(cli: Cli) -> Result<()> {
             if r.released == 0 {
                 bail!("no worker has host name {hostname:?}");
             }
-            println!("released {} worker(s) on {hostname}", r.released);
+            outln!("released {} worker(s) on {hostname}", r.released);
             Ok(())
         }
         Command::Verify {
@@ -462,14 +485,16 @@ async fn run(cli: Cli) -> Result<()> {
                 .await?
                 .into_inner();
             if admin.json {
-                println!(
+                outln!(
                     "{}",
                     serde_json::json!({"suite": r.name, "units": r.units, "with_expected": r.with_expected})
                 );
             } else {
-                println!(
+                outln!(
                     "suite {}: {} units, {} with expected results (the rest are fixed when two hardware classes agree)",
-                    r.name, r.units, r.with_expected
+                    r.name,
+                    r.units,
+                    r.with_expected
                 );
             }
             Ok(())
@@ -484,9 +509,9 @@ async fn run(cli: Cli) -> Result<()> {
                 .into_inner();
             let doc: serde_json::Value = serde_json::from_str(&r.json)?;
             if admin.json {
-                println!("{doc}");
+                outln!("{doc}");
             } else {
-                print!("{}", matrix_table(&doc));
+                out!("{}", matrix_table(&doc));
             }
             Ok(())
         }
