@@ -79,21 +79,34 @@ impl Fleet {
         if self.default_suite_ready.load(Ordering::Acquire) {
             return Ok(());
         }
+        let units: Vec<(String, String, Option<String>)> = default_suite()
+            .iter()
+            .map(|u| {
+                (
+                    u.name.clone(),
+                    spec_json(u),
+                    u.expected.as_ref().map(to_json),
+                )
+            })
+            .collect();
         let mut tx = self.store.begin().await?;
-        if !vstore::suite_exists(&mut tx, DEFAULT_SUITE).await? {
-            let units: Vec<(String, String, Option<String>)> = default_suite()
-                .iter()
-                .map(|u| {
-                    (
-                        u.name.clone(),
-                        spec_json(u),
-                        u.expected.as_ref().map(to_json),
-                    )
-                })
+        // a coordinator upgrade may ship a different built-in suite: store it (results
+        // stay and are judged against the new units)
+        let stored: Vec<(String, String, Option<String>)> =
+            vstore::suite_units(&mut tx, DEFAULT_SUITE)
+                .await?
+                .into_iter()
+                .map(|u| (u.name, u.spec_json, u.expected_json))
                 .collect();
+        let changed = stored != units;
+        if changed {
             vstore::replace_suite(&mut tx, DEFAULT_SUITE, &units, self.now()).await?;
+            info!(units = units.len(), "built-in verification suite stored");
         }
         tx.commit().await?;
+        if changed {
+            self.invalidate_flagged();
+        }
         self.default_suite_ready.store(true, Ordering::Release);
         Ok(())
     }
@@ -112,6 +125,11 @@ impl Fleet {
             return Err(bad(
                 "suite name: 1-64 characters of letters, digits, '-', '_', '.'".into(),
             ));
+        }
+        if name == DEFAULT_SUITE {
+            return Err(bad(format!(
+                "{DEFAULT_SUITE:?} is the built-in suite (engine/suite/default.json); give yours another name"
+            )));
         }
         let units: Vec<SuiteUnit> =
             serde_json::from_str(json).map_err(|e| bad(format!("suite JSON: {e}")))?;

@@ -60,17 +60,6 @@ pub async fn classes_of_suite(
     .await?)
 }
 
-/// Whether a suite exists.
-pub async fn suite_exists(c: &mut SqliteConnection, name: &str) -> Result<bool, StoreError> {
-    Ok(
-        sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM suites WHERE name = ?")
-            .bind(name)
-            .fetch_one(c)
-            .await?
-            > 0,
-    )
-}
-
 /// Replaces a suite and its units (previous results stay, judged against the new units).
 pub async fn replace_suite(
     c: &mut SqliteConnection,

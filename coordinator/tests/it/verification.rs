@@ -296,6 +296,18 @@ async fn bad_suites_are_refused_with_the_unit_named() {
         assert_eq!(err.code(), tonic::Code::InvalidArgument, "{json}");
         assert!(err.message().contains(wanted), "{json}: {}", err.message());
     }
+    // the built-in suite's name is taken
+    let err = c
+        .operator()
+        .await
+        .submit_suite(admin(v1::SubmitSuiteRequest {
+            name: "default".into(),
+            suite_json: "[]".into(),
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+    assert!(err.message().contains("built-in"), "{}", err.message());
     // without the admin token
     let err = c
         .operator()
@@ -307,5 +319,43 @@ async fn bad_suites_are_refused_with_the_unit_named() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unauthenticated);
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upgraded_built_in_suite_replaces_the_stored_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = temp_db(&dir);
+    let c = Coordinator::start(&db, 3).await;
+    assert_eq!(matrix(&c, "").await["units"].as_array().unwrap().len(), 12);
+    c.stop().await;
+    // as an older coordinator would have left it: a different default suite
+    {
+        let store = e2fleet_coordinator::store::Store::open(&db).await.unwrap();
+        let mut tx = store.begin().await.unwrap();
+        e2fleet_coordinator::store::verification::replace_suite(
+            &mut tx,
+            "default",
+            &[(
+                "old-unit".into(),
+                r#"{"name":"old-unit","puzzle":"brendan-set1-04x04","order":"row-major","prefix_depth":0,"prefix_index":0,"budget":null,"speed":false,"expected":null}"#.into(),
+                None,
+            )],
+            1,
+        )
+        .await
+        .unwrap();
+        tx.commit().await.unwrap();
+    }
+    let c = Coordinator::start(&db, 3).await;
+    let m = matrix(&c, "").await;
+    let names: Vec<&str> = m["units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| u["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names.len(), 12, "{names:?}");
+    assert!(!names.contains(&"old-unit"));
     c.stop().await;
 }
