@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use e2fleet_proto::convert::{path_to_wire, result_from_wire, result_to_wire};
+use e2fleet_proto::convert::{path_to_wire, result_from_wire, result_to_wire, suite_unit_to_wire};
 use e2fleet_proto::v1;
 use e2fleet_proto::v1::operator_service_server::OperatorService;
 use e2fleet_proto::v1::worker_service_server::WorkerService;
@@ -91,18 +91,7 @@ impl WorkerService for WorkerApi {
         Ok(Response::new(v1::GetSuiteResponse {
             suite,
             class_id,
-            units: units
-                .into_iter()
-                .map(|u| v1::SuiteUnitSpec {
-                    name: u.name,
-                    puzzle: u.puzzle,
-                    order: u.order,
-                    prefix_depth: u.prefix_depth as u32,
-                    prefix_index: u.prefix_index as u64,
-                    budget: u.budget.unwrap_or(0),
-                    speed: u.speed,
-                })
-                .collect(),
+            units: units.iter().map(suite_unit_to_wire).collect(),
         }))
     }
 

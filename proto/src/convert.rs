@@ -1,6 +1,7 @@
 //! Wire <-> domain conversions. Every conversion from the wire is checked: values out of
 //! range become a [`WireError`] that names the field, never a panic.
 
+use e2fleet_engine::suite::SuiteUnit;
 use e2fleet_engine::unit::StopReason;
 use e2fleet_engine::{Placement, UnitResult};
 
@@ -135,6 +136,33 @@ pub fn result_from_wire(r: &v1::UnitResult, depths: usize) -> Result<UnitResult,
         },
         stop: Some(stop),
     })
+}
+
+/// A verification unit as handed to workers (its expected result is not sent).
+pub fn suite_unit_to_wire(u: &SuiteUnit) -> v1::SuiteUnitSpec {
+    v1::SuiteUnitSpec {
+        name: u.name.clone(),
+        puzzle: u.puzzle.clone(),
+        order: u.order.clone(),
+        prefix_depth: u.prefix_depth as u32,
+        prefix_index: u.prefix_index as u64,
+        budget: u.budget.unwrap_or(0),
+        speed: u.speed,
+    }
+}
+
+/// A verification unit from the wire, without an expected result.
+pub fn suite_unit_from_wire(u: &v1::SuiteUnitSpec) -> SuiteUnit {
+    SuiteUnit {
+        name: u.name.clone(),
+        puzzle: u.puzzle.clone(),
+        order: u.order.clone(),
+        prefix_depth: u.prefix_depth as usize,
+        prefix_index: u.prefix_index as usize,
+        budget: (u.budget > 0).then_some(u.budget),
+        speed: u.speed,
+        expected: None,
+    }
 }
 
 #[cfg(test)]

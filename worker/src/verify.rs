@@ -16,7 +16,7 @@ use clap::Args;
 use e2fleet_engine::UnitResult;
 use e2fleet_engine::search::{NoControl, RunOptions};
 use e2fleet_engine::suite::{SuiteUnit, default_suite, resolve};
-use e2fleet_proto::convert::result_to_wire;
+use e2fleet_proto::convert::{result_to_wire, suite_unit_from_wire};
 use e2fleet_proto::v1::worker_service_client::WorkerServiceClient;
 use e2fleet_proto::{REPORT_MAX_SOLUTIONS, v1};
 use serde::Serialize;
@@ -286,7 +286,11 @@ async fn with_coordinator(
         .await
         .context("cannot fetch the suite")?
         .into_inner();
-    let units = suite.units.iter().map(unit_from_wire).collect::<Vec<_>>();
+    let units = suite
+        .units
+        .iter()
+        .map(suite_unit_from_wire)
+        .collect::<Vec<_>>();
     let engine = args.engine.clone();
     let runs = tokio::task::spawn_blocking(move || run_units(&units, &engine)).await??;
     let answer = client
@@ -306,20 +310,6 @@ async fn with_coordinator(
         })
         .collect();
     Ok((reports, Some((answer.class_id, answer.class_flagged))))
-}
-
-/// A suite unit as the coordinator hands it out.
-pub fn unit_from_wire(u: &v1::SuiteUnitSpec) -> SuiteUnit {
-    SuiteUnit {
-        name: u.name.clone(),
-        puzzle: u.puzzle.clone(),
-        order: u.order.clone(),
-        prefix_depth: u.prefix_depth as usize,
-        prefix_index: u.prefix_index as usize,
-        budget: (u.budget > 0).then_some(u.budget),
-        speed: u.speed,
-        expected: None,
-    }
 }
 
 /// The submission of finished suite units.

@@ -7,16 +7,7 @@ use crate::harness::*;
 
 /// A plain HTTP/1.1 GET; returns (status, body).
 async fn get(url: &str, path: &str) -> (u16, String) {
-    let addr = url.trim_start_matches("http://");
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
-    )
-    .await
-    .unwrap();
-    let mut raw = Vec::new();
-    s.read_to_end(&mut raw).await.unwrap();
-    let text = String::from_utf8_lossy(&raw).into_owned();
+    let text = raw_get(url, path).await;
     let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
     let body = text
         .split_once("\r\n\r\n")

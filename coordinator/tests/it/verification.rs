@@ -4,24 +4,15 @@
 
 use e2fleet_engine::UnitResult;
 use e2fleet_engine::search::{NoControl, RunOptions, Walker};
-use e2fleet_engine::suite::{SuiteUnit, resolve};
-use e2fleet_proto::convert::result_to_wire;
+use e2fleet_engine::suite::resolve;
+use e2fleet_proto::convert::{result_to_wire, suite_unit_from_wire};
 use e2fleet_proto::v1;
 
 use crate::harness::*;
 
 /// The exact result of a suite unit (the reference walker).
 fn run_unit(spec: &v1::SuiteUnitSpec) -> UnitResult {
-    let unit = SuiteUnit {
-        name: spec.name.clone(),
-        puzzle: spec.puzzle.clone(),
-        order: spec.order.clone(),
-        prefix_depth: spec.prefix_depth as usize,
-        prefix_index: spec.prefix_index as usize,
-        budget: (spec.budget > 0).then_some(spec.budget),
-        speed: spec.speed,
-        expected: None,
-    };
+    let unit = suite_unit_from_wire(spec);
     let resolved = resolve(&unit).unwrap();
     Walker::new(&resolved.plan)
         .run(

@@ -116,7 +116,7 @@ async fn verify_class(
         let units: Vec<_> = suite
             .units
             .iter()
-            .map(crate::verify::unit_from_wire)
+            .map(e2fleet_proto::convert::suite_unit_from_wire)
             .collect();
         let e = engine.clone();
         let runs =

@@ -179,6 +179,11 @@ async fn wait_job(
     }
 }
 
+/// Polls the job until it is complete (bounded).
+async fn wait_complete(url: &str, job: &str, limit: Duration) -> serde_json::Value {
+    wait_job(url, job, limit, |d| d["state"] == "complete").await
+}
+
 fn units_done(doc: &serde_json::Value) -> u64 {
     doc["units"]["done"].as_u64().unwrap()
 }
@@ -214,10 +219,7 @@ async fn sigkill_the_coordinator_mid_job_and_restart_it() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     let port = url.rsplit(':').next().unwrap();
     let (_coordinator, url2) = serve(&db, &format!("127.0.0.1:{port}"), &[]);
-    let doc = wait_job(&url2, &job, Duration::from_secs(120), |d| {
-        d["state"] == "complete"
-    })
-    .await;
+    let doc = wait_complete(&url2, &job, Duration::from_secs(120)).await;
     assert_exact(&doc);
 }
 
@@ -248,10 +250,7 @@ async fn sigkill_a_worker_mid_unit_and_start_a_new_one() {
         &["--engine", "reference"],
         false,
     );
-    let doc = wait_job(&url, &job, Duration::from_secs(120), |d| {
-        d["state"] == "complete"
-    })
-    .await;
+    let doc = wait_complete(&url, &job, Duration::from_secs(120)).await;
     assert_exact(&doc);
 }
 
@@ -355,10 +354,7 @@ async fn a_worker_cut_off_longer_than_a_lease_rejoins_without_double_counting() 
         .unwrap();
     let seen_ms_before = far["last_seen_ms"].as_i64().unwrap();
     proxy.set_cut(false);
-    let doc = wait_job(&url, &job, Duration::from_secs(180), |d| {
-        d["state"] == "complete"
-    })
-    .await;
+    let doc = wait_complete(&url, &job, Duration::from_secs(180)).await;
     assert_exact(&doc);
     // the far worker came back and was heard from again
     let start = Instant::now();
@@ -417,10 +413,7 @@ async fn a_misreporting_worker_is_outvoted_and_its_host_quarantined() {
         &["--engine", "reference"],
         false,
     );
-    let doc = wait_job(&url, &job, Duration::from_secs(240), |d| {
-        d["state"] == "complete"
-    })
-    .await;
+    let doc = wait_complete(&url, &job, Duration::from_secs(240)).await;
     assert_exact(&doc);
     let workers = admin(&url, &["workers"]);
     for w in workers.as_array().unwrap() {
@@ -582,10 +575,7 @@ async fn garbage_and_oversized_messages_are_refused_and_the_coordinator_goes_on(
         &["--engine", "reference"],
         false,
     );
-    let doc = wait_job(&url, &job, Duration::from_secs(120), |d| {
-        d["state"] == "complete"
-    })
-    .await;
+    let doc = wait_complete(&url, &job, Duration::from_secs(120)).await;
     assert_exact(&doc);
 }
 
@@ -642,10 +632,7 @@ async fn sigterm_to_the_whole_process_group_still_reports_exact_cursors() {
         &["--engine", "reference"],
         false,
     );
-    let doc = wait_job(&url, &job, Duration::from_secs(120), |d| {
-        d["state"] == "complete"
-    })
-    .await;
+    let doc = wait_complete(&url, &job, Duration::from_secs(120)).await;
     assert_exact(&doc);
 }
 
