@@ -220,9 +220,11 @@ async fn main() {
     // measure a steady window after one think time of warm-up
     tokio::time::sleep(think + Duration::from_secs(1)).await;
     let start_done = done.load(Ordering::Relaxed);
+    let w0 = fleet.writer_stats();
     let started = Instant::now();
     tokio::time::sleep(Duration::from_secs(seconds)).await;
     let completed = done.load(Ordering::Relaxed) - start_done;
+    let w1 = fleet.writer_stats();
     let elapsed = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
@@ -243,5 +245,16 @@ async fn main() {
         pct(&r, 0.99),
         doc["nodes_total"],
         doc["units"]["done"],
+    );
+    let jobs = (w1.jobs - w0.jobs).max(1);
+    let batches = (w1.batches - w0.batches).max(1);
+    println!(
+        "writer thread: {} jobs, queued {:.2} ms and ran {:.0} us on average; {} commits of {:.1} jobs, busy {:.0}% of the window",
+        w1.jobs - w0.jobs,
+        (w1.queued_us - w0.queued_us) as f64 / jobs as f64 / 1000.0,
+        (w1.running_us - w0.running_us) as f64 / jobs as f64,
+        w1.batches - w0.batches,
+        jobs as f64 / batches as f64,
+        (w1.batch_us - w0.batch_us) as f64 / 1e6 / elapsed * 100.0,
     );
 }

@@ -191,6 +191,31 @@ async fn metrics(State(fleet): State<Arc<Fleet>>) -> Response {
         "gauge",
         samples,
     );
+    let ws = fleet.writer_stats();
+    for (name, help, value) in [
+        (
+            "e2fleet_writer_jobs_total",
+            "Write jobs (leases, reports, heartbeats, ...) run by the writer thread.",
+            ws.jobs as f64,
+        ),
+        (
+            "e2fleet_writer_queued_seconds_total",
+            "Seconds write jobs spent queued for the writer thread, summed.",
+            ws.queued_us as f64 / 1e6,
+        ),
+        (
+            "e2fleet_writer_running_seconds_total",
+            "Seconds write jobs spent running, summed.",
+            ws.running_us as f64 / 1e6,
+        ),
+        (
+            "e2fleet_writer_commits_total",
+            "Transactions committed by the writer thread (one per batch of jobs).",
+            ws.batches as f64,
+        ),
+    ] {
+        metric(name, help, "counter", vec![(String::new(), value)]);
+    }
     let u = &fleet_doc["units_last_minute"];
     metric(
         "e2fleet_units_last_minute",

@@ -1,5 +1,5 @@
 //! Read models: job status, fleet status and worker lists, as the JSON documents the CLI,
-//! the gRPC operator API and the dashboard all serve; plus the conservation check.
+//! the gRPC operator API and the dashboard all serve.
 //!
 //! Two rates are kept apart everywhere: `per_core_nodes_per_s` is the median over
 //! accepted results of committed nodes / engine seconds (how fast one engine thread
@@ -19,19 +19,6 @@ use crate::store::{StoreError, jobs, leases, parse_json, results, units, workers
 
 /// Window of the aggregate rate.
 pub const RATE_WINDOW_MS: i64 = 60_000;
-
-/// Recomputes a job's totals from the stored rows and compares them with the running
-/// counters: accepted results re-added one by one, split prefixes recounted.
-pub async fn conservation(c: &mut SqliteConnection, job: &JobRow) -> Result<bool, StoreError> {
-    let mut recomputed = vec![0u64; job.depths as usize];
-    let mut solutions = 0i64;
-    for r in results::accepted_for_job(c, &job.id).await? {
-        let res: UnitResult = parse_json(&r.result_json, "result")?;
-        add_counts(&mut recomputed, &res.nodes_by_depth);
-        solutions += res.solutions_count as i64;
-    }
-    Ok(recomputed == job.counts("accepted")? && solutions == job.accepted_solutions)
-}
 
 fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {

@@ -118,20 +118,59 @@ impl UnitResult {
 /// The SHA-256 (hex) of a result's canonical form: per-depth counts, cursor, solution
 /// count and boards, deepest depth and board. Two runs agree exactly when their digests
 /// are equal; the coordinator compares replicas with it and verification suites store it.
+///
+/// The canonical form is compact JSON with sorted keys —
+/// `{"cursor":..,"deepest":..,"max_depth":..,"nodes":..,"solutions":..,"solutions_count":..}`,
+/// each placement as `{"piece":..,"pos":..,"rot":..}` — written straight into the hash
+/// (the coordinator digests every report; building a `serde_json::Value` first cost ~5x
+/// more). Stored digests depend on this exact text: the test below pins it to the
+/// `serde_json::json!` form it was first defined by.
 pub fn result_digest(r: &UnitResult) -> String {
     use sha2::{Digest, Sha256};
-    let canonical = serde_json::json!({
-        "nodes": r.nodes_by_depth,
-        "cursor": r.cursor,
-        "solutions_count": r.solutions_count,
-        "solutions": r.solutions,
-        "max_depth": r.max_depth,
-        "deepest": r.deepest,
-    });
-    Sha256::digest(canonical.to_string().as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    use std::fmt::Write;
+    fn path(out: &mut String, path: &[Placement]) {
+        out.push('[');
+        for (i, p) in path.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(
+                out,
+                r#"{{"piece":{},"pos":{},"rot":{}}}"#,
+                p.piece, p.pos, p.rot
+            );
+        }
+        out.push(']');
+    }
+    let mut out = String::with_capacity(64 + 12 * r.nodes_by_depth.len() + 32 * r.deepest.len());
+    out.push_str(r#"{"cursor":"#);
+    match &r.cursor {
+        Some(c) => path(&mut out, c),
+        None => out.push_str("null"),
+    }
+    out.push_str(r#","deepest":"#);
+    path(&mut out, &r.deepest);
+    let _ = write!(out, r#","max_depth":{},"nodes":["#, r.max_depth);
+    for (i, n) in r.nodes_by_depth.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        let _ = write!(out, "{n}");
+    }
+    out.push_str(r#"],"solutions":["#);
+    for (i, s) in r.solutions.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        path(&mut out, s);
+    }
+    let _ = write!(out, r#"],"solutions_count":{}}}"#, r.solutions_count);
+    let hash = Sha256::digest(out.as_bytes());
+    let mut hex = String::with_capacity(64);
+    for b in hash {
+        let _ = write!(hex, "{b:02x}");
+    }
+    hex
 }
 
 /// Adds `b` into `a` depth by depth.
@@ -141,5 +180,60 @@ pub fn add_counts(a: &mut Vec<u64>, b: &[u64]) {
     }
     for (x, y) in a.iter_mut().zip(b) {
         *x += y;
+    }
+}
+
+#[cfg(test)]
+mod digest_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The definition the stored digests were made with.
+    fn digest_by_definition(r: &UnitResult) -> String {
+        use sha2::{Digest, Sha256};
+        let canonical = serde_json::json!({
+            "nodes": r.nodes_by_depth,
+            "cursor": r.cursor,
+            "solutions_count": r.solutions_count,
+            "solutions": r.solutions,
+            "max_depth": r.max_depth,
+            "deepest": r.deepest,
+        });
+        Sha256::digest(canonical.to_string().as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    fn placement() -> impl Strategy<Value = Placement> {
+        (any::<u16>(), any::<u16>(), 0u8..4).prop_map(|(pos, piece, rot)| Placement {
+            pos,
+            piece,
+            rot,
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn digest_matches_its_definition(
+            nodes in prop::collection::vec(any::<u64>(), 0..40),
+            cursor in prop::option::of(prop::collection::vec(placement(), 0..8)),
+            solutions in prop::collection::vec(prop::collection::vec(placement(), 0..6), 0..3),
+            deepest in prop::collection::vec(placement(), 0..10),
+            solutions_count in any::<u64>(),
+            max_depth in 0usize..300,
+        ) {
+            let r = UnitResult {
+                nodes_by_depth: nodes,
+                committed: 0,
+                solutions_count,
+                solutions,
+                max_depth,
+                deepest,
+                cursor,
+                stop: None,
+            };
+            prop_assert_eq!(result_digest(&r), digest_by_definition(&r));
+        }
     }
 }

@@ -1,20 +1,21 @@
 //! Leases: handing out units (with expiry and idle-time continuation splitting),
-//! heartbeats and releases.
+//! heartbeats and releases. Each operation is one job on the store's writer thread
+//! ([`Store::write`]); the `*_tx` functions are its synchronous body.
+
+use rusqlite::Connection;
 
 use super::*;
 
 impl Fleet {
     /// Returns expired leases' units to the queue.
     pub async fn expire_leases(&self) -> Result<usize, FleetError> {
-        let mut tx = self.store.begin().await?;
-        let n = expire(&mut tx, self.now()).await?;
-        tx.commit().await?;
-        Ok(n)
+        let now = self.now();
+        self.store.write(move |c| expire(c, now)).await
     }
 
     /// Leases up to `max` units to a worker.
     pub async fn lease_units(
-        &self,
+        self: &Arc<Self>,
         worker: &WorkerRow,
         max: usize,
         engine: (&str, &str),
@@ -27,35 +28,48 @@ impl Fleet {
             )));
         }
         let now = self.now();
-        let mut tx = self.store.begin().await?;
+        let (fleet, worker) = (self.clone(), worker.clone());
+        let engine = (engine.0.to_string(), engine.1.to_string());
+        self.store
+            .write(move |c| fleet.lease_tx(c, &worker, max, (&engine.0, &engine.1), now))
+            .await
+    }
+
+    fn lease_tx(
+        &self,
+        c: &Connection,
+        worker: &WorkerRow,
+        max: i64,
+        engine: (&str, &str),
+        now: i64,
+    ) -> Result<Vec<LeaseGrant>, FleetError> {
         // overdue leases go back to the queue before handing out work; the background
         // task does this too, so here it runs at most once a second
         let last = self
             .last_expiry_ms
             .load(std::sync::atomic::Ordering::Relaxed);
         if now - last >= 1000 || now < last {
-            expire(&mut tx, now).await?;
+            expire(c, now)?;
             self.last_expiry_ms
                 .store(now, std::sync::atomic::Ordering::Relaxed);
         }
-        let quarantined = workers::touch(&mut tx, &worker.id, now, None, Some(engine)).await?;
+        let quarantined = workers::touch(c, &worker.id, now, None, Some(engine))?;
         if quarantined.is_none_or(|q| q) {
-            tx.commit().await?;
             return Ok(Vec::new());
         }
-        let mut rows = units::leasable(&mut tx, &worker.hostname, max).await?;
+        let mut rows = units::leasable(c, &worker.hostname, max)?;
         if (rows.len() as i64) < max {
             // idle capacity: split a waiting continuation into sibling prefixes
-            if let Some(unit) = units::splittable(&mut tx).await?
-                && self.split_unit(&mut tx, &unit, now).await?
+            if let Some(unit) = units::splittable(c)?
+                && self.split_unit(c, &unit, now)?
             {
-                rows = units::leasable(&mut tx, &worker.hostname, max).await?;
+                rows = units::leasable(c, &worker.hostname, max)?;
             }
         }
         let mut grants = Vec::with_capacity(rows.len());
         for row in rows {
             // a job's budget never changes: read from the cached job context
-            let budget = self.context(&row.job_id).await?.budget;
+            let budget = self.context_tx(c, &row.job_id)?.budget;
             let lease = LeaseRow {
                 id: uuid::Uuid::new_v4().to_string(),
                 unit_id: row.id,
@@ -66,8 +80,8 @@ impl Fleet {
                 deadline_ms: now + self.config.lease.as_millis() as i64,
                 state: "active".into(),
             };
-            leases::insert(&mut tx, &lease).await?;
-            units::adjust(&mut tx, row.id, 1, 0, None).await?;
+            leases::insert(c, &lease)?;
+            units::adjust(c, row.id, 1, 0, None)?;
             grants.push(LeaseGrant {
                 lease_id: lease.id,
                 unit_id: row.id,
@@ -80,12 +94,11 @@ impl Fleet {
                 deadline_ms: lease.deadline_ms,
             });
         }
-        tx.commit().await?;
         Ok(grants)
     }
 
-    async fn split_unit(&self, tx: &mut Tx, row: &UnitRow, now: i64) -> Result<bool, FleetError> {
-        let ctx = self.context(&row.job_id).await?;
+    fn split_unit(&self, c: &Connection, row: &UnitRow, now: i64) -> Result<bool, FleetError> {
+        let ctx = self.context_tx(c, &row.job_id)?;
         let unit = Unit {
             prefix: units::decode_path(&row.prefix_json, "prefix")?,
             cursor: units::decode_path(&row.cursor_json, "cursor")?,
@@ -95,7 +108,7 @@ impl Fleet {
             .map_err(|e| {
                 FleetError::FailedPrecondition(format!("cannot split unit {}: {e}", row.id))
             })?;
-        let job = jobs::get(tx, &row.job_id).await?.expect("unit has a job");
+        let job = jobs::get_tx(c, &row.job_id)?.expect("unit has a job");
         let mut split_counts = job.counts("split")?;
         let depth = unit.prefix.len();
         split_counts[depth] += split.siblings.len() as u64;
@@ -110,22 +123,20 @@ impl Fleet {
                 quorum: row.quorum,
             })
             .collect();
-        units::insert_batch(tx, &row.job_id, &siblings, now).await?;
+        units::insert_batch(c, &row.job_id, &siblings, now)?;
         units::set_path(
-            tx,
+            c,
             row.id,
             &units::encode_path(&split.remaining.prefix),
             &units::encode_path(&split.remaining.cursor),
-        )
-        .await?;
+        )?;
         jobs::set_totals(
-            tx,
+            c,
             &row.job_id,
             &job.counts("accepted")?,
             job.accepted_solutions,
             &split_counts,
-        )
-        .await?;
+        )?;
         Ok(!siblings.is_empty())
     }
 
@@ -139,17 +150,21 @@ impl Fleet {
     ) -> Result<(i64, Vec<String>), FleetError> {
         let now = self.now();
         let deadline = now + self.config.lease.as_millis() as i64;
-        let mut tx = self.store.begin().await?;
-        let mut stop = Vec::new();
-        for id in lease_ids.iter().take(1024) {
-            if !leases::extend(&mut tx, id, &worker.id, deadline).await? {
-                stop.push(id.clone());
-            }
-        }
+        let worker_id = worker.id.clone();
+        let lease_ids: Vec<String> = lease_ids.iter().take(1024).cloned().collect();
         let rate = rate.is_finite().then_some((rate.max(0.0), threads as i64));
-        workers::touch(&mut tx, &worker.id, now, rate, None).await?;
-        tx.commit().await?;
-        Ok((deadline, stop))
+        self.store
+            .write(move |c| {
+                let mut stop = Vec::new();
+                for id in lease_ids {
+                    if !leases::extend(c, &id, &worker_id, deadline)? {
+                        stop.push(id);
+                    }
+                }
+                workers::touch(c, &worker_id, now, rate, None)?;
+                Ok((deadline, stop))
+            })
+            .await
     }
 
     /// Gives a worker's unstarted leases back to the queue.
@@ -158,24 +173,30 @@ impl Fleet {
         worker: &WorkerRow,
         lease_ids: &[String],
     ) -> Result<usize, FleetError> {
-        let mut tx = self.store.begin().await?;
-        let mut n = 0;
-        for id in lease_ids.iter().take(1024) {
-            if let Some(unit_id) = leases::release(&mut tx, id, &worker.id).await? {
-                units::adjust(&mut tx, unit_id, -1, 0, None).await?;
-                n += 1;
-            }
-        }
-        tx.commit().await?;
+        let worker_id = worker.id.clone();
+        let lease_ids: Vec<String> = lease_ids.iter().take(1024).cloned().collect();
+        let n = self
+            .store
+            .write(move |c| {
+                let mut n = 0;
+                for id in &lease_ids {
+                    if let Some(unit_id) = leases::release(c, id, &worker_id)? {
+                        units::adjust(c, unit_id, -1, 0, None)?;
+                        n += 1;
+                    }
+                }
+                Ok::<_, FleetError>(n)
+            })
+            .await?;
         info!(worker_id = %worker.id, released = n, "leases released");
         Ok(n)
     }
 }
 
-async fn expire(tx: &mut Tx, now: i64) -> Result<usize, FleetError> {
-    let expired = leases::expire_overdue(tx, now).await?;
+fn expire(c: &Connection, now: i64) -> Result<usize, FleetError> {
+    let expired = leases::expire_overdue(c, now)?;
     for unit_id in &expired {
-        units::adjust(tx, *unit_id, -1, 0, None).await?;
+        units::adjust(c, *unit_id, -1, 0, None)?;
     }
     if !expired.is_empty() {
         info!(leases = expired.len(), "leases expired");

@@ -36,7 +36,7 @@ use crate::store::leases::LeaseRow;
 use crate::store::results::ResultRow;
 use crate::store::units::{NewUnit, UnitRow};
 use crate::store::workers::WorkerRow;
-use crate::store::{Store, StoreError, Tx, jobs, leases, parse_json, results, units, workers};
+use crate::store::{Store, StoreError, jobs, leases, parse_json, results, units, workers};
 
 mod leasing;
 mod reports;
@@ -330,6 +330,11 @@ impl Fleet {
         &self.config
     }
 
+    /// The store's writer thread totals (see [`crate::store::writer`]).
+    pub fn writer_stats(&self) -> crate::store::writer::WriterTotals {
+        self.store.writer_stats()
+    }
+
     fn now(&self) -> i64 {
         (self.clock)()
     }
@@ -342,6 +347,26 @@ impl Fleet {
         let mut conn = self.store.pool().acquire().await?;
         let job = jobs::get_with_puzzle(&mut conn, job_id)
             .await?
+            .ok_or_else(|| FleetError::NotFound(format!("job {job_id}")))?;
+        let ctx = Arc::new(job_context(&job.puzzle_json, &job.order_spec, job.budget)?);
+        self.contexts
+            .lock()
+            .expect("context cache")
+            .insert(job_id.to_string(), ctx.clone());
+        Ok(ctx)
+    }
+
+    /// [`Fleet::context`] on the write path: a cache miss reads the job on the writer's
+    /// connection.
+    pub(crate) fn context_tx(
+        &self,
+        c: &rusqlite::Connection,
+        job_id: &str,
+    ) -> Result<Arc<JobCtx>, FleetError> {
+        if let Some(ctx) = self.contexts.lock().expect("context cache").get(job_id) {
+            return Ok(ctx.clone());
+        }
+        let job = jobs::get_with_puzzle_tx(c, job_id)?
             .ok_or_else(|| FleetError::NotFound(format!("job {job_id}")))?;
         let ctx = Arc::new(job_context(&job.puzzle_json, &job.order_spec, job.budget)?);
         self.contexts
@@ -465,13 +490,33 @@ pub(crate) fn quorum_for(job_id: &str, index: u64, replicas: u32, spot_check: f6
 }
 
 /// Completes a job with no unfinished units and records its conservation check.
-pub(crate) async fn finish_if_done(tx: &mut Tx, job_id: &str, now: i64) -> Result<(), FleetError> {
-    let job = jobs::get(tx, job_id).await?.expect("job exists");
-    if job.state != "running" || units::unfinished(tx, job_id).await? > 0 {
+pub(crate) fn finish_if_done(
+    c: &rusqlite::Connection,
+    job_id: &str,
+    now: i64,
+) -> Result<(), FleetError> {
+    if units::unfinished(c, job_id)? {
         return Ok(());
     }
-    let ok = crate::status::conservation(tx, &job).await?;
-    jobs::finish(tx, job_id, "complete", now, Some(ok)).await?;
+    let job = jobs::get_tx(c, job_id)?.expect("job exists");
+    if job.state != "running" {
+        return Ok(());
+    }
+    let ok = conservation(c, &job)?;
+    jobs::finish(c, job_id, "complete", now, Some(ok))?;
     info!(%job_id, conservation_ok = ok, "job complete");
     Ok(())
+}
+
+/// The conservation check: the job's running accepted totals (per depth, and solutions)
+/// equal the sum recomputed from every accepted result stored.
+pub(crate) fn conservation(c: &rusqlite::Connection, job: &JobRow) -> Result<bool, FleetError> {
+    let mut recomputed = vec![0u64; job.depths as usize];
+    let mut solutions = 0i64;
+    for r in results::accepted_for_job(c, &job.id)? {
+        let res: UnitResult = parse_json(&r.result_json, "result")?;
+        add_counts(&mut recomputed, &res.nodes_by_depth);
+        solutions += res.solutions_count as i64;
+    }
+    Ok(recomputed == job.counts("accepted")? && solutions == job.accepted_solutions)
 }

@@ -1,19 +1,64 @@
 //! Reports: recording each result exactly once, verifying it, and deciding units by
-//! quorum (accept, confirm, overturn with revocation, or ask for a deciding run).
+//! quorum (accept, confirm, overturn with revocation, or ask for a deciding run). A
+//! report is one job on the store's writer thread ([`Store::write`]).
+
+use rusqlite::Connection;
 
 use super::*;
 
 impl Fleet {
     /// Records one result, exactly once, and decides its unit when a quorum agrees.
     pub async fn report(
-        &self,
+        self: &Arc<Self>,
         worker: &WorkerRow,
         report: Report,
     ) -> Result<ReportOutcome, FleetError> {
         let now = self.now();
-        let mut tx = self.store.begin().await?;
-        let lease = leases::get(&mut tx, &report.lease_id)
-            .await?
+        // the CPU work (digest, encoding, verification) happens here, in parallel, not
+        // on the writer thread that every write queues for
+        let digest = result_digest(&report.result);
+        let result_json = to_json(&report.result);
+        let pre = self.precheck(&report).await?;
+        let (fleet, worker) = (self.clone(), worker.clone());
+        self.store
+            .write(move |c| fleet.report_tx(c, &worker, report, (digest, result_json), pre, now))
+            .await
+    }
+
+    /// Verifies a report against its unit as read before the write ([`check_result`]);
+    /// `None` for an unknown lease (the write path answers that).
+    async fn precheck(&self, report: &Report) -> Result<Option<Prechecked>, FleetError> {
+        let mut conn = self.store.pool().acquire().await?;
+        let Some((budget, job_id, prefix_json, cursor_json)) =
+            leases::with_unit(&mut conn, &report.lease_id).await?
+        else {
+            return Ok(None);
+        };
+        drop(conn);
+        let ctx = self.context(&job_id).await?;
+        let unit = Unit {
+            prefix: units::decode_path(&prefix_json, "prefix")?,
+            cursor: units::decode_path(&cursor_json, "cursor")?,
+        };
+        let check = check_result(&ctx, &unit, budget, &report.result);
+        Ok(Some(Prechecked {
+            budget,
+            prefix_json,
+            cursor_json,
+            check,
+        }))
+    }
+
+    fn report_tx(
+        &self,
+        tx: &Connection,
+        worker: &WorkerRow,
+        report: Report,
+        (digest, result_json): (String, String),
+        pre: Option<Prechecked>,
+        now: i64,
+    ) -> Result<ReportOutcome, FleetError> {
+        let lease = leases::get(tx, &report.lease_id)?
             .ok_or_else(|| FleetError::NotFound(format!("lease {}", report.lease_id)))?;
         if lease.worker_id != worker.id {
             return Err(FleetError::PermissionDenied(
@@ -25,9 +70,7 @@ impl Fleet {
                 "the lease is for another unit".into(),
             ));
         }
-        let digest = result_digest(&report.result);
-        if let Some(existing) = results::by_lease(&mut tx, &lease.id).await? {
-            tx.commit().await?;
+        if let Some(existing) = results::by_lease(tx, &lease.id)? {
             return if existing.digest == digest {
                 Ok(ReportOutcome {
                     status: "duplicate",
@@ -39,30 +82,38 @@ impl Fleet {
                 ))
             };
         }
-        let unit = units::get(&mut tx, lease.unit_id)
-            .await?
-            .expect("lease has a unit");
-        let job = jobs::get(&mut tx, &unit.job_id)
-            .await?
-            .expect("unit has a job");
+        let unit = units::get(tx, lease.unit_id)?.expect("lease has a unit");
+        let job = jobs::get_tx(tx, &unit.job_id)?.expect("unit has a job");
         let lease_was_active = lease.state == "active";
-        leases::set_state(&mut tx, &lease.id, "reported").await?;
+        leases::set_state(tx, &lease.id, "reported")?;
         if unit.state == "cancelled" || job.state == "cancelled" {
             if lease_was_active {
-                units::adjust(&mut tx, unit.id, -1, 0, None).await?;
+                units::adjust(tx, unit.id, -1, 0, None)?;
             }
-            tx.commit().await?;
             return Ok(ReportOutcome {
                 status: "rejected",
                 detail: "the unit was cancelled".into(),
             });
         }
-        let ctx = self.context(&unit.job_id).await?;
-        let unit_value = Unit {
-            prefix: units::decode_path(&unit.prefix_json, "prefix")?,
-            cursor: units::decode_path(&unit.cursor_json, "cursor")?,
+        let check = match pre {
+            // the unit is as it was when the report was checked (it is only rewritten
+            // by a split, which needs it unleased: rare, but then check again here)
+            Some(p)
+                if p.budget == lease.budget
+                    && p.prefix_json == unit.prefix_json
+                    && p.cursor_json == unit.cursor_json =>
+            {
+                p.check
+            }
+            _ => {
+                let ctx = self.context_tx(tx, &unit.job_id)?;
+                let unit_value = Unit {
+                    prefix: units::decode_path(&unit.prefix_json, "prefix")?,
+                    cursor: units::decode_path(&unit.cursor_json, "cursor")?,
+                };
+                check_result(&ctx, &unit_value, lease.budget, &report.result)
+            }
         };
-        let check = check_result(&ctx, &unit_value, lease.budget, &report.result);
         let row = ResultRow {
             id: 0,
             job_id: unit.job_id.clone(),
@@ -74,7 +125,7 @@ impl Fleet {
             engine_kind: report.engine_kind.clone(),
             engine_build: report.engine_build.clone(),
             digest,
-            result_json: to_json(&report.result),
+            result_json,
             committed: report.result.committed as i64,
             solutions: report.result.solutions_count as i64,
             max_depth: report.result.max_depth as i64,
@@ -86,15 +137,13 @@ impl Fleet {
             verdict: if check.is_ok() { "pending" } else { "wrong" }.into(),
             received_ms: now,
         };
-        results::insert(&mut tx, &row).await?;
+        results::insert(tx, &row)?;
         if let Err(why) = check {
             warn!(worker_id = %worker.id, unit_id = unit.id, %why, "result failed verification");
             if lease_was_active {
-                units::adjust(&mut tx, unit.id, -1, 0, None).await?;
+                units::adjust(tx, unit.id, -1, 0, None)?;
             }
-            let quarantined =
-                workers::add_error(&mut tx, &worker.id, self.config.quarantine_after).await?;
-            tx.commit().await?;
+            let quarantined = workers::add_error(tx, &worker.id, self.config.quarantine_after)?;
             return Ok(ReportOutcome {
                 status: "rejected",
                 detail: format!(
@@ -107,37 +156,31 @@ impl Fleet {
                 ),
             });
         }
-        units::adjust(
-            &mut tx,
-            unit.id,
-            if lease_was_active { -1 } else { 0 },
-            1,
-            None,
-        )
-        .await?;
-        let outcome = self.decide(&mut tx, unit.id, &row.lease_id, now).await?;
-        if outcome.status == "mismatch" && jobs::reopen(&mut tx, &unit.job_id).await? {
+        units::adjust(tx, unit.id, if lease_was_active { -1 } else { 0 }, 1, None)?;
+        let outcome = self.decide(tx, (&job, &unit), (&row.lease_id, &report.result), now)?;
+        if outcome.status == "mismatch" && jobs::reopen(tx, &unit.job_id)? {
             warn!(job_id = %unit.job_id, unit_id = unit.id, "a late result disputes a completed job; re-opened for a deciding run");
         }
         // only a unit that just became (or stayed) done can complete its job
         if matches!(outcome.status, "accepted" | "replica" | "wrong") {
-            finish_if_done(&mut tx, &unit.job_id, now).await?;
+            finish_if_done(tx, &unit.job_id, now)?;
         }
-        tx.commit().await?;
         Ok(outcome)
     }
 
     /// Looks at all valid results of a unit and accepts, confirms, overturns or asks for
     /// a deciding run.
-    async fn decide(
+    fn decide(
         &self,
-        tx: &mut Tx,
-        unit_id: i64,
-        lease_id: &str,
+        tx: &Connection,
+        (job, unit): (&JobRow, &UnitRow),
+        (lease_id, result): (&str, &UnitResult),
         now: i64,
     ) -> Result<ReportOutcome, FleetError> {
-        let unit = units::get(tx, unit_id).await?.expect("unit exists");
-        let valid = results::for_unit(tx, unit_id).await?;
+        // `unit` was read before this report's counters changed: its quorum, accepted
+        // result and path are what decide uses, and those are still current
+        let unit_id = unit.id;
+        let valid = results::for_unit(tx, unit_id)?;
         let mut groups: Vec<(String, Vec<&ResultRow>)> = Vec::new();
         for r in &valid {
             match groups.iter_mut().find(|(d, _)| *d == r.digest) {
@@ -157,7 +200,7 @@ impl Fleet {
             .map(|(d, g)| (d.clone(), g.clone()))
             .expect("the new result is valid");
         let current = match unit.accepted_result_id {
-            Some(id) => results::get(tx, id).await?,
+            Some(id) => results::get(tx, id)?,
             None => None,
         };
         let mine = valid
@@ -165,7 +208,7 @@ impl Fleet {
             .find(|r| r.lease_id == lease_id)
             .expect("just inserted");
         if (best.len() as i64) < quorum {
-            units::request_deciding_run(tx, unit_id, quorum).await?;
+            units::request_deciding_run(tx, unit_id, quorum)?;
             return Ok(ReportOutcome {
                 status: if disputed {
                     "mismatch"
@@ -181,8 +224,8 @@ impl Fleet {
                 continue;
             }
             for r in group {
-                results::set_verdict(tx, r.id, "wrong").await?;
-                if workers::add_error(tx, &r.worker_id, self.config.quarantine_after).await? {
+                results::set_verdict(tx, r.id, "wrong")?;
+                if workers::add_error(tx, &r.worker_id, self.config.quarantine_after)? {
                     warn!(worker_id = %r.worker_id, hostname = %r.hostname, "host quarantined after wrong results");
                 }
             }
@@ -193,18 +236,26 @@ impl Fleet {
             other => {
                 if let Some(old) = other {
                     warn!(unit_id, "accepted result overturned by a quorum");
-                    self.revoke(tx, &unit, old).await?;
+                    self.revoke(tx, unit, old)?;
                 }
-                self.accept(tx, &unit, winner, now).await?;
+                // the new result is in hand: no need to parse it back
+                let parsed;
+                let winner_result = if winner.lease_id == lease_id {
+                    result
+                } else {
+                    parsed = parse_json::<UnitResult>(&winner.result_json, "result")?;
+                    &parsed
+                };
+                self.accept(tx, (job, unit), (winner, winner_result), now)?;
                 winner.id
             }
         };
         for r in &best {
             if r.id != accepted_id {
-                results::set_verdict(tx, r.id, "agree").await?;
+                results::set_verdict(tx, r.id, "agree")?;
             }
         }
-        units::mark_done(tx, unit_id, accepted_id).await?;
+        units::mark_done(tx, unit_id, accepted_id)?;
         let status = if mine.digest != best_digest {
             "wrong"
         } else if mine.id == accepted_id {
@@ -218,28 +269,26 @@ impl Fleet {
         })
     }
 
-    async fn accept(
+    fn accept(
         &self,
-        tx: &mut Tx,
-        unit: &UnitRow,
-        r: &ResultRow,
+        tx: &Connection,
+        (job, unit): (&JobRow, &UnitRow),
+        (r, result): (&ResultRow, &UnitResult),
         now: i64,
     ) -> Result<(), FleetError> {
-        let result: UnitResult = parse_json(&r.result_json, "result")?;
-        let job = jobs::get(tx, &unit.job_id).await?.expect("unit has a job");
-        let mut accepted = job.counts("accepted")?;
+        // the running totals are read fresh (a revocation in this report may have
+        // changed them); only the accepted column is parsed and rewritten
+        let (mut accepted, solutions) = jobs::accepted_tx(tx, &job.id)?;
         add_counts(&mut accepted, &result.nodes_by_depth);
-        jobs::set_totals(
+        jobs::set_accepted(
             tx,
             &job.id,
             &accepted,
-            job.accepted_solutions + result.solutions_count as i64,
-            &job.counts("split")?,
-        )
-        .await?;
-        results::set_verdict(tx, r.id, "accepted").await?;
-        workers::add_done(tx, &r.worker_id).await?;
-        if let Some(cursor) = result.cursor {
+            solutions + result.solutions_count as i64,
+        )?;
+        results::set_verdict(tx, r.id, "accepted")?;
+        workers::add_done(tx, &r.worker_id)?;
+        if let Some(cursor) = &result.cursor {
             let quorum = quorum_for(
                 &job.id,
                 unit.id as u64 ^ 0x5bd1_e995,
@@ -248,18 +297,18 @@ impl Fleet {
             );
             let child = NewUnit {
                 prefix_json: unit.prefix_json.clone(),
-                cursor_json: units::encode_path(&cursor),
+                cursor_json: units::encode_path(cursor),
                 parent_id: Some(unit.id),
                 kind: "continuation",
                 quorum,
             };
-            units::insert_batch(tx, &job.id, &[child], now).await?;
+            units::insert_batch(tx, &job.id, &[child], now)?;
         }
         Ok(())
     }
 
     /// Takes an accepted result back out of the totals, with everything created from it.
-    async fn revoke(&self, tx: &mut Tx, unit: &UnitRow, r: &ResultRow) -> Result<(), FleetError> {
+    fn revoke(&self, tx: &Connection, unit: &UnitRow, r: &ResultRow) -> Result<(), FleetError> {
         let result: UnitResult = parse_json(&r.result_json, "result")?;
         self.subtract(
             tx,
@@ -267,23 +316,20 @@ impl Fleet {
             &result.nodes_by_depth,
             result.solutions_count,
             None,
-        )
-        .await?;
-        results::set_verdict(tx, r.id, "wrong").await?;
-        let _ = workers::add_error(tx, &r.worker_id, self.config.quarantine_after).await?;
-        let mut stack: Vec<UnitRow> = units::children(tx, unit.id)
-            .await?
+        )?;
+        results::set_verdict(tx, r.id, "wrong")?;
+        let _ = workers::add_error(tx, &r.worker_id, self.config.quarantine_after)?;
+        let mut stack: Vec<UnitRow> = units::children(tx, unit.id)?
             .into_iter()
             .filter(|c| c.kind == "continuation")
             .collect();
         while let Some(child) = stack.pop() {
             if child.kind == "split" {
                 let depth = units::decode_path(&child.prefix_json, "prefix")?;
-                self.subtract(tx, &child.job_id, &[], 0, Some(depth.len() - 1))
-                    .await?;
+                self.subtract(tx, &child.job_id, &[], 0, Some(depth.len() - 1))?;
             }
             if let Some(id) = child.accepted_result_id
-                && let Some(accepted) = results::get(tx, id).await?
+                && let Some(accepted) = results::get(tx, id)?
             {
                 let res: UnitResult = parse_json(&accepted.result_json, "result")?;
                 self.subtract(
@@ -292,25 +338,24 @@ impl Fleet {
                     &res.nodes_by_depth,
                     res.solutions_count,
                     None,
-                )
-                .await?;
-                results::set_verdict(tx, id, "wrong").await?;
+                )?;
+                results::set_verdict(tx, id, "wrong")?;
             }
-            units::cancel(tx, child.id).await?;
-            stack.extend(units::children(tx, child.id).await?);
+            units::cancel(tx, child.id)?;
+            stack.extend(units::children(tx, child.id)?);
         }
         Ok(())
     }
 
-    async fn subtract(
+    fn subtract(
         &self,
-        tx: &mut Tx,
+        tx: &Connection,
         job_id: &str,
         nodes: &[u64],
         solutions: u64,
         split_depth_index: Option<usize>,
     ) -> Result<(), FleetError> {
-        let job = jobs::get(tx, job_id).await?.expect("job exists");
+        let job = jobs::get_tx(tx, job_id)?.expect("job exists");
         let mut accepted = job.counts("accepted")?;
         for (a, n) in accepted.iter_mut().zip(nodes) {
             *a -= n;
@@ -325,10 +370,17 @@ impl Fleet {
             &accepted,
             job.accepted_solutions - solutions as i64,
             &split,
-        )
-        .await?;
+        )?;
         Ok(())
     }
+}
+
+/// A report verified before its write, with what it was verified against.
+struct Prechecked {
+    budget: i64,
+    prefix_json: String,
+    cursor_json: String,
+    check: Result<(), String>,
 }
 
 /// Checks what can be checked of a result without re-running it: shape, counts above the

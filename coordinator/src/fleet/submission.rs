@@ -91,19 +91,24 @@ impl Fleet {
                 quorum: quorum_for(&job_id, i as u64, request.replicas, request.spot_check),
             })
             .collect();
-        let mut tx = self.store.begin().await?;
-        jobs::insert(&mut tx, &row).await?;
-        units::insert_batch(&mut tx, &job_id, &new_units, now).await?;
-        if new_units.is_empty() {
-            finish_if_done(&mut tx, &job_id, now).await?;
-        }
-        tx.commit().await?;
+        let count = new_units.len();
+        let id = job_id.clone();
+        self.store
+            .write(move |c| {
+                jobs::insert(c, &row)?;
+                units::insert_batch(c, &id, &new_units, now)?;
+                if new_units.is_empty() {
+                    finish_if_done(c, &id, now)?;
+                }
+                Ok::<_, FleetError>(())
+            })
+            .await?;
         self.contexts
             .lock()
             .expect("context cache")
             .insert(job_id.clone(), Arc::new(ctx));
-        info!(%job_id, units = new_units.len(), depth, "job split");
-        Ok((job_id, new_units.len(), depth))
+        info!(%job_id, units = count, depth, "job split");
+        Ok((job_id, count, depth))
     }
 
     /// A job's puzzle, order and self-tests.
@@ -122,20 +127,23 @@ impl Fleet {
 
     /// Cancels a job: no more leases, held leases are told to stop.
     pub async fn cancel_job(&self, job_id: &str) -> Result<(), FleetError> {
-        let mut tx = self.store.begin().await?;
-        let job = jobs::get(&mut tx, job_id)
-            .await?
-            .ok_or_else(|| FleetError::NotFound(format!("job {job_id}")))?;
-        if job.state != "running" {
-            return Err(FleetError::FailedPrecondition(format!(
-                "job is {}",
-                job.state
-            )));
-        }
-        leases::cancel_job(&mut tx, job_id).await?;
-        units::cancel_job(&mut tx, job_id).await?;
-        jobs::finish(&mut tx, job_id, "cancelled", self.now(), None).await?;
-        tx.commit().await?;
+        let (id, now) = (job_id.to_string(), self.now());
+        self.store
+            .write(move |c| {
+                let job = jobs::get_tx(c, &id)?
+                    .ok_or_else(|| FleetError::NotFound(format!("job {id}")))?;
+                if job.state != "running" {
+                    return Err(FleetError::FailedPrecondition(format!(
+                        "job is {}",
+                        job.state
+                    )));
+                }
+                leases::cancel_job(c, &id)?;
+                units::cancel_job(c, &id)?;
+                jobs::finish(c, &id, "cancelled", now, None)?;
+                Ok(())
+            })
+            .await?;
         info!(%job_id, "job cancelled");
         Ok(())
     }

@@ -1,8 +1,12 @@
 //! Jobs: creation, state and the running per-depth totals.
 //!
-//! Row fields mirror the columns documented in `migrations/0001_init.sql`.
+//! Row fields mirror the columns documented in `migrations/0001_init.sql`. State changes
+//! are on the write path (synchronous, see [`super::writer`]); `get_tx` and
+//! `get_with_puzzle_tx` are the write path's reads of the same rows the `async` reads
+//! return.
 #![allow(missing_docs)]
 
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use sqlx::{FromRow, SqliteConnection};
 
 use super::{StoreError, parse_json};
@@ -40,31 +44,54 @@ impl JobRow {
         };
         parse_json(text, column)
     }
+
+    fn from_row(r: &Row<'_>) -> rusqlite::Result<JobRow> {
+        Ok(JobRow {
+            id: r.get("id")?,
+            name: r.get("name")?,
+            puzzle_json: r.get("puzzle_json")?,
+            order_spec: r.get("order_spec")?,
+            depths: r.get("depths")?,
+            split_depth: r.get("split_depth")?,
+            budget: r.get("budget")?,
+            replicas: r.get("replicas")?,
+            spot_check: r.get("spot_check")?,
+            state: r.get("state")?,
+            created_ms: r.get("created_ms")?,
+            finished_ms: r.get("finished_ms")?,
+            enumeration_json: r.get("enumeration_json")?,
+            enumeration_solutions: r.get("enumeration_solutions")?,
+            split_json: r.get("split_json")?,
+            accepted_json: r.get("accepted_json")?,
+            accepted_solutions: r.get("accepted_solutions")?,
+            conservation_ok: r.get("conservation_ok")?,
+        })
+    }
 }
 
 /// Inserts a job.
-pub async fn insert(c: &mut SqliteConnection, j: &JobRow) -> Result<(), StoreError> {
-    sqlx::query(
+pub fn insert(c: &Connection, j: &JobRow) -> Result<(), StoreError> {
+    c.prepare_cached(
         "INSERT INTO jobs (id, name, puzzle_json, order_spec, depths, split_depth, budget, replicas, spot_check, state, created_ms, enumeration_json, enumeration_solutions, split_json, accepted_json) \
          VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(&j.id)
-    .bind(&j.name)
-    .bind(&j.puzzle_json)
-    .bind(&j.order_spec)
-    .bind(j.depths)
-    .bind(j.split_depth)
-    .bind(j.budget)
-    .bind(j.replicas)
-    .bind(j.spot_check)
-    .bind(&j.state)
-    .bind(j.created_ms)
-    .bind(&j.enumeration_json)
-    .bind(j.enumeration_solutions)
-    .bind(&j.split_json)
-    .bind(&j.accepted_json)
-    .execute(c)
-    .await?;
+    )?
+    .execute(params![
+        j.id,
+        j.name,
+        j.puzzle_json,
+        j.order_spec,
+        j.depths,
+        j.split_depth,
+        j.budget,
+        j.replicas,
+        j.spot_check,
+        j.state,
+        j.created_ms,
+        j.enumeration_json,
+        j.enumeration_solutions,
+        j.split_json,
+        j.accepted_json
+    ])?;
     Ok(())
 }
 
@@ -97,53 +124,83 @@ pub async fn list(c: &mut SqliteConnection) -> Result<Vec<JobRow>, StoreError> {
     Ok(sqlx::query_as(&sql).fetch_all(c).await?)
 }
 
+/// One job, without its puzzle, on the write path.
+pub fn get_tx(c: &Connection, id: &str) -> Result<Option<JobRow>, StoreError> {
+    Ok(c.prepare_cached(&format!("{LIGHT} WHERE id = ?"))?
+        .query_row([id], JobRow::from_row)
+        .optional()?)
+}
+
+/// One job with its puzzle, on the write path.
+pub fn get_with_puzzle_tx(c: &Connection, id: &str) -> Result<Option<JobRow>, StoreError> {
+    Ok(c.prepare_cached("SELECT * FROM jobs WHERE id = ?")?
+        .query_row([id], JobRow::from_row)
+        .optional()?)
+}
+
 /// Replaces the running totals.
-pub async fn set_totals(
-    c: &mut SqliteConnection,
+pub fn set_totals(
+    c: &Connection,
     id: &str,
     accepted: &[u64],
     accepted_solutions: i64,
     split: &[u64],
 ) -> Result<(), StoreError> {
-    sqlx::query(
+    c.prepare_cached(
         "UPDATE jobs SET accepted_json = ?, accepted_solutions = ?, split_json = ? WHERE id = ?",
-    )
-    .bind(serde_json::to_string(accepted).expect("counts serialise"))
-    .bind(accepted_solutions)
-    .bind(serde_json::to_string(split).expect("counts serialise"))
-    .bind(id)
-    .execute(c)
-    .await?;
+    )?
+    .execute(params![
+        serde_json::to_string(accepted).expect("counts serialise"),
+        accepted_solutions,
+        serde_json::to_string(split).expect("counts serialise"),
+        id
+    ])?;
+    Ok(())
+}
+
+/// A job's running accepted totals: per-depth nodes and solutions.
+pub fn accepted_tx(c: &Connection, id: &str) -> Result<(Vec<u64>, i64), StoreError> {
+    let (json, solutions): (String, i64) = c
+        .prepare_cached("SELECT accepted_json, accepted_solutions FROM jobs WHERE id = ?")?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    Ok((parse_json(&json, "accepted")?, solutions))
+}
+
+/// Replaces the running accepted totals.
+pub fn set_accepted(
+    c: &Connection,
+    id: &str,
+    accepted: &[u64],
+    accepted_solutions: i64,
+) -> Result<(), StoreError> {
+    c.prepare_cached("UPDATE jobs SET accepted_json = ?, accepted_solutions = ? WHERE id = ?")?
+        .execute(params![
+            serde_json::to_string(accepted).expect("counts serialise"),
+            accepted_solutions,
+            id
+        ])?;
     Ok(())
 }
 
 /// Marks a job finished (complete or cancelled).
-pub async fn finish(
-    c: &mut SqliteConnection,
+pub fn finish(
+    c: &Connection,
     id: &str,
     state: &str,
     now_ms: i64,
     conservation_ok: Option<bool>,
 ) -> Result<(), StoreError> {
-    sqlx::query("UPDATE jobs SET state = ?, finished_ms = ?, conservation_ok = ? WHERE id = ? AND state = 'running'")
-        .bind(state)
-        .bind(now_ms)
-        .bind(conservation_ok)
-        .bind(id)
-        .execute(c)
-        .await?;
+    c.prepare_cached("UPDATE jobs SET state = ?, finished_ms = ?, conservation_ok = ? WHERE id = ? AND state = 'running'")?
+        .execute(params![state, now_ms, conservation_ok, id])?;
     Ok(())
 }
 
 /// Re-opens a completed job (a late result disputes one of its units).
-pub async fn reopen(c: &mut SqliteConnection, id: &str) -> Result<bool, StoreError> {
-    Ok(sqlx::query(
+pub fn reopen(c: &Connection, id: &str) -> Result<bool, StoreError> {
+    Ok(c.prepare_cached(
         "UPDATE jobs SET state = 'running', finished_ms = NULL, conservation_ok = NULL \
          WHERE id = ? AND state = 'complete'",
-    )
-    .bind(id)
-    .execute(c)
-    .await?
-    .rows_affected()
+    )?
+    .execute([id])?
         == 1)
 }

@@ -1,14 +1,17 @@
 //! Leases: creation, expiry, extension and lookup.
 //!
-//! Row fields mirror the columns documented in `migrations/0001_init.sql`.
+//! Row fields mirror the columns documented in `migrations/0001_init.sql`. The state
+//! changes are on the write path (synchronous, see [`super::writer`]); the counts behind
+//! the dashboard are `async` reads.
 #![allow(missing_docs)]
 
-use sqlx::{FromRow, SqliteConnection};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use sqlx::SqliteConnection;
 
 use super::StoreError;
 
 /// A stored lease.
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct LeaseRow {
     pub id: String,
     pub unit_id: i64,
@@ -20,74 +23,99 @@ pub struct LeaseRow {
     pub state: String,
 }
 
+impl LeaseRow {
+    fn from_row(r: &Row<'_>) -> rusqlite::Result<LeaseRow> {
+        Ok(LeaseRow {
+            id: r.get("id")?,
+            unit_id: r.get("unit_id")?,
+            worker_id: r.get("worker_id")?,
+            hostname: r.get("hostname")?,
+            budget: r.get("budget")?,
+            created_ms: r.get("created_ms")?,
+            deadline_ms: r.get("deadline_ms")?,
+            state: r.get("state")?,
+        })
+    }
+}
+
 /// Inserts a lease.
-pub async fn insert(c: &mut SqliteConnection, l: &LeaseRow) -> Result<(), StoreError> {
-    sqlx::query("INSERT INTO leases (id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")
-        .bind(&l.id)
-        .bind(l.unit_id)
-        .bind(&l.worker_id)
-        .bind(&l.hostname)
-        .bind(l.budget)
-        .bind(l.created_ms)
-        .bind(l.deadline_ms)
-        .bind(&l.state)
-        .execute(c)
-        .await?;
+pub fn insert(c: &Connection, l: &LeaseRow) -> Result<(), StoreError> {
+    c.prepare_cached("INSERT INTO leases (id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")?
+        .execute(params![
+            l.id,
+            l.unit_id,
+            l.worker_id,
+            l.hostname,
+            l.budget,
+            l.created_ms,
+            l.deadline_ms,
+            l.state
+        ])?;
     Ok(())
 }
 
 /// One lease.
-pub async fn get(c: &mut SqliteConnection, id: &str) -> Result<Option<LeaseRow>, StoreError> {
-    Ok(sqlx::query_as("SELECT * FROM leases WHERE id = ?")
-        .bind(id)
-        .fetch_optional(c)
-        .await?)
+pub fn get(c: &Connection, id: &str) -> Result<Option<LeaseRow>, StoreError> {
+    Ok(c.prepare_cached("SELECT * FROM leases WHERE id = ?")?
+        .query_row([id], LeaseRow::from_row)
+        .optional()?)
 }
 
 /// Marks active leases past their deadline expired; returns their unit ids.
-pub async fn expire_overdue(c: &mut SqliteConnection, now_ms: i64) -> Result<Vec<i64>, StoreError> {
-    Ok(sqlx::query_scalar("UPDATE leases SET state = 'expired' WHERE state = 'active' AND deadline_ms < ? RETURNING unit_id")
-        .bind(now_ms)
-        .fetch_all(c)
-        .await?)
+pub fn expire_overdue(c: &Connection, now_ms: i64) -> Result<Vec<i64>, StoreError> {
+    let mut q = c.prepare_cached(
+        "UPDATE leases SET state = 'expired' WHERE state = 'active' AND deadline_ms < ? RETURNING unit_id",
+    )?;
+    let ids = q.query_map([now_ms], |r| r.get(0))?;
+    Ok(ids.collect::<Result<_, _>>()?)
 }
 
 /// Sets a lease's state.
-pub async fn set_state(c: &mut SqliteConnection, id: &str, state: &str) -> Result<(), StoreError> {
-    sqlx::query("UPDATE leases SET state = ? WHERE id = ?")
-        .bind(state)
-        .bind(id)
-        .execute(c)
-        .await?;
+pub fn set_state(c: &Connection, id: &str, state: &str) -> Result<(), StoreError> {
+    c.prepare_cached("UPDATE leases SET state = ? WHERE id = ?")?
+        .execute([state, id])?;
     Ok(())
 }
 
 /// Extends a worker's active lease; `false` if it is no longer active (or not its own).
-pub async fn extend(
-    c: &mut SqliteConnection,
+pub fn extend(
+    c: &Connection,
     id: &str,
     worker_id: &str,
     deadline_ms: i64,
 ) -> Result<bool, StoreError> {
-    Ok(sqlx::query(
+    Ok(c.prepare_cached(
         "UPDATE leases SET deadline_ms = ? WHERE id = ? AND worker_id = ? AND state = 'active'",
-    )
-    .bind(deadline_ms)
-    .bind(id)
-    .bind(worker_id)
-    .execute(c)
-    .await?
-    .rows_affected()
+    )?
+    .execute(params![deadline_ms, id, worker_id])?
         == 1)
 }
 
-/// Cancels the active leases of a job's units; returns their unit ids.
-pub async fn cancel_job(c: &mut SqliteConnection, job_id: &str) -> Result<u64, StoreError> {
-    Ok(sqlx::query("UPDATE leases SET state = 'cancelled' WHERE state = 'active' AND unit_id IN (SELECT id FROM units WHERE job_id = ?)")
-        .bind(job_id)
-        .execute(c)
-        .await?
-        .rows_affected())
+/// Cancels the active leases of a job's units; returns how many.
+pub fn cancel_job(c: &Connection, job_id: &str) -> Result<usize, StoreError> {
+    Ok(c.prepare_cached("UPDATE leases SET state = 'cancelled' WHERE state = 'active' AND unit_id IN (SELECT id FROM units WHERE job_id = ?)")?
+        .execute([job_id])?)
+}
+
+/// Releases a worker's active lease; returns its unit id if it was active.
+pub fn release(c: &Connection, id: &str, worker_id: &str) -> Result<Option<i64>, StoreError> {
+    Ok(c.prepare_cached("UPDATE leases SET state = 'released' WHERE id = ? AND worker_id = ? AND state = 'active' RETURNING unit_id")?
+        .query_row([id, worker_id], |r| r.get(0))
+        .optional()?)
+}
+
+/// A lease's budget with its unit's job, prefix and cursor (to verify a report before
+/// its write).
+pub async fn with_unit(
+    c: &mut SqliteConnection,
+    lease_id: &str,
+) -> Result<Option<(i64, String, String, String)>, StoreError> {
+    Ok(sqlx::query_as(
+        "SELECT l.budget, u.job_id, u.prefix_json, u.cursor_json FROM leases l JOIN units u ON u.id = l.unit_id WHERE l.id = ?",
+    )
+    .bind(lease_id)
+    .fetch_optional(c)
+    .await?)
 }
 
 /// Counts of leases created, expired in the last `window_ms`.
@@ -133,18 +161,5 @@ pub async fn first_for_job(
     Ok(sqlx::query_scalar("SELECT MIN(l.created_ms) FROM leases l JOIN units u ON u.id = l.unit_id WHERE u.job_id = ?")
         .bind(job_id)
         .fetch_one(c)
-        .await?)
-}
-
-/// Releases a worker's active lease; returns its unit id if it was active.
-pub async fn release(
-    c: &mut SqliteConnection,
-    id: &str,
-    worker_id: &str,
-) -> Result<Option<i64>, StoreError> {
-    Ok(sqlx::query_scalar("UPDATE leases SET state = 'released' WHERE id = ? AND worker_id = ? AND state = 'active' RETURNING unit_id")
-        .bind(id)
-        .bind(worker_id)
-        .fetch_optional(c)
         .await?)
 }

@@ -1,6 +1,17 @@
-//! All SQL of the coordinator. One small `async fn` per use case; nothing outside this
-//! module writes SQL. SQLite in WAL mode with foreign keys and a busy timeout; every
-//! state change runs inside a `BEGIN IMMEDIATE` transaction ([`Store::begin`]).
+//! All SQL of the coordinator. One small function per use case; nothing outside this
+//! module writes SQL. SQLite in WAL mode with foreign keys and a busy timeout.
+//!
+//! Two ways in, by what the statement is for:
+//! - **The write path** — everything that changes jobs, units, leases and results
+//!   (submission, leases, heartbeats, reports, expiry, cancellation) — is synchronous
+//!   functions taking a `rusqlite::Connection`, run on the writer thread with group
+//!   commit ([`Store::write`], [`writer`] explains why).
+//! - **Everything else** — migrations, the reads behind job status, the dashboard and the
+//!   API, and the cold writes (registrations, verification, quarantine release) — is
+//!   `async fn`s on sqlx ([`Store::pool`], [`Store::begin`]).
+//!
+//! Both run under one in-process write lock, so writers queue in order instead of
+//! spinning in SQLite's busy handler.
 
 pub mod jobs;
 pub mod leases;
@@ -8,6 +19,7 @@ pub mod results;
 pub mod units;
 pub mod verification;
 pub mod workers;
+pub mod writer;
 
 use std::ops::{Deref, DerefMut};
 use std::path::Path;
@@ -31,6 +43,12 @@ pub enum StoreError {
     /// A stored JSON column does not parse (a bug or a hand-edited database).
     #[error("corrupt stored value: {0}")]
     Corrupt(String),
+    /// A statement on the write path failed.
+    #[error("database (write path): {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The writer thread could not carry out or commit a write.
+    #[error("writer: {0}")]
+    Writer(String),
 }
 
 /// A write transaction. It holds the store's in-process write lock, so writers queue in
@@ -64,7 +82,8 @@ impl DerefMut for Tx {
 #[derive(Clone)]
 pub struct Store {
     pool: SqlitePool,
-    writer: Arc<Mutex<()>>,
+    lock: Arc<Mutex<()>>,
+    writer: writer::Writer,
 }
 
 impl Store {
@@ -81,20 +100,35 @@ impl Store {
             .connect_with(options)
             .await?;
         sqlx::migrate!("../migrations").run(&pool).await?;
-        Ok(Store {
-            pool,
-            writer: Arc::new(Mutex::new(())),
-        })
+        let lock = Arc::new(Mutex::new(()));
+        let writer = writer::Writer::start(path, lock.clone())?;
+        Ok(Store { pool, lock, writer })
     }
 
     /// Starts a write transaction (`BEGIN IMMEDIATE`: the write lock is taken up front,
     /// so two claims can never interleave).
     pub async fn begin(&self) -> Result<Tx, StoreError> {
-        let writer = self.writer.clone().lock_owned().await;
+        let writer = self.lock.clone().lock_owned().await;
         Ok(Tx {
             inner: self.pool.begin_with("BEGIN IMMEDIATE").await?,
             _writer: writer,
         })
+    }
+
+    /// Runs `f` on the writer thread, in a transaction committed with whatever other
+    /// writes are queued (see [`writer`]); `Err` rolls back `f`'s writes only.
+    pub async fn write<T, E, F>(&self, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&rusqlite::Connection) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        self.writer.write(f).await
+    }
+
+    /// The writer thread's running totals (queue wait, run time, batches).
+    pub fn writer_stats(&self) -> writer::WriterTotals {
+        self.writer.stats()
     }
 
     /// The pool, for reads.

@@ -1,8 +1,11 @@
 //! Results: every report, its digest and its verdict.
 //!
-//! Row fields mirror the columns documented in `migrations/0001_init.sql`.
+//! Row fields mirror the columns documented in `migrations/0001_init.sql`. Recording and
+//! judging results is on the write path (synchronous, see [`super::writer`]); the rest
+//! are `async` reads for status and the dashboard.
 #![allow(missing_docs)]
 
+use rusqlite::{Connection, OptionalExtension, Row, params};
 use sqlx::{FromRow, SqliteConnection};
 
 use super::StoreError;
@@ -29,91 +32,96 @@ pub struct ResultRow {
     pub received_ms: i64,
 }
 
+impl ResultRow {
+    fn from_row(r: &Row<'_>) -> rusqlite::Result<ResultRow> {
+        Ok(ResultRow {
+            id: r.get("id")?,
+            job_id: r.get("job_id")?,
+            unit_id: r.get("unit_id")?,
+            lease_id: r.get("lease_id")?,
+            worker_id: r.get("worker_id")?,
+            hostname: r.get("hostname")?,
+            cpu_model: r.get("cpu_model")?,
+            engine_kind: r.get("engine_kind")?,
+            engine_build: r.get("engine_build")?,
+            digest: r.get("digest")?,
+            result_json: r.get("result_json")?,
+            committed: r.get("committed")?,
+            solutions: r.get("solutions")?,
+            max_depth: r.get("max_depth")?,
+            engine_seconds: r.get("engine_seconds")?,
+            verdict: r.get("verdict")?,
+            received_ms: r.get("received_ms")?,
+        })
+    }
+}
+
 /// Inserts a result; returns its id.
-pub async fn insert(c: &mut SqliteConnection, r: &ResultRow) -> Result<i64, StoreError> {
-    Ok(sqlx::query_scalar(
+pub fn insert(c: &Connection, r: &ResultRow) -> Result<i64, StoreError> {
+    c.prepare_cached(
         "INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, engine_build, digest, result_json, committed, solutions, max_depth, engine_seconds, verdict, received_ms) \
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-    )
-    .bind(&r.job_id)
-    .bind(r.unit_id)
-    .bind(&r.lease_id)
-    .bind(&r.worker_id)
-    .bind(&r.hostname)
-    .bind(&r.cpu_model)
-    .bind(&r.engine_kind)
-    .bind(&r.engine_build)
-    .bind(&r.digest)
-    .bind(&r.result_json)
-    .bind(r.committed)
-    .bind(r.solutions)
-    .bind(r.max_depth)
-    .bind(r.engine_seconds)
-    .bind(&r.verdict)
-    .bind(r.received_ms)
-    .fetch_one(c)
-    .await?)
+         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    )?
+    .execute(params![
+        r.job_id,
+        r.unit_id,
+        r.lease_id,
+        r.worker_id,
+        r.hostname,
+        r.cpu_model,
+        r.engine_kind,
+        r.engine_build,
+        r.digest,
+        r.result_json,
+        r.committed,
+        r.solutions,
+        r.max_depth,
+        r.engine_seconds,
+        r.verdict,
+        r.received_ms
+    ])?;
+    Ok(c.last_insert_rowid())
 }
 
 /// The result reported on a lease, if any.
-pub async fn by_lease(
-    c: &mut SqliteConnection,
-    lease_id: &str,
-) -> Result<Option<ResultRow>, StoreError> {
-    Ok(sqlx::query_as("SELECT * FROM results WHERE lease_id = ?")
-        .bind(lease_id)
-        .fetch_optional(c)
-        .await?)
+pub fn by_lease(c: &Connection, lease_id: &str) -> Result<Option<ResultRow>, StoreError> {
+    Ok(
+        c.prepare_cached("SELECT * FROM results WHERE lease_id = ?")?
+            .query_row([lease_id], ResultRow::from_row)
+            .optional()?,
+    )
 }
 
 /// One result.
-pub async fn get(c: &mut SqliteConnection, id: i64) -> Result<Option<ResultRow>, StoreError> {
-    Ok(sqlx::query_as("SELECT * FROM results WHERE id = ?")
-        .bind(id)
-        .fetch_optional(c)
-        .await?)
+pub fn get(c: &Connection, id: i64) -> Result<Option<ResultRow>, StoreError> {
+    Ok(c.prepare_cached("SELECT * FROM results WHERE id = ?")?
+        .query_row([id], ResultRow::from_row)
+        .optional()?)
 }
 
 /// The valid (not wrong) results of a unit.
-pub async fn for_unit(
-    c: &mut SqliteConnection,
-    unit_id: i64,
-) -> Result<Vec<ResultRow>, StoreError> {
-    Ok(
-        sqlx::query_as(
-            "SELECT * FROM results WHERE unit_id = ? AND verdict != 'wrong' ORDER BY id",
-        )
-        .bind(unit_id)
-        .fetch_all(c)
-        .await?,
-    )
+pub fn for_unit(c: &Connection, unit_id: i64) -> Result<Vec<ResultRow>, StoreError> {
+    let mut q = c.prepare_cached(
+        "SELECT * FROM results WHERE unit_id = ? AND verdict != 'wrong' ORDER BY id",
+    )?;
+    let rows = q.query_map([unit_id], ResultRow::from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 /// Sets a result's verdict.
-pub async fn set_verdict(
-    c: &mut SqliteConnection,
-    id: i64,
-    verdict: &str,
-) -> Result<(), StoreError> {
-    sqlx::query("UPDATE results SET verdict = ? WHERE id = ?")
-        .bind(verdict)
-        .bind(id)
-        .execute(c)
-        .await?;
+pub fn set_verdict(c: &Connection, id: i64, verdict: &str) -> Result<(), StoreError> {
+    c.prepare_cached("UPDATE results SET verdict = ? WHERE id = ?")?
+        .execute(params![verdict, id])?;
     Ok(())
 }
 
-/// The accepted results of a job (for conservation and solutions).
-pub async fn accepted_for_job(
-    c: &mut SqliteConnection,
-    job_id: &str,
-) -> Result<Vec<ResultRow>, StoreError> {
-    Ok(sqlx::query_as(
+/// The accepted results of a job (for conservation).
+pub fn accepted_for_job(c: &Connection, job_id: &str) -> Result<Vec<ResultRow>, StoreError> {
+    let mut q = c.prepare_cached(
         "SELECT * FROM results WHERE job_id = ? AND verdict = 'accepted' ORDER BY unit_id",
-    )
-    .bind(job_id)
-    .fetch_all(c)
-    .await?)
+    )?;
+    let rows = q.query_map([job_id], ResultRow::from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 /// The accepted results of a job that carry solutions, first `limit`.

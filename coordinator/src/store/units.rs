@@ -1,15 +1,17 @@
 //! Units: batch creation, the leasable queue, state changes.
 //!
-//! Row fields mirror the columns documented in `migrations/0001_init.sql`.
+//! Row fields mirror the columns documented in `migrations/0001_init.sql`. Everything
+//! but [`counts_by_state`] is on the write path (synchronous, see [`super::writer`]).
 #![allow(missing_docs)]
 
 use e2fleet_engine::Placement;
-use sqlx::{FromRow, QueryBuilder, Sqlite, SqliteConnection};
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use sqlx::SqliteConnection;
 
 use super::StoreError;
 
 /// A stored unit.
-#[derive(Debug, Clone, FromRow)]
+#[derive(Debug, Clone)]
 pub struct UnitRow {
     pub id: i64,
     pub job_id: String,
@@ -26,6 +28,26 @@ pub struct UnitRow {
     pub created_ms: i64,
 }
 
+impl UnitRow {
+    fn from_row(r: &Row<'_>) -> rusqlite::Result<UnitRow> {
+        Ok(UnitRow {
+            id: r.get("id")?,
+            job_id: r.get("job_id")?,
+            prefix_json: r.get("prefix_json")?,
+            cursor_json: r.get("cursor_json")?,
+            parent_id: r.get("parent_id")?,
+            kind: r.get("kind")?,
+            quorum: r.get("quorum")?,
+            needed: r.get("needed")?,
+            state: r.get("state")?,
+            active_leases: r.get("active_leases")?,
+            results: r.get("results")?,
+            accepted_result_id: r.get("accepted_result_id")?,
+            created_ms: r.get("created_ms")?,
+        })
+    }
+}
+
 /// A unit to create.
 pub struct NewUnit {
     pub prefix_json: String,
@@ -35,173 +57,142 @@ pub struct NewUnit {
     pub quorum: i64,
 }
 
-/// Inserts units in batches (one statement per 500 rows).
-pub async fn insert_batch(
-    c: &mut SqliteConnection,
+/// Inserts units (one prepared statement, executed per row: on the writer thread that is
+/// cheaper than building multi-row statements).
+pub fn insert_batch(
+    c: &Connection,
     job_id: &str,
     units: &[NewUnit],
     now_ms: i64,
 ) -> Result<(), StoreError> {
-    for chunk in units.chunks(500) {
-        let mut q: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "INSERT INTO units (job_id, prefix_json, cursor_json, parent_id, kind, quorum, needed, state, created_ms) ",
-        );
-        q.push_values(chunk, |mut b, u| {
-            b.push_bind(job_id)
-                .push_bind(&u.prefix_json)
-                .push_bind(&u.cursor_json)
-                .push_bind(u.parent_id)
-                .push_bind(u.kind)
-                .push_bind(u.quorum)
-                .push_bind(u.quorum)
-                .push_bind("open")
-                .push_bind(now_ms);
-        });
-        q.build().execute(&mut *c).await?;
+    let mut insert = c.prepare_cached(
+        "INSERT INTO units (job_id, prefix_json, cursor_json, parent_id, kind, quorum, needed, state, created_ms) \
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, 'open', ?7)",
+    )?;
+    for u in units {
+        insert.execute(params![
+            job_id,
+            u.prefix_json,
+            u.cursor_json,
+            u.parent_id,
+            u.kind,
+            u.quorum,
+            now_ms
+        ])?;
     }
     Ok(())
 }
 
 /// One unit.
-pub async fn get(c: &mut SqliteConnection, id: i64) -> Result<Option<UnitRow>, StoreError> {
-    Ok(sqlx::query_as("SELECT * FROM units WHERE id = ?")
-        .bind(id)
-        .fetch_optional(c)
-        .await?)
+pub fn get(c: &Connection, id: i64) -> Result<Option<UnitRow>, StoreError> {
+    Ok(c.prepare_cached("SELECT * FROM units WHERE id = ?")?
+        .query_row([id], UnitRow::from_row)
+        .optional()?)
 }
 
 /// Leasable units of running jobs that `hostname` neither holds nor has a valid result
 /// for (a replica must come from another host; a rejected run may be redone anywhere).
-pub async fn leasable(
-    c: &mut SqliteConnection,
-    hostname: &str,
-    limit: i64,
-) -> Result<Vec<UnitRow>, StoreError> {
-    Ok(sqlx::query_as(
+pub fn leasable(c: &Connection, hostname: &str, limit: i64) -> Result<Vec<UnitRow>, StoreError> {
+    let mut q = c.prepare_cached(
         "SELECT u.* FROM units u JOIN jobs j ON j.id = u.job_id \
          WHERE u.state = 'open' AND j.state = 'running' \
            AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.unit_id = u.id AND l.hostname = ?1 AND l.state = 'active') \
            AND NOT EXISTS (SELECT 1 FROM results r WHERE r.unit_id = u.id AND r.hostname = ?1 AND r.verdict != 'wrong') \
          ORDER BY u.id LIMIT ?2",
-    )
-    .bind(hostname)
-    .bind(limit)
-    .fetch_all(c)
-    .await?)
+    )?;
+    let rows = q.query_map(params![hostname, limit], UnitRow::from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 /// An open continuation unit nobody holds, to split for idle workers.
-pub async fn splittable(c: &mut SqliteConnection) -> Result<Option<UnitRow>, StoreError> {
-    Ok(sqlx::query_as(
+pub fn splittable(c: &Connection) -> Result<Option<UnitRow>, StoreError> {
+    Ok(c.prepare_cached(
         "SELECT u.* FROM units u JOIN jobs j ON j.id = u.job_id \
          WHERE u.state = 'open' AND j.state = 'running' AND u.cursor_json != '[]' \
            AND u.active_leases = 0 AND u.results = 0 AND u.needed = 1 \
          ORDER BY u.id LIMIT 1",
-    )
-    .fetch_optional(c)
-    .await?)
+    )?
+    .query_row([], UnitRow::from_row)
+    .optional()?)
 }
 
 /// Rewrites a unit's prefix and cursor (after a split).
-pub async fn set_path(
-    c: &mut SqliteConnection,
+pub fn set_path(
+    c: &Connection,
     id: i64,
     prefix_json: &str,
     cursor_json: &str,
 ) -> Result<(), StoreError> {
-    sqlx::query("UPDATE units SET prefix_json = ?, cursor_json = ? WHERE id = ?")
-        .bind(prefix_json)
-        .bind(cursor_json)
-        .bind(id)
-        .execute(c)
-        .await?;
+    c.prepare_cached("UPDATE units SET prefix_json = ?, cursor_json = ? WHERE id = ?")?
+        .execute(params![prefix_json, cursor_json, id])?;
     Ok(())
 }
 
 /// Updates the counters and recomputes the state of a unit that is not done:
 /// `open` while more runs are needed than are out, `busy` otherwise.
-pub async fn adjust(
-    c: &mut SqliteConnection,
+pub fn adjust(
+    c: &Connection,
     id: i64,
     leases_delta: i64,
     results_delta: i64,
     needed: Option<i64>,
 ) -> Result<(), StoreError> {
-    sqlx::query(
-        "UPDATE units SET active_leases = active_leases + ?, results = results + ?, needed = COALESCE(?, needed), \
+    c.prepare_cached(
+        "UPDATE units SET active_leases = active_leases + ?1, results = results + ?2, needed = COALESCE(?3, needed), \
            state = CASE WHEN state IN ('done', 'cancelled') THEN state \
-                        WHEN results + ? + active_leases + ? < COALESCE(?, needed) THEN 'open' ELSE 'busy' END \
-         WHERE id = ?",
-    )
-    .bind(leases_delta)
-    .bind(results_delta)
-    .bind(needed)
-    .bind(results_delta)
-    .bind(leases_delta)
-    .bind(needed)
-    .bind(id)
-    .execute(c)
-    .await?;
+                        WHEN results + ?2 + active_leases + ?1 < COALESCE(?3, needed) THEN 'open' ELSE 'busy' END \
+         WHERE id = ?4",
+    )?
+    .execute(params![leases_delta, results_delta, needed, id])?;
     Ok(())
 }
 
 /// Marks a unit done with its accepted result.
-pub async fn mark_done(
-    c: &mut SqliteConnection,
-    id: i64,
-    result_id: i64,
-) -> Result<(), StoreError> {
-    sqlx::query("UPDATE units SET state = 'done', accepted_result_id = ? WHERE id = ?")
-        .bind(result_id)
-        .bind(id)
-        .execute(c)
-        .await?;
+pub fn mark_done(c: &Connection, id: i64, result_id: i64) -> Result<(), StoreError> {
+    c.prepare_cached("UPDATE units SET state = 'done', accepted_result_id = ? WHERE id = ?")?
+        .execute(params![result_id, id])?;
     Ok(())
 }
 
 /// Asks for one more run of a unit whose results disagree (also a done one: its
 /// accepted result stays counted until a quorum decides otherwise).
-pub async fn request_deciding_run(
-    c: &mut SqliteConnection,
-    id: i64,
-    quorum: i64,
-) -> Result<(), StoreError> {
-    sqlx::query(
+pub fn request_deciding_run(c: &Connection, id: i64, quorum: i64) -> Result<(), StoreError> {
+    c.prepare_cached(
         "UPDATE units SET quorum = MAX(quorum, ?), needed = results + active_leases + 1, state = 'open' WHERE id = ?",
-    )
-    .bind(quorum)
-    .bind(id)
-    .execute(c)
-    .await?;
+    )?
+    .execute(params![quorum, id])?;
     Ok(())
 }
 
 /// Units created from `parent` (continuations and split siblings).
-pub async fn children(c: &mut SqliteConnection, parent: i64) -> Result<Vec<UnitRow>, StoreError> {
-    Ok(sqlx::query_as("SELECT * FROM units WHERE parent_id = ?")
-        .bind(parent)
-        .fetch_all(c)
-        .await?)
+pub fn children(c: &Connection, parent: i64) -> Result<Vec<UnitRow>, StoreError> {
+    let mut q = c.prepare_cached("SELECT * FROM units WHERE parent_id = ?")?;
+    let rows = q.query_map([parent], UnitRow::from_row)?;
+    Ok(rows.collect::<Result<_, _>>()?)
 }
 
 /// Cancels a unit (its outputs were revoked, or its job was cancelled).
-pub async fn cancel(c: &mut SqliteConnection, id: i64) -> Result<(), StoreError> {
-    sqlx::query("UPDATE units SET state = 'cancelled' WHERE id = ?")
-        .bind(id)
-        .execute(c)
-        .await?;
+pub fn cancel(c: &Connection, id: i64) -> Result<(), StoreError> {
+    c.prepare_cached("UPDATE units SET state = 'cancelled' WHERE id = ?")?
+        .execute([id])?;
     Ok(())
 }
 
 /// Cancels every unfinished unit of a job.
-pub async fn cancel_job(c: &mut SqliteConnection, job_id: &str) -> Result<(), StoreError> {
-    sqlx::query(
+pub fn cancel_job(c: &Connection, job_id: &str) -> Result<(), StoreError> {
+    c.prepare_cached(
         "UPDATE units SET state = 'cancelled' WHERE job_id = ? AND state IN ('open', 'busy')",
-    )
-    .bind(job_id)
-    .execute(c)
-    .await?;
+    )?
+    .execute([job_id])?;
     Ok(())
+}
+
+/// Whether the job has an unfinished unit.
+pub fn unfinished(c: &Connection, job_id: &str) -> Result<bool, StoreError> {
+    Ok(c.prepare_cached(
+        "SELECT EXISTS (SELECT 1 FROM units WHERE job_id = ? AND state IN ('open', 'busy'))",
+    )?
+    .query_row([job_id], |r| r.get(0))?)
 }
 
 /// Units of a job per state.
@@ -215,16 +206,6 @@ pub async fn counts_by_state(
             .fetch_all(c)
             .await?,
     )
-}
-
-/// 1 if the job has an unfinished unit, else 0.
-pub async fn unfinished(c: &mut SqliteConnection, job_id: &str) -> Result<i64, StoreError> {
-    Ok(sqlx::query_scalar(
-        "SELECT EXISTS (SELECT 1 FROM units WHERE job_id = ? AND state IN ('open', 'busy'))",
-    )
-    .bind(job_id)
-    .fetch_one(c)
-    .await?)
 }
 
 /// How units store a path (prefix or cursor): a JSON array with one integer per

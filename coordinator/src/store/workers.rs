@@ -1,8 +1,11 @@
 //! Workers: registration, tokens, liveness, errors and quarantine.
 //!
-//! Row fields mirror the columns documented in `migrations/0001_init.sql`.
+//! Row fields mirror the columns documented in `migrations/0001_init.sql`. Registration
+//! and release are `async` (sqlx); `touch`, `add_done` and `add_error` are on the write
+//! path (synchronous, see [`super::writer`]).
 #![allow(missing_docs)]
 
+use rusqlite::{Connection, OptionalExtension, params};
 use sqlx::{FromRow, SqliteConnection};
 
 use super::StoreError;
@@ -101,58 +104,50 @@ pub async fn list(c: &mut SqliteConnection) -> Result<Vec<WorkerRow>, StoreError
 
 /// Records that a worker was seen, with its current rate and engine; returns whether it
 /// is quarantined (`None` when no such worker).
-pub async fn touch(
-    c: &mut SqliteConnection,
+pub fn touch(
+    c: &Connection,
     id: &str,
     now_ms: i64,
     rate: Option<(f64, i64)>,
     engine: Option<(&str, &str)>,
 ) -> Result<Option<bool>, StoreError> {
-    Ok(sqlx::query_scalar(
+    Ok(c.prepare_cached(
         "UPDATE workers SET last_seen_ms = ?, per_core_rate = COALESCE(?, per_core_rate), threads = COALESCE(?, threads), \
            engine_kind = COALESCE(?, engine_kind), engine_build = COALESCE(?, engine_build) WHERE id = ? \
          RETURNING quarantined",
+    )?
+    .query_row(
+        params![
+            now_ms,
+            rate.map(|r| r.0),
+            rate.map(|r| r.1),
+            engine.map(|e| e.0),
+            engine.map(|e| e.1),
+            id
+        ],
+        |r| r.get(0),
     )
-    .bind(now_ms)
-    .bind(rate.map(|r| r.0))
-    .bind(rate.map(|r| r.1))
-    .bind(engine.map(|e| e.0))
-    .bind(engine.map(|e| e.1))
-    .bind(id)
-    .fetch_optional(c)
-    .await?)
+    .optional()?)
 }
 
 /// Counts a finished unit for a worker.
-pub async fn add_done(c: &mut SqliteConnection, id: &str) -> Result<(), StoreError> {
-    sqlx::query("UPDATE workers SET units_done = units_done + 1 WHERE id = ?")
-        .bind(id)
-        .execute(c)
-        .await?;
+pub fn add_done(c: &Connection, id: &str) -> Result<(), StoreError> {
+    c.prepare_cached("UPDATE workers SET units_done = units_done + 1 WHERE id = ?")?
+        .execute([id])?;
     Ok(())
 }
 
 /// Counts an error against a worker; quarantines its whole host past `threshold`.
 /// Returns `true` when the host is now quarantined.
-pub async fn add_error(
-    c: &mut SqliteConnection,
-    id: &str,
-    threshold: i64,
-) -> Result<bool, StoreError> {
-    sqlx::query("UPDATE workers SET errors = errors + 1 WHERE id = ?")
-        .bind(id)
-        .execute(&mut *c)
-        .await?;
-    let (hostname, errors): (String, i64) =
-        sqlx::query_as("SELECT hostname, (SELECT SUM(errors) FROM workers w2 WHERE w2.hostname = w.hostname) FROM workers w WHERE id = ?")
-            .bind(id)
-            .fetch_one(&mut *c)
-            .await?;
+pub fn add_error(c: &Connection, id: &str, threshold: i64) -> Result<bool, StoreError> {
+    c.prepare_cached("UPDATE workers SET errors = errors + 1 WHERE id = ?")?
+        .execute([id])?;
+    let (hostname, errors): (String, i64) = c
+        .prepare_cached("SELECT hostname, (SELECT SUM(errors) FROM workers w2 WHERE w2.hostname = w.hostname) FROM workers w WHERE id = ?")?
+        .query_row([id], |r| Ok((r.get(0)?, r.get(1)?)))?;
     if errors >= threshold {
-        sqlx::query("UPDATE workers SET quarantined = 1 WHERE hostname = ?")
-            .bind(&hostname)
-            .execute(&mut *c)
-            .await?;
+        c.prepare_cached("UPDATE workers SET quarantined = 1 WHERE hostname = ?")?
+            .execute([&hostname])?;
         return Ok(true);
     }
     Ok(false)
