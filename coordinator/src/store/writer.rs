@@ -232,3 +232,69 @@ fn run_one(conn: &Connection, job: Job) -> Option<Reply> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn insert(c: &Connection, v: i64) -> Result<(), StoreError> {
+        c.execute("INSERT INTO t (v) VALUES (?)", [v])?;
+        Ok(())
+    }
+
+    fn values(c: &Connection) -> Vec<i64> {
+        let mut q = c.prepare("SELECT v FROM t ORDER BY v").unwrap();
+        q.query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_failing_or_panicking_job_is_rolled_back_alone_in_its_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let writer = Writer::start(&path, Arc::new(Mutex::new(()))).unwrap();
+        writer
+            .write(|c| Ok::<_, StoreError>(c.execute_batch("CREATE TABLE t (v INTEGER)")?))
+            .await
+            .unwrap();
+        let before = writer.stats();
+        // the first job holds the writer while the others queue: they then run together
+        // (a panic's backtrace can take longer than MAX_BATCH_TIME, so the last job may
+        // start a batch of its own)
+        let (a, b, c, d, e) = tokio::join!(
+            writer.write(|c| {
+                std::thread::sleep(Duration::from_millis(100));
+                insert(c, 1)
+            }),
+            writer.write(|c| {
+                insert(c, 2)?;
+                Err::<(), _>(StoreError::Corrupt("refused after writing".into()))
+            }),
+            writer.write(|c| insert(c, 5)),
+            writer.write(|c| -> Result<(), StoreError> {
+                insert(c, 3)?;
+                panic!("a bug in a write job");
+            }),
+            writer.write(|c| insert(c, 4)),
+        );
+        assert!(a.is_ok() && c.is_ok() && e.is_ok());
+        assert!(matches!(b, Err(StoreError::Corrupt(_))), "{b:?}");
+        assert!(matches!(d, Err(StoreError::Writer(_))), "{d:?}");
+        let after = writer.stats();
+        assert!(
+            after.batches - before.batches <= 3,
+            "jobs were not batched: {before:?} -> {after:?}"
+        );
+        // the writer survived the panic, and only the good jobs' rows are there
+        let rows = writer
+            .write(|c| Ok::<_, StoreError>(values(c)))
+            .await
+            .unwrap();
+        assert_eq!(rows, vec![1, 4, 5]);
+        // and they are committed: another connection sees them
+        drop(writer);
+        assert_eq!(values(&Connection::open(&path).unwrap()), vec![1, 4, 5]);
+    }
+}
