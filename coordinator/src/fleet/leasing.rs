@@ -60,10 +60,17 @@ impl Fleet {
         let mut rows = units::leasable(c, &worker.hostname, max)?;
         if (rows.len() as i64) < max {
             // idle capacity: split a waiting continuation into sibling prefixes
-            if let Some(unit) = units::splittable(c)?
-                && self.split_unit(c, &unit, now)?
-            {
-                rows = units::leasable(c, &worker.hostname, max)?;
+            // (a unit that cannot be split is logged and left as it is: this path has
+            // already written, and a failure here would roll back its whole batch)
+            if let Some(unit) = units::splittable(c)? {
+                match self.split_unit(c, &unit, now) {
+                    Ok(true) => rows = units::leasable(c, &worker.hostname, max)?,
+                    Ok(false) => {}
+                    Err(FleetError::Store(e @ (StoreError::Sqlite(_) | StoreError::Db(_)))) => {
+                        return Err(e.into());
+                    }
+                    Err(e) => warn!(unit_id = unit.id, error = %e, "continuation not split"),
+                }
             }
         }
         let mut grants = Vec::with_capacity(rows.len());
@@ -71,7 +78,11 @@ impl Fleet {
             // a job's budget never changes: read from the cached job context
             let budget = self.context_tx(c, &row.job_id)?.budget;
             let lease = LeaseRow {
-                id: uuid::Uuid::new_v4().to_string(),
+                // a v4 UUID from the thread-local CSPRNG (`new_v4` asks the kernel for
+                // every id: a system call per lease on the writer thread)
+                id: uuid::Builder::from_random_bytes(rand::random())
+                    .into_uuid()
+                    .to_string(),
                 unit_id: row.id,
                 worker_id: worker.id.clone(),
                 hostname: worker.hostname.clone(),
@@ -82,6 +93,15 @@ impl Fleet {
             };
             leases::insert(c, &lease)?;
             units::adjust(c, row.id, 1, 0, None)?;
+            self.remember_lease(
+                &lease.id,
+                LeasedUnit {
+                    job_id: row.job_id.clone(),
+                    budget,
+                    prefix_json: row.prefix_json.clone(),
+                    cursor_json: row.cursor_json.clone(),
+                },
+            );
             grants.push(LeaseGrant {
                 lease_id: lease.id,
                 unit_id: row.id,

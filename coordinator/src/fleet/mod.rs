@@ -246,6 +246,19 @@ pub struct JobCtx {
     pub budget: i64,
 }
 
+/// What a lease was granted on: its job, budget, and the unit's stored prefix and cursor.
+#[derive(Clone, Debug)]
+pub(crate) struct LeasedUnit {
+    pub job_id: String,
+    pub budget: i64,
+    pub prefix_json: String,
+    pub cursor_json: String,
+}
+
+/// Most entries of the leased-unit hint map before it is emptied (leases that expire are
+/// never reported, so entries would otherwise pile up).
+const LEASED_HINTS_MAX: usize = 200_000;
+
 /// The coordinator's state and operations.
 pub struct Fleet {
     pub(crate) store: Store,
@@ -259,6 +272,10 @@ pub struct Fleet {
     flagged: Mutex<Option<HashMap<String, String>>>,
     /// When the lease path last expired overdue leases (ms).
     last_expiry_ms: std::sync::atomic::AtomicI64,
+    /// Lease id -> (job, budget, prefix, cursor) of the units handed out, so a report is
+    /// verified without a read (see `reports::precheck`). A hint only: the write path
+    /// compares it with the stored unit and checks again if they differ.
+    leased: Mutex<HashMap<String, LeasedUnit>>,
     /// The default verification suite is stored.
     default_suite_ready: std::sync::atomic::AtomicBool,
 }
@@ -321,6 +338,7 @@ impl Fleet {
             tokens: Mutex::new(HashMap::new()),
             flagged: Mutex::new(None),
             last_expiry_ms: std::sync::atomic::AtomicI64::new(i64::MIN / 2),
+            leased: Mutex::new(HashMap::new()),
             default_suite_ready: std::sync::atomic::AtomicBool::new(false),
         }
     }
@@ -337,6 +355,20 @@ impl Fleet {
 
     fn now(&self) -> i64 {
         (self.clock)()
+    }
+
+    /// Remembers what `lease_id` was granted on.
+    pub(crate) fn remember_lease(&self, lease_id: &str, unit: LeasedUnit) {
+        let mut map = self.leased.lock().expect("lease hints");
+        if map.len() >= LEASED_HINTS_MAX {
+            map.clear();
+        }
+        map.insert(lease_id.to_string(), unit);
+    }
+
+    /// What `lease_id` was granted on, if remembered (forgets it).
+    pub(crate) fn recall_lease(&self, lease_id: &str) -> Option<LeasedUnit> {
+        self.leased.lock().expect("lease hints").remove(lease_id)
     }
 
     /// The cached search context of a job.

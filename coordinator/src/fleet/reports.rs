@@ -25,16 +25,33 @@ impl Fleet {
             .await
     }
 
-    /// Verifies a report against its unit as read before the write ([`check_result`]);
-    /// `None` for an unknown lease (the write path answers that).
+    /// Verifies a report against its unit as granted (remembered at lease time, or read)
+    /// before the write ([`check_result`]); `None` for an unknown lease (the write path
+    /// answers that).
     async fn precheck(&self, report: &Report) -> Result<Option<Prechecked>, FleetError> {
-        let mut conn = self.store.pool().acquire().await?;
-        let Some((budget, job_id, prefix_json, cursor_json)) =
-            leases::with_unit(&mut conn, &report.lease_id).await?
-        else {
-            return Ok(None);
+        let LeasedUnit {
+            job_id,
+            budget,
+            prefix_json,
+            cursor_json,
+        } = match self.recall_lease(&report.lease_id) {
+            Some(hint) => hint,
+            None => {
+                // not granted by this process (a restart) or reported twice: read it
+                let mut conn = self.store.pool().acquire().await?;
+                let Some((budget, job_id, prefix_json, cursor_json)) =
+                    leases::with_unit(&mut conn, &report.lease_id).await?
+                else {
+                    return Ok(None);
+                };
+                LeasedUnit {
+                    job_id,
+                    budget,
+                    prefix_json,
+                    cursor_json,
+                }
+            }
         };
-        drop(conn);
         let ctx = self.context(&job_id).await?;
         let unit = Unit {
             prefix: units::decode_path(&prefix_json, "prefix")?,
@@ -84,17 +101,8 @@ impl Fleet {
         }
         let unit = units::get(tx, lease.unit_id)?.expect("lease has a unit");
         let job = jobs::get_tx(tx, &unit.job_id)?.expect("unit has a job");
-        let lease_was_active = lease.state == "active";
-        leases::set_state(tx, &lease.id, "reported")?;
-        if unit.state == "cancelled" || job.state == "cancelled" {
-            if lease_was_active {
-                units::adjust(tx, unit.id, -1, 0, None)?;
-            }
-            return Ok(ReportOutcome {
-                status: "rejected",
-                detail: "the unit was cancelled".into(),
-            });
-        }
+        // everything that can refuse the report is decided before the first write (a
+        // failure after one would roll back the writer's whole batch)
         let check = match pre {
             // the unit is as it was when the report was checked (it is only rewritten
             // by a split, which needs it unleased: rare, but then check again here)
@@ -114,6 +122,17 @@ impl Fleet {
                 check_result(&ctx, &unit_value, lease.budget, &report.result)
             }
         };
+        let lease_was_active = lease.state == "active";
+        leases::set_state(tx, &lease.id, "reported")?;
+        if unit.state == "cancelled" || job.state == "cancelled" {
+            if lease_was_active {
+                units::adjust(tx, unit.id, -1, 0, None)?;
+            }
+            return Ok(ReportOutcome {
+                status: "rejected",
+                detail: "the unit was cancelled".into(),
+            });
+        }
         let row = ResultRow {
             id: 0,
             job_id: unit.job_id.clone(),

@@ -45,26 +45,28 @@ impl JobRow {
         parse_json(text, column)
     }
 
+    /// Reads a row in the column order of [`LIGHT`] / [`ALL`] (by position, see
+    /// `units::UnitRow::from_row`).
     fn from_row(r: &Row<'_>) -> rusqlite::Result<JobRow> {
         Ok(JobRow {
-            id: r.get("id")?,
-            name: r.get("name")?,
-            puzzle_json: r.get("puzzle_json")?,
-            order_spec: r.get("order_spec")?,
-            depths: r.get("depths")?,
-            split_depth: r.get("split_depth")?,
-            budget: r.get("budget")?,
-            replicas: r.get("replicas")?,
-            spot_check: r.get("spot_check")?,
-            state: r.get("state")?,
-            created_ms: r.get("created_ms")?,
-            finished_ms: r.get("finished_ms")?,
-            enumeration_json: r.get("enumeration_json")?,
-            enumeration_solutions: r.get("enumeration_solutions")?,
-            split_json: r.get("split_json")?,
-            accepted_json: r.get("accepted_json")?,
-            accepted_solutions: r.get("accepted_solutions")?,
-            conservation_ok: r.get("conservation_ok")?,
+            id: r.get(0)?,
+            name: r.get(1)?,
+            puzzle_json: r.get(2)?,
+            order_spec: r.get(3)?,
+            depths: r.get(4)?,
+            split_depth: r.get(5)?,
+            budget: r.get(6)?,
+            replicas: r.get(7)?,
+            spot_check: r.get(8)?,
+            state: r.get(9)?,
+            created_ms: r.get(10)?,
+            finished_ms: r.get(11)?,
+            enumeration_json: r.get(12)?,
+            enumeration_solutions: r.get(13)?,
+            split_json: r.get(14)?,
+            accepted_json: r.get(15)?,
+            accepted_solutions: r.get(16)?,
+            conservation_ok: r.get(17)?,
         })
     }
 }
@@ -101,6 +103,11 @@ const LIGHT: &str = "SELECT id, name, '' AS puzzle_json, order_spec, depths, spl
      spot_check, state, created_ms, finished_ms, enumeration_json, enumeration_solutions, split_json, \
      accepted_json, accepted_solutions, conservation_ok FROM jobs";
 
+/// Every column, in the order of [`LIGHT`].
+const ALL: &str = "SELECT id, name, puzzle_json, order_spec, depths, split_depth, budget, replicas, \
+     spot_check, state, created_ms, finished_ms, enumeration_json, enumeration_solutions, split_json, \
+     accepted_json, accepted_solutions, conservation_ok FROM jobs";
+
 /// One job, without its puzzle (`puzzle_json` is empty).
 pub async fn get(c: &mut SqliteConnection, id: &str) -> Result<Option<JobRow>, StoreError> {
     let sql = format!("{LIGHT} WHERE id = ?");
@@ -133,7 +140,7 @@ pub fn get_tx(c: &Connection, id: &str) -> Result<Option<JobRow>, StoreError> {
 
 /// One job with its puzzle, on the write path.
 pub fn get_with_puzzle_tx(c: &Connection, id: &str) -> Result<Option<JobRow>, StoreError> {
-    Ok(c.prepare_cached("SELECT * FROM jobs WHERE id = ?")?
+    Ok(c.prepare_cached(&format!("{ALL} WHERE id = ?"))?
         .query_row([id], JobRow::from_row)
         .optional()?)
 }

@@ -23,17 +23,21 @@ pub struct LeaseRow {
     pub state: String,
 }
 
+/// The columns [`LeaseRow::from_row`] reads, in order.
+const COLUMNS: &str = "id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state";
+
 impl LeaseRow {
+    /// Reads a row of [`COLUMNS`] (by position, see `units::UnitRow::from_row`).
     fn from_row(r: &Row<'_>) -> rusqlite::Result<LeaseRow> {
         Ok(LeaseRow {
-            id: r.get("id")?,
-            unit_id: r.get("unit_id")?,
-            worker_id: r.get("worker_id")?,
-            hostname: r.get("hostname")?,
-            budget: r.get("budget")?,
-            created_ms: r.get("created_ms")?,
-            deadline_ms: r.get("deadline_ms")?,
-            state: r.get("state")?,
+            id: r.get(0)?,
+            unit_id: r.get(1)?,
+            worker_id: r.get(2)?,
+            hostname: r.get(3)?,
+            budget: r.get(4)?,
+            created_ms: r.get(5)?,
+            deadline_ms: r.get(6)?,
+            state: r.get(7)?,
         })
     }
 }
@@ -56,9 +60,11 @@ pub fn insert(c: &Connection, l: &LeaseRow) -> Result<(), StoreError> {
 
 /// One lease.
 pub fn get(c: &Connection, id: &str) -> Result<Option<LeaseRow>, StoreError> {
-    Ok(c.prepare_cached("SELECT * FROM leases WHERE id = ?")?
-        .query_row([id], LeaseRow::from_row)
-        .optional()?)
+    Ok(
+        c.prepare_cached(&format!("SELECT {COLUMNS} FROM leases WHERE id = ?"))?
+            .query_row([id], LeaseRow::from_row)
+            .optional()?,
+    )
 }
 
 /// Marks active leases past their deadline expired; returns their unit ids.

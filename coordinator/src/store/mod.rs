@@ -116,7 +116,8 @@ impl Store {
     }
 
     /// Runs `f` on the writer thread, in a transaction committed with whatever other
-    /// writes are queued (see [`writer`]); `Err` rolls back `f`'s writes only.
+    /// writes are queued (see [`writer`]). `f` must check its input before it writes:
+    /// an `Err` after changing rows rolls back the whole batch.
     pub async fn write<T, E, F>(&self, f: F) -> Result<T, E>
     where
         F: FnOnce(&rusqlite::Connection) -> Result<T, E> + Send + 'static,

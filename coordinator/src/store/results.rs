@@ -32,26 +32,31 @@ pub struct ResultRow {
     pub received_ms: i64,
 }
 
+/// The columns [`ResultRow::from_row`] reads, in order.
+const COLUMNS: &str = "id, job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, \
+     engine_build, digest, result_json, committed, solutions, max_depth, engine_seconds, verdict, received_ms";
+
 impl ResultRow {
+    /// Reads a row of [`COLUMNS`] (by position, see `units::UnitRow::from_row`).
     fn from_row(r: &Row<'_>) -> rusqlite::Result<ResultRow> {
         Ok(ResultRow {
-            id: r.get("id")?,
-            job_id: r.get("job_id")?,
-            unit_id: r.get("unit_id")?,
-            lease_id: r.get("lease_id")?,
-            worker_id: r.get("worker_id")?,
-            hostname: r.get("hostname")?,
-            cpu_model: r.get("cpu_model")?,
-            engine_kind: r.get("engine_kind")?,
-            engine_build: r.get("engine_build")?,
-            digest: r.get("digest")?,
-            result_json: r.get("result_json")?,
-            committed: r.get("committed")?,
-            solutions: r.get("solutions")?,
-            max_depth: r.get("max_depth")?,
-            engine_seconds: r.get("engine_seconds")?,
-            verdict: r.get("verdict")?,
-            received_ms: r.get("received_ms")?,
+            id: r.get(0)?,
+            job_id: r.get(1)?,
+            unit_id: r.get(2)?,
+            lease_id: r.get(3)?,
+            worker_id: r.get(4)?,
+            hostname: r.get(5)?,
+            cpu_model: r.get(6)?,
+            engine_kind: r.get(7)?,
+            engine_build: r.get(8)?,
+            digest: r.get(9)?,
+            result_json: r.get(10)?,
+            committed: r.get(11)?,
+            solutions: r.get(12)?,
+            max_depth: r.get(13)?,
+            engine_seconds: r.get(14)?,
+            verdict: r.get(15)?,
+            received_ms: r.get(16)?,
         })
     }
 }
@@ -86,7 +91,7 @@ pub fn insert(c: &Connection, r: &ResultRow) -> Result<i64, StoreError> {
 /// The result reported on a lease, if any.
 pub fn by_lease(c: &Connection, lease_id: &str) -> Result<Option<ResultRow>, StoreError> {
     Ok(
-        c.prepare_cached("SELECT * FROM results WHERE lease_id = ?")?
+        c.prepare_cached(&format!("SELECT {COLUMNS} FROM results WHERE lease_id = ?"))?
             .query_row([lease_id], ResultRow::from_row)
             .optional()?,
     )
@@ -94,16 +99,18 @@ pub fn by_lease(c: &Connection, lease_id: &str) -> Result<Option<ResultRow>, Sto
 
 /// One result.
 pub fn get(c: &Connection, id: i64) -> Result<Option<ResultRow>, StoreError> {
-    Ok(c.prepare_cached("SELECT * FROM results WHERE id = ?")?
-        .query_row([id], ResultRow::from_row)
-        .optional()?)
+    Ok(
+        c.prepare_cached(&format!("SELECT {COLUMNS} FROM results WHERE id = ?"))?
+            .query_row([id], ResultRow::from_row)
+            .optional()?,
+    )
 }
 
 /// The valid (not wrong) results of a unit.
 pub fn for_unit(c: &Connection, unit_id: i64) -> Result<Vec<ResultRow>, StoreError> {
-    let mut q = c.prepare_cached(
-        "SELECT * FROM results WHERE unit_id = ? AND verdict != 'wrong' ORDER BY id",
-    )?;
+    let mut q = c.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM results WHERE unit_id = ? AND verdict != 'wrong' ORDER BY id"
+    ))?;
     let rows = q.query_map([unit_id], ResultRow::from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
@@ -117,9 +124,9 @@ pub fn set_verdict(c: &Connection, id: i64, verdict: &str) -> Result<(), StoreEr
 
 /// The accepted results of a job (for conservation).
 pub fn accepted_for_job(c: &Connection, job_id: &str) -> Result<Vec<ResultRow>, StoreError> {
-    let mut q = c.prepare_cached(
-        "SELECT * FROM results WHERE job_id = ? AND verdict = 'accepted' ORDER BY unit_id",
-    )?;
+    let mut q = c.prepare_cached(&format!(
+        "SELECT {COLUMNS} FROM results WHERE job_id = ? AND verdict = 'accepted' ORDER BY unit_id"
+    ))?;
     let rows = q.query_map([job_id], ResultRow::from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }

@@ -28,22 +28,30 @@ pub struct UnitRow {
     pub created_ms: i64,
 }
 
+/// The columns [`UnitRow::from_row`] reads, in order (`u.` for queries that alias units).
+const COLUMNS: &str = "id, job_id, prefix_json, cursor_json, parent_id, kind, quorum, needed, state, \
+     active_leases, results, accepted_result_id, created_ms";
+const U_COLUMNS: &str = "u.id, u.job_id, u.prefix_json, u.cursor_json, u.parent_id, u.kind, u.quorum, \
+     u.needed, u.state, u.active_leases, u.results, u.accepted_result_id, u.created_ms";
+
 impl UnitRow {
+    /// Reads a row of [`COLUMNS`] (by position: a name lookup per field costs more than
+    /// the query on the write path).
     fn from_row(r: &Row<'_>) -> rusqlite::Result<UnitRow> {
         Ok(UnitRow {
-            id: r.get("id")?,
-            job_id: r.get("job_id")?,
-            prefix_json: r.get("prefix_json")?,
-            cursor_json: r.get("cursor_json")?,
-            parent_id: r.get("parent_id")?,
-            kind: r.get("kind")?,
-            quorum: r.get("quorum")?,
-            needed: r.get("needed")?,
-            state: r.get("state")?,
-            active_leases: r.get("active_leases")?,
-            results: r.get("results")?,
-            accepted_result_id: r.get("accepted_result_id")?,
-            created_ms: r.get("created_ms")?,
+            id: r.get(0)?,
+            job_id: r.get(1)?,
+            prefix_json: r.get(2)?,
+            cursor_json: r.get(3)?,
+            parent_id: r.get(4)?,
+            kind: r.get(5)?,
+            quorum: r.get(6)?,
+            needed: r.get(7)?,
+            state: r.get(8)?,
+            active_leases: r.get(9)?,
+            results: r.get(10)?,
+            accepted_result_id: r.get(11)?,
+            created_ms: r.get(12)?,
         })
     }
 }
@@ -85,33 +93,35 @@ pub fn insert_batch(
 
 /// One unit.
 pub fn get(c: &Connection, id: i64) -> Result<Option<UnitRow>, StoreError> {
-    Ok(c.prepare_cached("SELECT * FROM units WHERE id = ?")?
-        .query_row([id], UnitRow::from_row)
-        .optional()?)
+    Ok(
+        c.prepare_cached(&format!("SELECT {COLUMNS} FROM units WHERE id = ?"))?
+            .query_row([id], UnitRow::from_row)
+            .optional()?,
+    )
 }
 
 /// Leasable units of running jobs that `hostname` neither holds nor has a valid result
 /// for (a replica must come from another host; a rejected run may be redone anywhere).
 pub fn leasable(c: &Connection, hostname: &str, limit: i64) -> Result<Vec<UnitRow>, StoreError> {
-    let mut q = c.prepare_cached(
-        "SELECT u.* FROM units u JOIN jobs j ON j.id = u.job_id \
+    let mut q = c.prepare_cached(&format!(
+        "SELECT {U_COLUMNS} FROM units u JOIN jobs j ON j.id = u.job_id \
          WHERE u.state = 'open' AND j.state = 'running' \
            AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.unit_id = u.id AND l.hostname = ?1 AND l.state = 'active') \
            AND NOT EXISTS (SELECT 1 FROM results r WHERE r.unit_id = u.id AND r.hostname = ?1 AND r.verdict != 'wrong') \
-         ORDER BY u.id LIMIT ?2",
-    )?;
+         ORDER BY u.id LIMIT ?2"
+    ))?;
     let rows = q.query_map(params![hostname, limit], UnitRow::from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
 /// An open continuation unit nobody holds, to split for idle workers.
 pub fn splittable(c: &Connection) -> Result<Option<UnitRow>, StoreError> {
-    Ok(c.prepare_cached(
-        "SELECT u.* FROM units u JOIN jobs j ON j.id = u.job_id \
+    Ok(c.prepare_cached(&format!(
+        "SELECT {U_COLUMNS} FROM units u JOIN jobs j ON j.id = u.job_id \
          WHERE u.state = 'open' AND j.state = 'running' AND u.cursor_json != '[]' \
            AND u.active_leases = 0 AND u.results = 0 AND u.needed = 1 \
-         ORDER BY u.id LIMIT 1",
-    )?
+         ORDER BY u.id LIMIT 1"
+    ))?
     .query_row([], UnitRow::from_row)
     .optional()?)
 }
@@ -166,7 +176,7 @@ pub fn request_deciding_run(c: &Connection, id: i64, quorum: i64) -> Result<(), 
 
 /// Units created from `parent` (continuations and split siblings).
 pub fn children(c: &Connection, parent: i64) -> Result<Vec<UnitRow>, StoreError> {
-    let mut q = c.prepare_cached("SELECT * FROM units WHERE parent_id = ?")?;
+    let mut q = c.prepare_cached(&format!("SELECT {COLUMNS} FROM units WHERE parent_id = ?"))?;
     let rows = q.query_map([parent], UnitRow::from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
