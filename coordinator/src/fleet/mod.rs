@@ -31,7 +31,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
-use crate::store::jobs::JobRow;
+use crate::store::jobs::{JobHead, JobRow};
 use crate::store::leases::LeaseRow;
 use crate::store::results::ResultRow;
 use crate::store::units::{NewUnit, UnitRow};

@@ -100,7 +100,7 @@ impl Fleet {
             };
         }
         let unit = units::get(tx, lease.unit_id)?.expect("lease has a unit");
-        let job = jobs::get_tx(tx, &unit.job_id)?.expect("unit has a job");
+        let job = jobs::head_tx(tx, &unit.job_id)?.expect("unit has a job");
         // everything that can refuse the report is decided before the first write (a
         // failure after one would roll back the writer's whole batch)
         let check = match pre {
@@ -192,7 +192,7 @@ impl Fleet {
     fn decide(
         &self,
         tx: &Connection,
-        (job, unit): (&JobRow, &UnitRow),
+        (job, unit): (&JobHead, &UnitRow),
         (lease_id, result): (&str, &UnitResult),
         now: i64,
     ) -> Result<ReportOutcome, FleetError> {
@@ -262,7 +262,9 @@ impl Fleet {
                 let winner_result = if winner.lease_id == lease_id {
                     result
                 } else {
-                    parsed = parse_json::<UnitResult>(&winner.result_json, "result")?;
+                    // (rows from `results::for_unit` come without their result)
+                    let stored = results::get(tx, winner.id)?.expect("winner is stored");
+                    parsed = parse_json::<UnitResult>(&stored.result_json, "result")?;
                     &parsed
                 };
                 self.accept(tx, (job, unit), (winner, winner_result), now)?;
@@ -291,7 +293,7 @@ impl Fleet {
     fn accept(
         &self,
         tx: &Connection,
-        (job, unit): (&JobRow, &UnitRow),
+        (job, unit): (&JobHead, &UnitRow),
         (r, result): (&ResultRow, &UnitResult),
         now: i64,
     ) -> Result<(), FleetError> {

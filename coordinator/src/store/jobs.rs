@@ -138,6 +138,31 @@ pub fn get_tx(c: &Connection, id: &str) -> Result<Option<JobRow>, StoreError> {
         .optional()?)
 }
 
+/// What the report path needs of a job (without copying its per-depth totals).
+#[derive(Debug, Clone)]
+pub struct JobHead {
+    pub id: String,
+    pub state: String,
+    pub replicas: i64,
+    pub spot_check: f64,
+}
+
+/// A job's [`JobHead`], on the write path.
+pub fn head_tx(c: &Connection, id: &str) -> Result<Option<JobHead>, StoreError> {
+    Ok(
+        c.prepare_cached("SELECT id, state, replicas, spot_check FROM jobs WHERE id = ?")?
+            .query_row([id], |r| {
+                Ok(JobHead {
+                    id: r.get(0)?,
+                    state: r.get(1)?,
+                    replicas: r.get(2)?,
+                    spot_check: r.get(3)?,
+                })
+            })
+            .optional()?,
+    )
+}
+
 /// One job with its puzzle, on the write path.
 pub fn get_with_puzzle_tx(c: &Connection, id: &str) -> Result<Option<JobRow>, StoreError> {
     Ok(c.prepare_cached(&format!("{ALL} WHERE id = ?"))?

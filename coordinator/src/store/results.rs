@@ -106,10 +106,12 @@ pub fn get(c: &Connection, id: i64) -> Result<Option<ResultRow>, StoreError> {
     )
 }
 
-/// The valid (not wrong) results of a unit.
+/// The valid (not wrong) results of a unit, *without* their `result_json` (empty: the
+/// decision compares digests; [`get`] reads a whole row).
 pub fn for_unit(c: &Connection, unit_id: i64) -> Result<Vec<ResultRow>, StoreError> {
     let mut q = c.prepare_cached(&format!(
-        "SELECT {COLUMNS} FROM results WHERE unit_id = ? AND verdict != 'wrong' ORDER BY id"
+        "SELECT {} FROM results WHERE unit_id = ? AND verdict != 'wrong' ORDER BY id",
+        COLUMNS.replace("result_json", "'' AS result_json")
     ))?;
     let rows = q.query_map([unit_id], ResultRow::from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)

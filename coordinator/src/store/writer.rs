@@ -67,6 +67,8 @@ pub struct WriterStats {
     running_us: AtomicU64,
     batches: AtomicU64,
     batch_us: AtomicU64,
+    max_queued_us: AtomicU64,
+    max_batch_us: AtomicU64,
 }
 
 /// A copy of [`WriterStats`].
@@ -82,12 +84,18 @@ pub struct WriterTotals {
     pub batches: u64,
     /// Microseconds batches held the write lock, summed.
     pub batch_us: u64,
+    /// Longest a job waited in the queue, microseconds.
+    pub max_queued_us: u64,
+    /// Longest a batch held the write lock, microseconds.
+    pub max_batch_us: u64,
 }
 
 impl WriterStats {
     fn record_job(&self, queued: Duration, running: Duration) {
         self.jobs.fetch_add(1, Relaxed);
         self.queued_us.fetch_add(queued.as_micros() as u64, Relaxed);
+        self.max_queued_us
+            .fetch_max(queued.as_micros() as u64, Relaxed);
         self.running_us
             .fetch_add(running.as_micros() as u64, Relaxed);
     }
@@ -95,6 +103,8 @@ impl WriterStats {
     fn record_batch(&self, held: Duration) {
         self.batches.fetch_add(1, Relaxed);
         self.batch_us.fetch_add(held.as_micros() as u64, Relaxed);
+        self.max_batch_us
+            .fetch_max(held.as_micros() as u64, Relaxed);
     }
 
     /// The totals so far.
@@ -105,6 +115,8 @@ impl WriterStats {
             running_us: self.running_us.load(Relaxed),
             batches: self.batches.load(Relaxed),
             batch_us: self.batch_us.load(Relaxed),
+            max_queued_us: self.max_queued_us.load(Relaxed),
+            max_batch_us: self.max_batch_us.load(Relaxed),
         }
     }
 }
