@@ -64,8 +64,10 @@ impl Fleet {
             // already written, and a failure here would roll back its whole batch)
             if let Some(unit) = units::splittable(c)? {
                 match self.split_unit(c, &unit, now) {
-                    Ok(true) => rows = units::leasable(c, &worker.hostname, max)?,
-                    Ok(false) => {}
+                    // read the units again even when no sibling was made: the split
+                    // still moved the unit's first cursor step into its prefix, and a
+                    // lease must hand out the unit as it is stored (it may be in `rows`)
+                    Ok(_) => rows = units::leasable(c, &worker.hostname, max)?,
                     Err(FleetError::Store(e @ (StoreError::Sqlite(_) | StoreError::Db(_)))) => {
                         return Err(e.into());
                     }

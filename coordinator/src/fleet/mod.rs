@@ -373,19 +373,12 @@ impl Fleet {
 
     /// The cached search context of a job.
     pub async fn context(&self, job_id: &str) -> Result<Arc<JobCtx>, FleetError> {
-        if let Some(ctx) = self.contexts.lock().expect("context cache").get(job_id) {
-            return Ok(ctx.clone());
+        if let Some(ctx) = self.cached_context(job_id) {
+            return Ok(ctx);
         }
         let mut conn = self.store.pool().acquire().await?;
-        let job = jobs::get_with_puzzle(&mut conn, job_id)
-            .await?
-            .ok_or_else(|| FleetError::NotFound(format!("job {job_id}")))?;
-        let ctx = Arc::new(job_context(&job.puzzle_json, &job.order_spec, job.budget)?);
-        self.contexts
-            .lock()
-            .expect("context cache")
-            .insert(job_id.to_string(), ctx.clone());
-        Ok(ctx)
+        let job = jobs::get_with_puzzle(&mut conn, job_id).await?;
+        self.cache_context(job_id, job)
     }
 
     /// [`Fleet::context`] on the write path: a cache miss reads the job on the writer's
@@ -395,11 +388,23 @@ impl Fleet {
         c: &rusqlite::Connection,
         job_id: &str,
     ) -> Result<Arc<JobCtx>, FleetError> {
-        if let Some(ctx) = self.contexts.lock().expect("context cache").get(job_id) {
-            return Ok(ctx.clone());
+        if let Some(ctx) = self.cached_context(job_id) {
+            return Ok(ctx);
         }
-        let job = jobs::get_with_puzzle_tx(c, job_id)?
-            .ok_or_else(|| FleetError::NotFound(format!("job {job_id}")))?;
+        self.cache_context(job_id, jobs::get_with_puzzle_tx(c, job_id)?)
+    }
+
+    fn cached_context(&self, job_id: &str) -> Option<Arc<JobCtx>> {
+        self.contexts
+            .lock()
+            .expect("context cache")
+            .get(job_id)
+            .cloned()
+    }
+
+    /// Builds and caches the context of `job` (read with its puzzle).
+    fn cache_context(&self, job_id: &str, job: Option<JobRow>) -> Result<Arc<JobCtx>, FleetError> {
+        let job = job.ok_or_else(|| FleetError::NotFound(format!("job {job_id}")))?;
         let ctx = Arc::new(job_context(&job.puzzle_json, &job.order_spec, job.budget)?);
         self.contexts
             .lock()

@@ -345,3 +345,55 @@ async fn a_late_disagreeing_result_reopens_a_completed_job() {
     assert_eq!(doc["conservation_ok"], true);
     c.stop().await;
 }
+
+/// A report is verified before its write against the unit as it was leased; if the unit
+/// was split in the meantime (its lease expired, an idle worker's lease split it), the
+/// write path must verify it again against the unit as it is now — else a result for
+/// the whole old subtree would be counted on top of the new siblings.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_report_on_a_unit_split_since_is_checked_against_the_split_unit() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let job = c.submit("brendan/set1/pieces_05x05.txt", 1, 300, 1).await;
+    let mut a = SimWorker::register(&c.url, "host-a", Behaviour::Honest).await;
+    let mut b = SimWorker::register(&c.url, "host-b", Behaviour::Honest).await;
+    // first runs stop on the budget: every open unit is now a continuation
+    a.work(1).await;
+    let held = a.lease(1).await.unwrap().pop().expect("a continuation");
+    assert!(!held.cursor.is_empty(), "{held:?}");
+    let late = a.compute(&held).await;
+    // the lease expires; an idle worker's lease splits the waiting continuation
+    c.advance(31_000);
+    let split_before = c.job(&job).await["split_nodes"].as_u64().unwrap();
+    let got = b.lease(64).await.unwrap();
+    let split_after = c.job(&job).await["split_nodes"].as_u64().unwrap();
+    assert!(split_after > split_before, "no split happened");
+    assert!(got.iter().any(|l| l.unit_id == held.unit_id));
+    assert_eq!(a.report(&held, &late).await.unwrap(), "rejected");
+    for l in &got {
+        let r = b.compute(l).await;
+        b.report(l, &r).await.unwrap();
+    }
+    for _ in 0..500 {
+        if a.work(1).await + b.work(1).await == 0 {
+            break;
+        }
+    }
+    let doc = c.job(&job).await;
+    // the late report is the only wrong result: every lease handed out the unit as
+    // stored (a split that made no sibling once left leases on the old prefix, and
+    // honest workers were marked wrong and quarantined for it)
+    let wrong: u64 = doc["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|r| r["verdict"] == "wrong")
+        .map(|r| r["results"].as_u64().unwrap())
+        .sum();
+    assert_eq!(wrong, 1, "{}", doc["results"]);
+    assert_eq!(doc["state"], "complete");
+    assert_eq!(doc["nodes_total"], 113_211);
+    assert_eq!(doc["solutions_count"], 16);
+    assert_eq!(doc["conservation_ok"], true);
+    c.stop().await;
+}
