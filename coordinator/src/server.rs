@@ -18,6 +18,7 @@ use tracing::warn;
 
 use crate::fleet::{Fleet, FleetError};
 use crate::service::{OperatorApi, WorkerApi};
+use crate::store::StoreError;
 
 fn http_error(e: FleetError) -> Response {
     let code = match &e {
@@ -26,9 +27,11 @@ fn http_error(e: FleetError) -> Response {
         FleetError::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
         FleetError::PermissionDenied(_) => StatusCode::FORBIDDEN,
         FleetError::FailedPrecondition(_) => StatusCode::CONFLICT,
+        FleetError::Store(StoreError::Busy) => StatusCode::SERVICE_UNAVAILABLE,
         FleetError::Store(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
     let message = match e {
+        FleetError::Store(StoreError::Busy) => "busy; retry later".to_string(),
         FleetError::Store(_) => "internal error".to_string(),
         other => other.to_string(),
     };

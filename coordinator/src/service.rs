@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status};
 use tracing::{error, warn};
 
 use crate::fleet::{Fleet, FleetError, Host, JobRequest, Report};
+use crate::store::StoreError;
 
 /// Maps a domain error to a gRPC status.
 pub fn status_of(e: FleetError) -> Status {
@@ -21,6 +22,10 @@ pub fn status_of(e: FleetError) -> Status {
         FleetError::NotFound(m) => Status::not_found(m),
         FleetError::InvalidArgument(m) => Status::invalid_argument(m),
         FleetError::FailedPrecondition(m) => Status::failed_precondition(m),
+        FleetError::Store(StoreError::Busy) => {
+            warn!("store busy: a request was refused (load shed)");
+            Status::unavailable("the coordinator is busy; retry with backoff")
+        }
         FleetError::Store(e) => {
             error!(error = %e, "store failure");
             Status::internal("internal error")

@@ -46,6 +46,9 @@ pub enum StoreError {
     /// A statement on the write path failed.
     #[error("database (write path): {0}")]
     Sqlite(#[from] rusqlite::Error),
+    /// The writer's queue is full: the coordinator is overloaded; retry later.
+    #[error("busy: too many writes queued; retry later")]
+    Busy,
     /// The writer thread could not carry out or commit a write.
     #[error("writer: {0}")]
     Writer(String),

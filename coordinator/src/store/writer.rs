@@ -11,7 +11,8 @@
 //! bundled SQLite sqlx links), so a job costs what its SQL costs.
 //!
 //! # Group commit
-//! Jobs queue on a channel. The thread takes the first, opens `BEGIN IMMEDIATE`, then
+//! Jobs queue on a bounded channel ([`MAX_QUEUED`]; when it is full a write is refused at
+//! once with [`StoreError::Busy`], which callers answer with UNAVAILABLE). The thread takes the first, opens `BEGIN IMMEDIATE`, then
 //! keeps taking whatever else is already queued (up to [`MAX_BATCH`] jobs or
 //! [`MAX_BATCH_TIME`]) and commits them together: one commit per batch, not per request.
 //! A job that fails (or panics) before changing anything fails alone; one that fails
@@ -42,6 +43,10 @@ use super::StoreError;
 
 /// Most jobs committed together.
 pub const MAX_BATCH: usize = 128;
+/// Most jobs waiting for the writer; beyond it writes are refused with
+/// [`StoreError::Busy`] (≈ 0.5-1 s of work at this project's measured ~60-90 µs a job) —
+/// a worker told UNAVAILABLE backs off, instead of every request waiting ever longer.
+pub const MAX_QUEUED: usize = 8_192;
 /// Longest a batch keeps taking queued jobs before it commits.
 pub const MAX_BATCH_TIME: Duration = Duration::from_millis(2);
 
@@ -54,7 +59,7 @@ type Job = Box<dyn FnOnce(&Connection) -> (bool, Reply) + Send>;
 /// is dropped.
 #[derive(Clone)]
 pub struct Writer {
-    jobs: mpsc::Sender<Job>,
+    jobs: mpsc::SyncSender<Job>,
     stats: Arc<WriterStats>,
 }
 
@@ -125,6 +130,15 @@ impl Writer {
     /// Opens a connection to the (already migrated) database at `path` and starts the
     /// thread. `lock` is the store's in-process write lock.
     pub fn start(path: &Path, lock: Arc<Mutex<()>>) -> Result<Writer, StoreError> {
+        Self::start_with_queue(path, lock, MAX_QUEUED)
+    }
+
+    /// [`Writer::start`] with a queue of `capacity` jobs.
+    pub fn start_with_queue(
+        path: &Path,
+        lock: Arc<Mutex<()>>,
+        capacity: usize,
+    ) -> Result<Writer, StoreError> {
         let conn = Connection::open(path)?;
         conn.busy_timeout(Duration::from_secs(10))?;
         // temp_store = MEMORY: statement journals (multi-row statements inside the
@@ -139,7 +153,7 @@ impl Writer {
         conn.set_prepared_statement_cache_capacity(128);
         let checkpoints = Connection::open(path)?;
         checkpoints.busy_timeout(Duration::from_secs(10))?;
-        let (tx, rx) = mpsc::channel::<Job>();
+        let (tx, rx) = mpsc::sync_channel::<Job>(capacity);
         let (alive, writer_gone) = mpsc::channel::<()>();
         let stats = Arc::new(WriterStats::default());
         let thread_stats = stats.clone();
@@ -190,9 +204,13 @@ impl Writer {
             });
             (ok, reply)
         });
-        self.jobs
-            .send(job)
-            .map_err(|_| E::from(StoreError::Writer("the writer thread has stopped".into())))?;
+        self.jobs.try_send(job).map_err(|e| match e {
+            // shed load: the caller answers UNAVAILABLE and the worker backs off
+            mpsc::TrySendError::Full(_) => E::from(StoreError::Busy),
+            mpsc::TrySendError::Disconnected(_) => {
+                E::from(StoreError::Writer("the writer thread has stopped".into()))
+            }
+        })?;
         reply_rx.await.unwrap_or_else(|_| {
             Err(E::from(StoreError::Writer(
                 "the write was not carried out (see the coordinator log); nothing was changed"
@@ -349,6 +367,50 @@ mod tests {
         // the writer survived the panic; the good jobs are committed
         drop(writer);
         assert_eq!(values(&Connection::open(&path).unwrap()), vec![1, 4, 5]);
+    }
+
+    #[tokio::test]
+    async fn a_full_queue_refuses_at_once_and_the_queued_work_still_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("w.db");
+        let writer = Writer::start_with_queue(&path, Arc::new(Mutex::new(())), 1).unwrap();
+        writer
+            .write(|c| Ok::<_, StoreError>(c.execute_batch("CREATE TABLE t (v INTEGER)")?))
+            .await
+            .unwrap();
+        let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let first = tokio::spawn({
+            let (w, started) = (writer.clone(), started.clone());
+            async move {
+                w.write(move |c| {
+                    started.store(true, Relaxed);
+                    std::thread::sleep(Duration::from_millis(300));
+                    insert(c, 1)
+                })
+                .await
+            }
+        });
+        // once the thread runs the first job, the queue is empty
+        while !started.load(Relaxed) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        // the second takes the one place in the queue (a write enqueues when first
+        // polled); a third is refused at once
+        {
+            let second = writer.write(|c| insert(c, 2));
+            tokio::pin!(second);
+            assert!(
+                tokio::time::timeout(Duration::from_millis(1), &mut second)
+                    .await
+                    .is_err()
+            );
+            let refused = writer.write(|c| insert(c, 3)).await;
+            assert!(matches!(refused, Err(StoreError::Busy)), "{refused:?}");
+            assert!(first.await.unwrap().is_ok());
+            assert!(second.await.is_ok());
+        }
+        drop(writer);
+        assert_eq!(values(&Connection::open(&path).unwrap()), vec![1, 2]);
     }
 
     #[tokio::test]
