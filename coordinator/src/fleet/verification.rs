@@ -50,6 +50,20 @@ fn suite_name(name: &str) -> &str {
     if name.is_empty() { DEFAULT_SUITE } else { name }
 }
 
+/// Suite units as stored: (name, spec JSON, expected result JSON).
+fn suite_rows(units: &[SuiteUnit]) -> Vec<(String, String, Option<String>)> {
+    units
+        .iter()
+        .map(|u| {
+            (
+                u.name.clone(),
+                spec_json(u),
+                u.expected.as_ref().map(to_json),
+            )
+        })
+        .collect()
+}
+
 fn spec_json(u: &SuiteUnit) -> String {
     let mut spec = u.clone();
     spec.expected = None;
@@ -79,16 +93,7 @@ impl Fleet {
         if self.default_suite_ready.load(Ordering::Acquire) {
             return Ok(());
         }
-        let units: Vec<(String, String, Option<String>)> = default_suite()
-            .iter()
-            .map(|u| {
-                (
-                    u.name.clone(),
-                    spec_json(u),
-                    u.expected.as_ref().map(to_json),
-                )
-            })
-            .collect();
+        let units = suite_rows(&default_suite());
         let mut tx = self.store.begin().await?;
         // a coordinator upgrade may ship a different built-in suite: store it (results
         // stay and are judged against the new units)
@@ -165,16 +170,7 @@ impl Fleet {
                 )));
             }
         }
-        let rows: Vec<(String, String, Option<String>)> = units
-            .iter()
-            .map(|u| {
-                (
-                    u.name.clone(),
-                    spec_json(u),
-                    u.expected.as_ref().map(to_json),
-                )
-            })
-            .collect();
+        let rows = suite_rows(&units);
         let mut tx = self.store.begin().await?;
         vstore::replace_suite(&mut tx, name, &rows, self.now()).await?;
         tx.commit().await?;

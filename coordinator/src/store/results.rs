@@ -36,6 +36,10 @@ pub struct ResultRow {
 const COLUMNS: &str = "id, job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, \
      engine_build, digest, result_json, committed, solutions, max_depth, engine_seconds, verdict, received_ms";
 
+/// [`COLUMNS`] with an empty `result_json` (for decisions, which compare digests).
+const COLUMNS_NO_RESULT: &str = "id, job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, \
+     engine_build, digest, '' AS result_json, committed, solutions, max_depth, engine_seconds, verdict, received_ms";
+
 impl ResultRow {
     /// Reads a row of [`COLUMNS`] (by position, see `units::UnitRow::from_row`).
     fn from_row(r: &Row<'_>) -> rusqlite::Result<ResultRow> {
@@ -110,8 +114,7 @@ pub fn get(c: &Connection, id: i64) -> Result<Option<ResultRow>, StoreError> {
 /// decision compares digests; [`get`] reads a whole row).
 pub fn for_unit(c: &Connection, unit_id: i64) -> Result<Vec<ResultRow>, StoreError> {
     let mut q = c.prepare_cached(&format!(
-        "SELECT {} FROM results WHERE unit_id = ? AND verdict != 'wrong' ORDER BY id",
-        COLUMNS.replace("result_json", "'' AS result_json")
+        "SELECT {COLUMNS_NO_RESULT} FROM results WHERE unit_id = ? AND verdict != 'wrong' ORDER BY id"
     ))?;
     let rows = q.query_map([unit_id], ResultRow::from_row)?;
     Ok(rows.collect::<Result<_, _>>()?)
