@@ -1,7 +1,7 @@
-//! Compiles `proto/e2fleet/v1/*.proto` with the pure-Rust protox (no system protoc).
+//! Compiles `proto/e2fleet/v2/*.proto` with the pure-Rust protox (no system protoc).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/e2fleet/v1/fleet.proto"];
+    let files = ["proto/e2fleet/v2/fleet.proto"];
     for f in files {
         println!("cargo:rerun-if-changed={f}");
     }

@@ -19,15 +19,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use e2fleet_coordinator::fleet::{Fleet, FleetConfig, JobRequest, system_clock};
+use e2fleet_coordinator::fleet::{Fleet, FleetConfig, system_clock};
 use e2fleet_coordinator::store::Store;
 use e2fleet_engine::formats::{LoadOptions, load_file, to_site_json};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{NoControl, RunOptions, Walker};
 use e2fleet_engine::{FillOrder, Unit};
+use e2fleet_proto::api::JobRequest;
 use e2fleet_proto::convert::{path_from_wire, result_to_wire};
-use e2fleet_proto::v1;
-use e2fleet_proto::v1::worker_service_client::WorkerServiceClient;
+use e2fleet_proto::v2;
+use e2fleet_proto::v2::worker_service_client::WorkerServiceClient;
 use tonic::Request;
 use tonic::transport::Channel;
 
@@ -125,19 +126,20 @@ async fn run() {
                 .join("../puzzles/bench/bench-hard.json");
             let puzzle = load_file(&puzzle_path, &LoadOptions::default()).unwrap();
             // a 1-node budget: every report carries a cursor and spawns the next unit
-            let (job_id, units, depth) = fleet
+            let created = fleet
                 .submit_job(JobRequest {
                     name: "load".into(),
                     puzzle_json: to_site_json(&puzzle),
-                    order: "row-major".into(),
+                    order: None,
                     split_depth: None,
-                    target_units: workers * 2,
+                    target_units: Some(workers * 2),
                     budget: Some(1),
                     replicas: 1,
                     spot_check: 0.0,
                 })
                 .await
                 .unwrap();
+            let (job_id, units, depth) = (created.job_id, created.units, created.split_depth);
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let url = format!("http://{}", listener.local_addr().unwrap());
             let server = fleet.clone();
@@ -185,9 +187,9 @@ async fn run() {
             let mut client = WorkerServiceClient::new(pool[i % pool.len()].clone());
             batch.push(tokio::spawn(async move {
                 client
-                    .register_worker(v1::RegisterWorkerRequest {
+                    .register_worker(v2::RegisterWorkerRequest {
                         enroll_token: "enroll".into(),
-                        host: Some(v1::HostInfo {
+                        host: Some(v2::HostInfo {
                             hostname: format!("sim-{i}"),
                             ..Default::default()
                         }),
@@ -222,7 +224,7 @@ async fn run() {
                 let Ok(r) = client
                     .lease_units(auth(
                         &token,
-                        v1::LeaseUnitsRequest {
+                        v2::LeaseUnitsRequest {
                             max_units: 1,
                             ..Default::default()
                         },
@@ -254,12 +256,12 @@ async fn run() {
                 let ok = client
                     .report_result(auth(
                         &token,
-                        v1::ReportResultRequest {
+                        v2::ReportResultRequest {
                             lease_id: lease.lease_id,
                             unit_id: lease.unit_id,
                             result: Some(result_to_wire(&result)),
                             engine_seconds: think.as_secs_f64(),
-                            engine_kind: "reference".into(),
+                            engine_kind: v2::EngineKind::Reference.into(),
                             engine_build: "load".into(),
                         },
                     ))
@@ -297,7 +299,7 @@ async fn run() {
     r.sort_unstable();
     let status_fleet = fleet.clone();
     let doc = coordinator
-        .spawn(async move { status_fleet.job_status(&job_id).await.unwrap() })
+        .spawn(async move { status_fleet.job_status(job_id).await.unwrap() })
         .await
         .unwrap();
     println!(
@@ -308,8 +310,8 @@ async fn run() {
         pct(&l, 0.99),
         pct(&r, 0.5),
         pct(&r, 0.99),
-        doc["nodes_total"],
-        doc["units"]["done"],
+        doc.nodes_total,
+        doc.units.done,
     );
     let jobs = (w1.jobs - w0.jobs).max(1);
     let batches = (w1.batches - w0.batches).max(1);

@@ -5,24 +5,25 @@
 //! comparing exact counts across hosts.
 //!
 //! # Layout
-//! - [`fleet`]: the domain logic, no network: `fleet/mod.rs` (types, errors, auth,
-//!   registration), `submission.rs` (jobs), `leasing.rs` (leases, splitting, heartbeats),
-//!   `reports.rs` (results, quorums, overturns, accounting checks).
-//! - [`status`]: read models (job, fleet, workers) and the conservation check.
-//! - [`store`]: all SQL (SQLite through sqlx, migrations in `../migrations`).
-//! - [`service`]: the thin tonic services and the error-to-status table.
+//! - [`fleet`]: the domain logic, no network: jobs, leases, reports, quorums, accounting,
+//!   verification classes (`fleet/mod.rs` lists its files).
+//! - [`status`]: the read models (job, fleet, workers) every output shows.
+//! - [`store`]: all storage, behind named operations in domain terms; SQLite backend in
+//!   `store/sqlite/` (migrations in `../migrations`).
 //! - [`server`]: one port for gRPC and HTTP (`serve(listener, fleet, shutdown)`): the
-//!   JSON API under `/api/`, `/metrics`, and the pages of [`dashboard`].
+//!   tonic services, the JSON API under `/api/`, `/metrics`, the pages of [`dashboard`],
+//!   and the one error table.
 //! - [`dashboard`]: the operators' web pages, assets compiled into the binary.
 //! - [`tls`]: the optional TLS listener (`--tls-cert/--tls-key`).
 //!
-//! Dependencies point one way: `service` -> `fleet` -> `store`; the engine crate supplies
-//! the puzzle model, enumeration, splitting and the verifier; `e2fleet-proto` the wire.
+//! Dependencies point one way: `server` -> `fleet` / `status` -> `store`; the engine crate
+//! supplies the puzzle model, enumeration, splitting and the verifier; `e2fleet-proto` the
+//! API's values and the wire.
 
+pub mod client;
 pub mod dashboard;
 pub mod fleet;
 pub mod server;
-pub mod service;
 pub mod status;
 pub mod store;
 pub mod tls;

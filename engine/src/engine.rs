@@ -20,12 +20,32 @@ pub enum EngineKind {
     Compiled,
 }
 
-impl fmt::Display for EngineKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
+impl EngineKind {
+    /// The text form (JSON, database, logs).
+    pub fn as_str(self) -> &'static str {
+        match self {
             EngineKind::Reference => "reference",
             EngineKind::Compiled => "compiled",
-        })
+        }
+    }
+}
+
+impl fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for EngineKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<EngineKind, String> {
+        match s {
+            "reference" => Ok(EngineKind::Reference),
+            "compiled" => Ok(EngineKind::Compiled),
+            _ => Err(format!(
+                "{s:?} is not an engine kind (reference or compiled)"
+            )),
+        }
     }
 }
 

@@ -12,6 +12,7 @@
 //!   JSON writer.
 //! - [`order`]: fill orders (scans from any corner, comb orders, explicit lists).
 //! - [`plan`]: the per-(puzzle, order) search tables both engines use.
+//! - [`spec`]: a puzzle text + order spec -> puzzle, fill order and plan, in one call.
 //! - [`search`]: the reference walker: units, budgets, cursors, continuations, prefix
 //!   enumeration and continuation splitting.
 //! - [`unit`]: work units and their exact results.
@@ -38,6 +39,7 @@ pub mod model;
 pub mod order;
 pub mod plan;
 pub mod search;
+pub mod spec;
 pub mod suite;
 pub mod testing;
 pub mod unit;
@@ -46,4 +48,5 @@ pub mod verify;
 
 pub use model::{Placement, Puzzle};
 pub use order::{FillOrder, OrderSpec};
+pub use spec::SearchSpec;
 pub use unit::{Unit, UnitResult};

@@ -13,14 +13,13 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::formats::{LoadOptions, parse_str};
 use crate::plan::SearchPlan;
 use crate::search::Walker;
+use crate::spec::SearchSpec;
 use crate::unit::{Unit, UnitResult, result_digest};
-use crate::{FillOrder, OrderSpec};
 
 /// One verification unit.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SuiteUnit {
     /// Short unique name.
     pub name: String,
@@ -132,10 +131,9 @@ pub fn resolve(u: &SuiteUnit) -> Result<Resolved, String> {
     } else {
         "suite.txt"
     };
-    let puzzle = parse_str(text, name, &LoadOptions::default()).map_err(|e| e.to_string())?;
-    let spec: OrderSpec = u.order.parse().map_err(|e| format!("{e}"))?;
-    let order = FillOrder::new(&puzzle, &spec).map_err(|e| e.to_string())?;
-    let plan = Arc::new(SearchPlan::new(&puzzle, &order));
+    let plan = SearchSpec::load(text, name, &u.order)
+        .map_err(|e| e.to_string())?
+        .plan;
     let mut found = None;
     let mut seen = 0usize;
     Walker::new(&plan)

@@ -1,19 +1,28 @@
 //! # e2fleet-proto
 //!
-//! The fleet API (`e2fleet.v1`): the protobuf messages and tonic services generated from
-//! `proto/e2fleet/v1/fleet.proto`, and the one module ([`convert`]) that turns wire
-//! messages into engine domain types and back, so nothing else handles raw messages.
-//! Knows nothing of SQL or of how the coordinator stores things.
+//! The fleet API that the coordinator and workers meet through, and nothing else: it
+//! knows nothing of SQL or of how the coordinator stores things.
+//!
+//! # Layout
+//! - [`v2`]: the protobuf messages and tonic services generated from
+//!   `proto/e2fleet/v2/fleet.proto` (see `docs/protocol.md` for v1 -> v2).
+//! - [`api`]: the same API as plain domain values: ids, states, leases, reports and the
+//!   operators' read models (serde for the JSON API).
+//! - [`convert`]: the one place wire messages become domain values and back.
+//! - [`client`]: URL checks, channels (TLS or not) and authenticated requests.
+//! - [`logs`]: the log set-up both programs share.
 
 #![allow(missing_docs)]
 
-/// Generated code for `e2fleet.v1`.
-pub mod v1 {
-    tonic::include_proto!("e2fleet.v1");
+/// Generated code for `e2fleet.v2`.
+pub mod v2 {
+    tonic::include_proto!("e2fleet.v2");
 }
 
+pub mod api;
+pub mod client;
 pub mod convert;
-pub mod endpoint;
+pub mod logs;
 
 /// Solutions kept per reported result; coordinator and workers use the same cap so that
 /// result digests compare.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use e2fleet_engine::compiled::{BuildOptions, CodegenOptions, CompiledProgram};
-use e2fleet_engine::engine::{Engine, ReferenceEngine};
+use e2fleet_engine::engine::{Engine, EngineKind, ReferenceEngine};
 use e2fleet_engine::plan::SearchPlan;
 
 /// Which engine to use.
@@ -77,7 +77,7 @@ impl EngineArgs {
 
     /// The engine kind and release these flags will run, for the hardware class: compiled
     /// when chosen (or, for `auto`, when rustc answers), reference otherwise.
-    pub fn release(&self, rustc_version: &str) -> (String, String) {
+    pub fn release(&self, rustc_version: &str) -> (EngineKind, String) {
         let compiled = match self.engine {
             EngineChoice::Reference => false,
             EngineChoice::Compiled => true,
@@ -86,14 +86,24 @@ impl EngineArgs {
         if compiled {
             let target = self.build_options().target_cpu;
             (
-                "compiled".into(),
+                EngineKind::Compiled,
                 e2fleet_engine::compiled::codegen::release_id(&self.codegen(), target.as_deref()),
             )
         } else {
             (
-                "reference".into(),
+                EngineKind::Reference,
                 e2fleet_engine::engine::reference_release(),
             )
+        }
+    }
+
+    /// The engine kind these flags ask for when leasing work (what they will run if the
+    /// compiled build works).
+    pub fn kind(&self) -> EngineKind {
+        if self.engine == EngineChoice::Reference {
+            EngineKind::Reference
+        } else {
+            EngineKind::Compiled
         }
     }
 

@@ -9,11 +9,16 @@
 //! - `solve.rs`: the `solve` command, its JSON report and the human summary.
 //! - `bench.rs`: the `bench` command (per-core speed with exact counts).
 //! - `engine_args.rs`: flags that choose and build an engine.
-//! - `verify.rs`: `verify --offline`, the built-in verification suite.
-//! - `run/`: the fleet client (`run`): registration, engine threads, journal, signals.
+//! - `verify.rs`: `verify`, the verification suite (offline or with a coordinator).
+//! - `host.rs`: what this machine is (labels sent at registration).
+//! - `link.rs`: the fleet API as typed calls (used by `run` and `verify`).
+//! - `run/`: the fleet client (`run`): identity, jobs and engines, engine threads,
+//!   journal, signals, the loop.
 
 mod bench;
 mod engine_args;
+mod host;
+mod link;
 mod puzzle_args;
 mod run;
 mod solve;

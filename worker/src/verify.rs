@@ -14,11 +14,11 @@ use std::time::Instant;
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use e2fleet_engine::UnitResult;
+use e2fleet_engine::engine::EngineKind;
 use e2fleet_engine::search::{NoControl, RunOptions};
 use e2fleet_engine::suite::{SuiteUnit, default_suite, resolve};
-use e2fleet_proto::convert::{result_to_wire, suite_unit_from_wire};
-use e2fleet_proto::v1::worker_service_client::WorkerServiceClient;
-use e2fleet_proto::{REPORT_MAX_SOLUTIONS, v1};
+use e2fleet_proto::REPORT_MAX_SOLUTIONS;
+use e2fleet_proto::api::{SuiteResult, Verdict};
 use serde::Serialize;
 
 use crate::engine_args::EngineArgs;
@@ -61,9 +61,21 @@ pub struct UnitRun {
     /// Engine-thread seconds.
     pub seconds: f64,
     /// Engine kind used.
-    pub engine_kind: String,
+    pub engine_kind: EngineKind,
     /// Engine build id.
     pub engine_build: String,
+}
+
+impl UnitRun {
+    /// What is submitted of it to a coordinator.
+    pub fn submission(&self) -> SuiteResult {
+        SuiteResult {
+            unit: self.unit.name.clone(),
+            result: self.result.clone(),
+            engine_seconds: self.seconds,
+            engine_build: self.engine_build.clone(),
+        }
+    }
 }
 
 /// Runs suite units with the engine `engine` chooses, one after another on one thread.
@@ -88,7 +100,7 @@ pub fn run_units(units: &[SuiteUnit], engine: &EngineArgs) -> Result<Vec<UnitRun
             unit: u.clone(),
             result,
             seconds: t.elapsed().as_secs_f64(),
-            engine_kind: e.kind().to_string(),
+            engine_kind: e.kind(),
             engine_build: e.build_id(),
         });
     }
@@ -98,27 +110,27 @@ pub fn run_units(units: &[SuiteUnit], engine: &EngineArgs) -> Result<Vec<UnitRun
 #[derive(Serialize)]
 struct UnitReport {
     name: String,
-    verdict: String,
+    verdict: Verdict,
     detail: Option<String>,
     nodes: u64,
     seconds: f64,
     nodes_per_s: f64,
     speed_unit: bool,
-    engine: String,
+    engine: EngineKind,
     engine_build: String,
 }
 
 impl UnitReport {
-    fn new(run: &UnitRun, verdict: &str, detail: Option<String>) -> UnitReport {
+    fn new(run: &UnitRun, verdict: Verdict, detail: Option<String>) -> UnitReport {
         UnitReport {
             name: run.unit.name.clone(),
-            verdict: verdict.into(),
+            verdict,
             detail,
             nodes: run.result.committed,
             seconds: run.seconds,
             nodes_per_s: run.result.committed as f64 / run.seconds.max(1e-9),
             speed_unit: run.unit.speed,
-            engine: run.engine_kind.clone(),
+            engine: run.engine_kind,
             engine_build: run.engine_build.clone(),
         }
     }
@@ -153,9 +165,9 @@ pub fn run(args: VerifyArgs) -> Result<()> {
                         None => Some("the suite has no expected result for this unit".into()),
                     };
                     let verdict = if detail.is_none() {
-                        "agrees"
+                        Verdict::Agrees
                     } else {
-                        "DISAGREES"
+                        Verdict::Disagrees
                     };
                     UnitReport::new(run, verdict, detail)
                 })
@@ -168,7 +180,7 @@ pub fn run(args: VerifyArgs) -> Result<()> {
             println!(
                 "{:<22} {:<9} {:>10} nodes {:>8.1} M/s per core  {}{}",
                 r.name,
-                r.verdict,
+                r.verdict.as_str(),
                 r.nodes,
                 r.nodes_per_s / 1e6,
                 r.engine_build,
@@ -181,9 +193,12 @@ pub fn run(args: VerifyArgs) -> Result<()> {
     }
     let failed: Vec<&UnitReport> = reports
         .iter()
-        .filter(|r| r.verdict == "DISAGREES")
+        .filter(|r| r.verdict == Verdict::Disagrees)
         .collect();
-    let pending = reports.iter().filter(|r| r.verdict == "pending").count();
+    let pending = reports
+        .iter()
+        .filter(|r| r.verdict == Verdict::Pending)
+        .count();
     let mut speed: Vec<f64> = reports
         .iter()
         .filter(|r| r.speed_unit)
@@ -248,82 +263,34 @@ async fn with_coordinator(
     url: &str,
     token: &str,
 ) -> Result<(Vec<UnitReport>, Option<(String, bool)>)> {
-    let channel = e2fleet_proto::endpoint::endpoint(url, args.ca_cert.as_deref())
-        .map_err(anyhow::Error::msg)?
-        .connect()
+    let mut api = crate::link::Coordinator::connect(url, args.ca_cert.as_deref())
         .await
-        .with_context(|| format!("cannot reach the coordinator at {url}"))?;
-    let mut client = WorkerServiceClient::new(channel)
-        .max_decoding_message_size(e2fleet_proto::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(e2fleet_proto::MAX_MESSAGE_BYTES);
-    let reg = client
-        .register_worker(v1::RegisterWorkerRequest {
-            enroll_token: token.to_string(),
-            host: Some(crate::run::host::host_info(
-                args.hostname.as_deref(),
-                &args.engine,
-            )),
-            previous_worker_id: String::new(),
-        })
+        .map_err(anyhow::Error::msg)?;
+    let host = crate::host::host_info(args.hostname.as_deref(), &args.engine);
+    api.register(token, &host, None)
         .await
-        .context("registration refused")?
-        .into_inner();
-    let bearer = format!("Bearer {}", reg.worker_token);
-    fn authed<T>(bearer: &str, message: T) -> tonic::Request<T> {
-        let mut r = tonic::Request::new(message);
-        r.metadata_mut()
-            .insert("authorization", bearer.parse().expect("ascii token"));
-        r
-    }
-    let suite = client
-        .get_suite(authed(
-            &bearer,
-            v1::GetSuiteRequest {
-                suite: args.suite.clone(),
-                only_missing: false,
-            },
-        ))
+        .with_context(|| format!("the coordinator at {url} refused the registration"))?;
+    let (suite, units, _class) = api
+        .suite(&args.suite, false)
         .await
-        .context("cannot fetch the suite")?
-        .into_inner();
-    let units = suite
-        .units
-        .iter()
-        .map(suite_unit_from_wire)
-        .collect::<Vec<_>>();
+        .context("cannot fetch the suite")?;
     let engine = args.engine.clone();
     let runs = tokio::task::spawn_blocking(move || run_units(&units, &engine)).await??;
-    let answer = client
-        .submit_verification(authed(&bearer, submission(&suite.suite, &runs)))
+    let results: Vec<SuiteResult> = runs.iter().map(UnitRun::submission).collect();
+    let answer = api
+        .submit_verification(&suite, &results)
         .await
-        .context("the coordinator refused the results")?
-        .into_inner();
+        .context("the coordinator refused the results")?;
     let reports = runs
         .iter()
         .zip(&answer.verdicts)
         .map(|(run, v)| {
             UnitReport::new(
                 run,
-                &v.verdict,
+                v.verdict,
                 (!v.detail.is_empty()).then(|| v.detail.clone()),
             )
         })
         .collect();
     Ok((reports, Some((answer.class_id, answer.class_flagged))))
-}
-
-/// The submission of finished suite units.
-pub fn submission(suite: &str, runs: &[UnitRun]) -> v1::SubmitVerificationRequest {
-    v1::SubmitVerificationRequest {
-        suite: suite.to_string(),
-        results: runs
-            .iter()
-            .map(|r| v1::VerificationResult {
-                unit: r.unit.name.clone(),
-                result: Some(result_to_wire(&r.result)),
-                engine_seconds: r.seconds,
-                engine_build: r.engine_build.clone(),
-            })
-            .collect(),
-    }
 }

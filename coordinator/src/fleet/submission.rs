@@ -1,16 +1,28 @@
 //! Jobs: submission (validation, split depth, enumeration into units), specs with
 //! self-tests for workers, cancellation.
 
-use super::*;
+use std::sync::Arc;
+
+use e2fleet_engine::Unit;
+use e2fleet_engine::plan::SearchPlan;
+use e2fleet_engine::search::{NoControl, RunOptions, Walker};
+use e2fleet_proto::api::{JobCreated, JobId, JobRequest, JobSpec, JobState, SelfTest};
+use tracing::info;
+
+use super::policy::{
+    DEFAULT_ORDER, DEFAULT_TARGET_UNITS, MAX_REPLICAS, MAX_UNITS_PER_JOB, SELF_TEST_BUDGETS,
+    quorum_for,
+};
+use super::{Fleet, FleetError, JobCtx, REPORT_MAX_SOLUTIONS, finish_if_done};
+use crate::store::{JobRecord, NewJob, NewUnit, UnitKind};
 
 impl Fleet {
-    /// Validates, splits and stores a job; returns (job id, units, split depth).
-    pub async fn submit_job(
-        &self,
-        request: JobRequest,
-    ) -> Result<(String, usize, usize), FleetError> {
-        if request.replicas == 0 || request.replicas > 9 {
-            return Err(FleetError::InvalidArgument("replicas must be 1..=9".into()));
+    /// Validates, splits and stores a job.
+    pub async fn submit_job(&self, request: JobRequest) -> Result<JobCreated, FleetError> {
+        if request.replicas == 0 || request.replicas > MAX_REPLICAS {
+            return Err(FleetError::InvalidArgument(format!(
+                "replicas must be 1..={MAX_REPLICAS}"
+            )));
         }
         if !(0.0..=1.0).contains(&request.spot_check) {
             return Err(FleetError::InvalidArgument(
@@ -22,12 +34,10 @@ impl Fleet {
                 "a budget must be at least 1 node".into(),
             ));
         }
-        let ctx = job_context(
-            &request.puzzle_json,
-            &request.order,
-            request.budget.unwrap_or(0) as i64,
-        )?;
-        let depths = ctx.plan.len();
+        let order = request.order.as_deref().unwrap_or(DEFAULT_ORDER);
+        let spec = e2fleet_engine::SearchSpec::from_site_json(&request.puzzle_json, order)
+            .map_err(|e| FleetError::InvalidArgument(e.to_string()))?;
+        let depths = spec.plan.len();
         let depth = match request.split_depth {
             Some(d) if d > depths => {
                 return Err(FleetError::InvalidArgument(format!(
@@ -35,11 +45,14 @@ impl Fleet {
                 )));
             }
             Some(d) => d,
-            None => choose_split_depth(&ctx.plan, request.target_units.max(1)),
+            None => choose_split_depth(
+                &spec.plan,
+                request.target_units.unwrap_or(DEFAULT_TARGET_UNITS).max(1),
+            ),
         };
         let mut prefixes = Vec::new();
         let mut too_many = false;
-        let enumeration = Walker::new(&ctx.plan)
+        let enumeration = Walker::new(&spec.plan)
             .enumerate(&[], depth, &mut |p| {
                 if prefixes.len() < MAX_UNITS_PER_JOB {
                     prefixes.push(p.to_vec());
@@ -53,94 +66,108 @@ impl Fleet {
                 "split depth {depth} makes more than {MAX_UNITS_PER_JOB} units; choose a smaller depth"
             )));
         }
-        let job_id = uuid::Uuid::new_v4().to_string();
+        let job_id = JobId::random();
         let now = self.now();
         let enumeration_solutions = if depth == depths && depth > 0 {
-            prefixes.len() as i64
+            prefixes.len() as u64
         } else {
             0
         };
-        let row = JobRow {
-            id: job_id.clone(),
-            name: request.name.clone(),
-            puzzle_json: e2fleet_engine::formats::to_site_json(&ctx.puzzle),
-            order_spec: ctx.order.spec().to_string(),
-            depths: depths as i64,
-            split_depth: depth as i64,
-            budget: request.budget.unwrap_or(0) as i64,
-            replicas: request.replicas as i64,
-            spot_check: request.spot_check,
-            state: "running".into(),
-            created_ms: now,
-            finished_ms: None,
-            enumeration_json: to_json(&enumeration),
-            enumeration_solutions,
-            split_json: to_json(&vec![0u64; depths]),
-            accepted_json: to_json(&vec![0u64; depths]),
-            accepted_solutions: 0,
-            conservation_ok: None,
+        let job = NewJob {
+            record: JobRecord {
+                id: job_id,
+                name: request.name.clone(),
+                order: spec.order.spec().to_string(),
+                depths,
+                split_depth: depth,
+                budget: request.budget,
+                replicas: request.replicas,
+                spot_check: request.spot_check,
+                state: JobState::Running,
+                created_ms: now,
+                finished_ms: None,
+                enumeration,
+                enumeration_solutions,
+                split: vec![0; depths],
+                accepted: vec![0; depths],
+                accepted_solutions: 0,
+                conservation_ok: None,
+            },
+            puzzle_json: e2fleet_engine::formats::to_site_json(&spec.puzzle),
         };
         let new_units: Vec<NewUnit> = prefixes
-            .iter()
+            .into_iter()
             .enumerate()
             .map(|(i, p)| NewUnit {
-                prefix_json: units::encode_path(p),
-                cursor_json: "[]".into(),
-                parent_id: None,
-                kind: "root",
-                quorum: quorum_for(&job_id, i as u64, request.replicas, request.spot_check),
+                unit: Unit::prefix(p),
+                parent: None,
+                kind: UnitKind::Root,
+                quorum: quorum_for(job_id, i as u64, request.replicas, request.spot_check),
             })
             .collect();
         let count = new_units.len();
-        let id = job_id.clone();
         self.store
-            .write(move |c| {
-                jobs::insert(c, &row)?;
-                units::insert_batch(c, &id, &new_units, now)?;
+            .write(move |tx| {
+                tx.insert_job(&job)?;
+                tx.insert_units(job_id, &new_units, now)?;
                 if new_units.is_empty() {
-                    finish_if_done(c, &id, now)?;
+                    finish_if_done(tx, job_id, now)?;
                 }
                 Ok::<_, FleetError>(())
             })
             .await?;
-        self.contexts
-            .lock()
-            .expect("context cache")
-            .insert(job_id.clone(), Arc::new(ctx));
+        self.contexts.lock().expect("context cache").insert(
+            job_id,
+            Arc::new(JobCtx {
+                spec,
+                self_tests: Default::default(),
+                budget: request.budget,
+            }),
+        );
         info!(%job_id, units = count, depth, "job split");
-        Ok((job_id, count, depth))
+        Ok(JobCreated {
+            job_id,
+            units: count,
+            split_depth: depth,
+        })
     }
 
     /// A job's puzzle, order and self-tests.
-    pub async fn job_spec(&self, job_id: &str) -> Result<JobSpec, FleetError> {
+    pub async fn job_spec(&self, job_id: JobId) -> Result<JobSpec, FleetError> {
         let ctx = self.context(job_id).await?;
-        let mut conn = self.store.pool().acquire().await?;
-        let job = jobs::get_with_puzzle(&mut conn, job_id)
+        let source = self
+            .store
+            .read(move |tx| tx.job_source(job_id))
             .await?
             .ok_or_else(|| FleetError::NotFound(format!("job {job_id}")))?;
         Ok(JobSpec {
-            puzzle_json: job.puzzle_json,
-            order: job.order_spec,
-            self_tests: ctx.self_tests.get_or_init(|| self_tests(&ctx.plan)).clone(),
+            job_id,
+            puzzle_json: source.puzzle_json,
+            order: source.order,
+            self_tests: ctx
+                .self_tests
+                .get_or_init(|| self_tests(&ctx.spec.plan))
+                .clone(),
         })
     }
 
     /// Cancels a job: no more leases, held leases are told to stop.
-    pub async fn cancel_job(&self, job_id: &str) -> Result<(), FleetError> {
-        let (id, now) = (job_id.to_string(), self.now());
+    pub async fn cancel_job(&self, job_id: JobId) -> Result<(), FleetError> {
+        let now = self.now();
         self.store
-            .write(move |c| {
-                let job = jobs::get_tx(c, &id)?
-                    .ok_or_else(|| FleetError::NotFound(format!("job {id}")))?;
-                if job.state != "running" {
+            .write(move |tx| {
+                let job = tx
+                    .job(job_id)?
+                    .ok_or_else(|| FleetError::NotFound(format!("job {job_id}")))?;
+                if job.state != JobState::Running {
                     return Err(FleetError::FailedPrecondition(format!(
                         "job is {}",
                         job.state
                     )));
                 }
-                leases::cancel_job(c, &id)?;
-                units::cancel_job(c, &id)?;
-                jobs::finish(c, &id, "cancelled", now, None)?;
+                tx.cancel_job_leases(job_id)?;
+                tx.cancel_job_units(job_id)?;
+                tx.finish_job(job_id, JobState::Cancelled, now, None)?;
                 Ok(())
             })
             .await?;
@@ -169,7 +196,7 @@ pub fn self_tests(plan: &SearchPlan) -> Vec<SelfTest> {
     let mut tests = Vec::new();
     let mut walker = Walker::new(plan);
     let mut unit = Unit::root();
-    for budget in [5_000u64, 50_000, 200_000] {
+    for budget in SELF_TEST_BUDGETS {
         let options = RunOptions {
             budget: Some(budget),
             max_solutions: REPORT_MAX_SOLUTIONS,

@@ -14,17 +14,22 @@
 //!   its workers get no real units ([`Fleet::flagged_reason`], checked when leasing)
 //!   until a fixed build — a new class — agrees.
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use e2fleet_engine::UnitResult;
-use e2fleet_engine::suite::{SuiteExpected, SuiteUnit, default_suite, resolve};
-use e2fleet_engine::unit::result_digest;
-use serde_json::{Value, json};
-
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::Ordering;
 
-use super::*;
-use crate::store::verification::{self as vstore, NewVerification, VerificationRow};
+use e2fleet_engine::suite::{SuiteExpected, SuiteUnit, default_suite, resolve};
+use e2fleet_engine::unit::result_digest;
+use e2fleet_proto::api::status::{
+    ExpectedSummary, MATRIX_WHAT, MatrixCell, MatrixClass, MatrixUnit, VerificationMatrix, median,
+};
+use e2fleet_proto::api::{HostInfo, SuiteResult, UnitVerdict, Verdict, VerificationOutcome};
+use tracing::{info, warn};
+
+use super::registration::sha256_hex;
+use super::{Fleet, FleetError};
+use crate::store::{
+    NewVerification, ResultBody, SuiteUnitRecord, VerificationRecord, WorkerRecord,
+};
 
 /// The suite stored from `engine/suite/default.json`.
 pub const DEFAULT_SUITE: &str = "default";
@@ -35,56 +40,53 @@ pub const MAX_SUITE_UNITS: usize = 500;
 /// Deepest prefix a suite unit may name (the coordinator enumerates up to it).
 pub const MAX_PREFIX_DEPTH: usize = 10;
 
-/// A unit's verdict.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verdict {
-    /// Unit name.
-    pub unit: String,
-    /// `agrees`, `DISAGREES` or `pending`.
-    pub verdict: &'static str,
-    /// What differs.
-    pub detail: String,
+/// The hardware class of a host: a short SHA-256 of everything that must match for two
+/// results to count as "the same hardware and build".
+pub fn class_id(h: &HostInfo) -> String {
+    let fields = [
+        h.cpu_model.as_str(),
+        &h.arch,
+        &h.os,
+        &h.rustc_version,
+        &h.target_features,
+        h.engine_kind.as_str(),
+        &h.engine_release,
+    ];
+    sha256_hex(fields.join("\u{1f}").as_bytes())[..12].to_string()
 }
 
 fn suite_name(name: &str) -> &str {
     if name.is_empty() { DEFAULT_SUITE } else { name }
 }
 
-/// Suite units as stored: (name, spec JSON, expected result JSON).
-fn suite_rows(units: &[SuiteUnit]) -> Vec<(String, String, Option<String>)> {
+/// Suite units as stored (a given expected result is "given").
+fn suite_records(units: &[SuiteUnit]) -> Vec<SuiteUnitRecord> {
     units
         .iter()
         .map(|u| {
-            (
-                u.name.clone(),
-                spec_json(u),
-                u.expected.as_ref().map(to_json),
-            )
+            let mut spec = u.clone();
+            spec.expected = None;
+            SuiteUnitRecord {
+                name: u.name.clone(),
+                spec,
+                expected: u.expected.clone(),
+                expected_source: if u.expected.is_some() {
+                    "given".into()
+                } else {
+                    String::new()
+                },
+            }
         })
         .collect()
 }
 
-fn spec_json(u: &SuiteUnit) -> String {
-    let mut spec = u.clone();
-    spec.expected = None;
-    serde_json::to_string(&spec).expect("suite units serialise")
-}
-
 /// Latest result per (class, unit) among `rows` (oldest first).
-fn latest(rows: &[VerificationRow]) -> BTreeMap<(String, String), &VerificationRow> {
+fn latest(rows: &[VerificationRecord]) -> BTreeMap<(String, String), &VerificationRecord> {
     let mut out = BTreeMap::new();
     for r in rows {
         out.insert((r.class_id.clone(), r.unit.clone()), r);
     }
     out
-}
-
-fn median(mut v: Vec<f64>) -> Option<f64> {
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
 }
 
 impl Fleet {
@@ -93,22 +95,21 @@ impl Fleet {
         if self.default_suite_ready.load(Ordering::Acquire) {
             return Ok(());
         }
-        let units = suite_rows(&default_suite());
-        let mut tx = self.store.begin().await?;
-        // a coordinator upgrade may ship a different built-in suite: store it (results
-        // stay and are judged against the new units)
-        let stored: Vec<(String, String, Option<String>)> =
-            vstore::suite_units(&mut tx, DEFAULT_SUITE)
-                .await?
-                .into_iter()
-                .map(|u| (u.name, u.spec_json, u.expected_json))
-                .collect();
-        let changed = stored != units;
-        if changed {
-            vstore::replace_suite(&mut tx, DEFAULT_SUITE, &units, self.now()).await?;
-            info!(units = units.len(), "built-in verification suite stored");
-        }
-        tx.commit().await?;
+        let units = suite_records(&default_suite());
+        let now = self.now();
+        let changed = self
+            .store
+            .write(move |tx| {
+                // a coordinator upgrade may ship a different built-in suite: store it
+                // (results stay and are judged against the new units)
+                let changed = tx.suite_units(DEFAULT_SUITE)? != units;
+                if changed {
+                    tx.replace_suite(DEFAULT_SUITE, &units, now)?;
+                    info!(units = units.len(), "built-in verification suite stored");
+                }
+                Ok::<_, FleetError>(changed)
+            })
+            .await?;
         if changed {
             self.invalidate_flagged();
         }
@@ -170,20 +171,21 @@ impl Fleet {
                 )));
             }
         }
-        let rows = suite_rows(&units);
-        let mut tx = self.store.begin().await?;
-        vstore::replace_suite(&mut tx, name, &rows, self.now()).await?;
-        tx.commit().await?;
+        let records = suite_records(&units);
+        let (suite, now) = (name.to_string(), self.now());
+        self.store
+            .write(move |tx| Ok::<_, FleetError>(tx.replace_suite(&suite, &records, now)?))
+            .await?;
         self.invalidate_flagged();
         info!(suite = name, units = units.len(), "suite stored");
         let with_expected = units.iter().filter(|u| u.expected.is_some()).count();
         Ok((units.len() as u32, with_expected as u32))
     }
 
-    async fn suite(&self, name: &str) -> Result<Vec<vstore::SuiteUnitRow>, FleetError> {
+    async fn suite(&self, name: &str) -> Result<Vec<SuiteUnitRecord>, FleetError> {
         self.ensure_default_suite().await?;
-        let mut c = self.store.pool().acquire().await?;
-        let rows = vstore::suite_units(&mut c, name).await?;
+        let suite = name.to_string();
+        let rows = self.store.read(move |tx| tx.suite_units(&suite)).await?;
         if rows.is_empty() {
             return Err(FleetError::NotFound(format!("suite {name}")));
         }
@@ -194,30 +196,29 @@ impl Fleet {
     /// its hardware class has not run yet. Returns (suite, units, class id).
     pub async fn suite_for_worker(
         &self,
-        worker: &WorkerRow,
+        worker: &WorkerRecord,
         suite: &str,
         only_missing: bool,
     ) -> Result<(String, Vec<SuiteUnit>, String), FleetError> {
         let suite = suite_name(suite).to_string();
         let rows = self.suite(&suite).await?;
         let done: BTreeSet<String> = if only_missing {
-            let mut c = self.store.pool().acquire().await?;
-            vstore::of_suite(&mut c, &suite)
+            let (s, class) = (suite.clone(), worker.class_id.clone());
+            self.store
+                .read(move |tx| tx.verifications_of_suite(&s))
                 .await?
                 .into_iter()
-                .filter(|r| r.class_id == worker.class_id)
+                .filter(|r| r.class_id == class)
                 .map(|r| r.unit)
                 .collect()
         } else {
             BTreeSet::new()
         };
-        let mut units = Vec::new();
-        for r in rows {
-            if done.contains(&r.name) {
-                continue;
-            }
-            units.push(parse_json::<SuiteUnit>(&r.spec_json, "suite unit")?);
-        }
+        let units = rows
+            .into_iter()
+            .filter(|r| !done.contains(&r.name))
+            .map(|r| r.spec)
+            .collect();
         Ok((suite, units, worker.class_id.clone()))
     }
 
@@ -225,13 +226,13 @@ impl Fleet {
     /// that two classes now agree on, and judges each result.
     pub async fn submit_verification(
         &self,
-        worker: &WorkerRow,
+        worker: &WorkerRecord,
         suite: &str,
-        results: Vec<(String, UnitResult, f64, String)>,
-    ) -> Result<(String, Vec<Verdict>, bool), FleetError> {
+        results: Vec<SuiteResult>,
+    ) -> Result<VerificationOutcome, FleetError> {
         let suite = suite_name(suite).to_string();
         let rows = self.suite(&suite).await?;
-        let by_name: BTreeMap<&str, &vstore::SuiteUnitRow> =
+        let by_name: BTreeMap<&str, &SuiteUnitRecord> =
             rows.iter().map(|r| (r.name.as_str(), r)).collect();
         if results.is_empty() || results.len() > MAX_SUITE_UNITS {
             return Err(FleetError::InvalidArgument(format!(
@@ -239,102 +240,107 @@ impl Fleet {
             )));
         }
         let now = self.now();
-        let mut tx = self.store.begin().await?;
-        for (unit, result, seconds, build) in &results {
-            let row = by_name.get(unit.as_str()).ok_or_else(|| {
-                FleetError::InvalidArgument(format!("suite {suite} has no unit {unit:?}"))
+        let mut new = Vec::with_capacity(results.len());
+        for r in &results {
+            let row = by_name.get(r.unit.as_str()).ok_or_else(|| {
+                FleetError::InvalidArgument(format!("suite {suite} has no unit {:?}", r.unit))
             })?;
-            let spec: SuiteUnit = parse_json(&row.spec_json, "suite unit")?;
-            let depths = resolve(&spec)
-                .map_err(|e| FleetError::InvalidArgument(format!("unit {unit}: {e}")))?
+            let depths = resolve(&row.spec)
+                .map_err(|e| FleetError::InvalidArgument(format!("unit {}: {e}", r.unit)))?
                 .plan
                 .len();
-            if result.nodes_by_depth.len() != depths
-                || result.nodes_by_depth.iter().sum::<u64>() != result.committed
-                || !seconds.is_finite()
-                || *seconds < 0.0
+            if r.result.nodes_by_depth.len() != depths
+                || r.result.nodes_by_depth.iter().sum::<u64>() != r.result.committed
+                || !r.engine_seconds.is_finite()
+                || r.engine_seconds < 0.0
             {
                 return Err(FleetError::InvalidArgument(format!(
-                    "unit {unit}: malformed result (depths, committed sum or seconds)"
+                    "unit {}: malformed result (depths, committed sum or seconds)",
+                    r.unit
                 )));
             }
-            vstore::insert(
-                &mut tx,
-                &NewVerification {
-                    suite: &suite,
-                    unit,
-                    class_id: &worker.class_id,
-                    worker_id: &worker.id,
-                    hostname: &worker.hostname,
-                    engine_build: build,
-                    digest: &result_digest(result),
-                    result_json: &to_json(result),
-                    nodes: result.committed as i64,
-                    engine_seconds: *seconds,
-                    received_ms: now,
-                },
-            )
-            .await?;
+            new.push(NewVerification {
+                suite: suite.clone(),
+                unit: r.unit.clone(),
+                class_id: worker.class_id.clone(),
+                worker_id: worker.id,
+                hostname: worker.host.hostname.clone(),
+                engine_build: r.engine_build.clone(),
+                digest: result_digest(&r.result),
+                body: ResultBody::encode(&r.result),
+                nodes: r.result.committed,
+                engine_seconds: r.engine_seconds,
+                received_ms: now,
+            });
         }
-        // expected results fixed by agreement: the first digest two classes share
-        let all = vstore::of_suite(&mut tx, &suite).await?;
-        let mut fixed: BTreeMap<String, SuiteExpected> = BTreeMap::new();
-        for r in &rows {
-            if let Some(e) = &r.expected_json {
-                fixed.insert(r.name.clone(), parse_json(e, "expected result")?);
-                continue;
-            }
-            let mut classes: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-            let mut order: Vec<&str> = Vec::new();
-            for v in all.iter().filter(|v| v.unit == r.name) {
-                if !classes.contains_key(v.digest.as_str()) {
-                    order.push(&v.digest);
+        let s = suite.clone();
+        let fixed = self
+            .store
+            .write(move |tx| {
+                for v in &new {
+                    tx.insert_verification(v)?;
                 }
-                classes.entry(&v.digest).or_default().insert(&v.class_id);
-            }
-            if let Some(digest) = order.into_iter().find(|d| classes[d].len() >= 2) {
-                let json = vstore::result_json_with_digest(&mut tx, &suite, &r.name, digest)
-                    .await?
-                    .expect("a result with this digest exists");
-                let result: UnitResult = parse_json(&json, "result")?;
-                let expected = SuiteExpected::of(&result);
-                let agreed: Vec<&str> = classes[digest].iter().copied().collect();
-                let source = format!("agreement of classes {}", agreed.join(", "));
-                vstore::set_expected(&mut tx, &suite, &r.name, &to_json(&expected), &source)
-                    .await?;
-                info!(suite = %suite, unit = %r.name, %source, "expected result fixed");
-                fixed.insert(r.name.clone(), expected);
-            }
-        }
-        tx.commit().await?;
+                // expected results fixed by agreement: the first digest two classes share
+                let all = tx.verifications_of_suite(&s)?;
+                let mut fixed: BTreeMap<String, SuiteExpected> = BTreeMap::new();
+                for r in tx.suite_units(&s)? {
+                    if let Some(e) = r.expected {
+                        fixed.insert(r.name, e);
+                        continue;
+                    }
+                    let mut classes: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+                    let mut order: Vec<&str> = Vec::new();
+                    for v in all.iter().filter(|v| v.unit == r.name) {
+                        if !classes.contains_key(v.digest.as_str()) {
+                            order.push(&v.digest);
+                        }
+                        classes.entry(&v.digest).or_default().insert(&v.class_id);
+                    }
+                    if let Some(digest) = order.into_iter().find(|d| classes[d].len() >= 2) {
+                        let result = tx
+                            .verification_body(&s, &r.name, digest)?
+                            .expect("a result with this digest exists");
+                        let expected = SuiteExpected::of(&result);
+                        let agreed: Vec<&str> = classes[digest].iter().copied().collect();
+                        let source = format!("agreement of classes {}", agreed.join(", "));
+                        tx.set_expected(&s, &r.name, &expected, &source)?;
+                        info!(suite = %s, unit = %r.name, %source, "expected result fixed");
+                        fixed.insert(r.name, expected);
+                    }
+                }
+                Ok::<_, FleetError>(fixed)
+            })
+            .await?;
         self.invalidate_flagged();
         let verdicts = results
             .iter()
-            .map(|(unit, result, _, _)| match fixed.get(unit) {
-                None => Verdict {
-                    unit: unit.clone(),
-                    verdict: "pending",
-                    detail: "no expected result yet: fixed when two hardware classes agree".into(),
-                },
-                Some(e) => match e.disagreement(result) {
-                    None => Verdict {
-                        unit: unit.clone(),
-                        verdict: "agrees",
-                        detail: String::new(),
+            .map(|r| {
+                let (verdict, detail) = match fixed.get(&r.unit) {
+                    None => (
+                        Verdict::Pending,
+                        "no expected result yet: fixed when two hardware classes agree".into(),
+                    ),
+                    Some(e) => match e.disagreement(&r.result) {
+                        None => (Verdict::Agrees, String::new()),
+                        Some(d) => (Verdict::Disagrees, d),
                     },
-                    Some(d) => Verdict {
-                        unit: unit.clone(),
-                        verdict: "DISAGREES",
-                        detail: d,
-                    },
-                },
+                };
+                UnitVerdict {
+                    unit: r.unit.clone(),
+                    verdict,
+                    detail,
+                }
             })
-            .collect::<Vec<_>>();
-        let flagged = self.flagged_reason(&worker.class_id).await?.is_some();
-        if flagged {
-            warn!(class_id = %worker.class_id, hostname = %worker.hostname, "hardware class disagrees with a verification unit: no real work for it");
+            .collect();
+        let class_flagged = self.flagged_reason(&worker.class_id).await?.is_some();
+        if class_flagged {
+            warn!(class_id = %worker.class_id, hostname = %worker.host.hostname, "hardware class disagrees with a verification unit: no real work for it");
         }
-        Ok((worker.class_id.clone(), verdicts, flagged))
+        Ok(VerificationOutcome {
+            class_id: worker.class_id.clone(),
+            verdicts,
+            class_flagged,
+        })
     }
 
     fn invalidate_flagged(&self) {
@@ -350,26 +356,27 @@ impl Fleet {
         if let Some(map) = self.flagged.lock().expect("flagged cache").as_ref() {
             return Ok(map.get(class_id).cloned());
         }
-        let mut c = self.store.pool().acquire().await?;
-        let mut map = HashMap::new();
-        for suite in vstore::suite_names(&mut c).await? {
-            let expected: BTreeMap<String, String> = vstore::suite_units(&mut c, &suite)
-                .await?
-                .into_iter()
-                .filter_map(|u| {
-                    let e: SuiteExpected =
-                        serde_json::from_str(u.expected_json.as_deref()?).ok()?;
-                    Some((u.name, e.digest))
-                })
-                .collect();
-            for ((class, unit), r) in latest(&vstore::of_suite(&mut c, &suite).await?) {
-                if expected.get(&unit).is_some_and(|d| *d != r.digest) {
-                    map.entry(class).or_insert_with(|| {
-                        format!("its result on verification unit {suite}/{unit} differs from the exact result")
-                    });
+        let map = self
+            .store
+            .read(|tx| {
+                let mut map = HashMap::new();
+                for suite in tx.suite_names()? {
+                    let expected: BTreeMap<String, String> = tx
+                        .suite_units(&suite)?
+                        .into_iter()
+                        .filter_map(|u| Some((u.name, u.expected?.digest)))
+                        .collect();
+                    for ((class, unit), r) in latest(&tx.verifications_of_suite(&suite)?) {
+                        if expected.get(&unit).is_some_and(|d| *d != r.digest) {
+                            map.entry(class).or_insert_with(|| {
+                                format!("its result on verification unit {suite}/{unit} differs from the exact result")
+                            });
+                        }
+                    }
                 }
-            }
-        }
+                Ok::<_, FleetError>(map)
+            })
+            .await?;
         let answer = map.get(class_id).cloned();
         *self.flagged.lock().expect("flagged cache") = Some(map);
         Ok(answer)
@@ -378,124 +385,113 @@ impl Fleet {
     /// The conformance matrix of a suite: hardware classes x units, each cell agrees /
     /// DISAGREES / pending / not run with the per-core rate; flagged classes; the speed
     /// table (per-core placements/s per class on the suite's speed units).
-    pub async fn verification_matrix(&self, suite: &str) -> Result<Value, FleetError> {
+    pub async fn verification_matrix(&self, suite: &str) -> Result<VerificationMatrix, FleetError> {
         let suite = suite_name(suite).to_string();
         let units = self.suite(&suite).await?;
-        let mut c = self.store.pool().acquire().await?;
-        let classes = vstore::classes_of_suite(&mut c, &suite).await?;
-        let rows = vstore::of_suite(&mut c, &suite).await?;
-        let hosts = {
-            let mut m: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-            for w in workers::list(&mut c).await? {
-                m.entry(w.class_id).or_default().insert(w.hostname);
-            }
-            m
-        };
-        drop(c);
-        let specs: Vec<(SuiteUnit, Option<SuiteExpected>, String)> = units
-            .iter()
-            .map(|u| {
-                Ok((
-                    parse_json::<SuiteUnit>(&u.spec_json, "suite unit")?,
-                    match &u.expected_json {
-                        Some(e) => Some(parse_json::<SuiteExpected>(e, "expected")?),
-                        None => None,
-                    },
-                    u.expected_source.clone(),
+        let s = suite.clone();
+        let (classes, rows, workers) = self
+            .store
+            .read(move |tx| {
+                Ok::<_, FleetError>((
+                    tx.classes_of_suite(&s)?,
+                    tx.verifications_of_suite(&s)?,
+                    tx.list_workers()?,
                 ))
             })
-            .collect::<Result<_, StoreError>>()?;
+            .await?;
+        let mut hosts: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for w in workers {
+            hosts.entry(w.class_id).or_default().insert(w.host.hostname);
+        }
         let latest = latest(&rows);
-        let mut class_docs = Vec::new();
-        let mut speed_table = Vec::new();
+        let mut class_rows = Vec::new();
         for class in &classes {
-            let mut cells = serde_json::Map::new();
+            let mut cells = BTreeMap::new();
             let mut flagged = false;
             let mut speed_rates = Vec::new();
-            for (spec, expected, _) in &specs {
-                let mine: Vec<&VerificationRow> = rows
+            for u in &units {
+                let mine: Vec<&VerificationRecord> = rows
                     .iter()
-                    .filter(|r| r.class_id == class.id && r.unit == spec.name)
+                    .filter(|r| r.class_id == class.id && r.unit == u.name)
                     .collect();
-                let Some(last) = latest.get(&(class.id.clone(), spec.name.clone())) else {
-                    cells.insert(spec.name.clone(), json!({"verdict": "not run"}));
+                let Some(last) = latest.get(&(class.id.clone(), u.name.clone())) else {
+                    cells.insert(u.name.clone(), MatrixCell::not_run());
                     continue;
                 };
-                let verdict = match expected {
-                    None => "pending",
-                    Some(e) if e.digest == last.digest => "agrees",
-                    Some(_) => "DISAGREES",
+                let verdict = match &u.expected {
+                    None => Verdict::Pending,
+                    Some(e) if e.digest == last.digest => Verdict::Agrees,
+                    Some(_) => Verdict::Disagrees,
                 };
-                flagged |= verdict == "DISAGREES";
+                flagged |= verdict == Verdict::Disagrees;
                 let rate = median(
                     mine.iter()
                         .filter(|r| r.engine_seconds > 0.0)
                         .map(|r| r.nodes as f64 / r.engine_seconds)
                         .collect(),
                 );
-                if spec.speed
+                if u.spec.speed
                     && let Some(r) = rate
                 {
                     speed_rates.push(r);
                 }
                 let hosts_ran: BTreeSet<&str> = mine.iter().map(|r| r.hostname.as_str()).collect();
                 cells.insert(
-                    spec.name.clone(),
-                    json!({
-                        "verdict": verdict,
-                        "results": mine.len(),
-                        "nodes": last.nodes,
-                        "per_core_nodes_per_s": rate,
-                        "engine_build": last.engine_build,
-                        "hosts": hosts_ran,
-                        "last_ms": last.received_ms,
-                    }),
+                    u.name.clone(),
+                    MatrixCell {
+                        verdict,
+                        results: mine.len() as u64,
+                        nodes: last.nodes,
+                        per_core_nodes_per_s: rate,
+                        engine_build: last.engine_build.clone(),
+                        hosts: hosts_ran.into_iter().map(str::to_string).collect(),
+                        last_ms: last.received_ms,
+                    },
                 );
             }
-            let speed = median(speed_rates);
-            speed_table.push(json!({
-                "class_id": class.id,
-                "cpu_model": class.cpu_model,
-                "arch": class.arch,
-                "rustc_version": class.rustc_version,
-                "engine_kind": class.engine_kind,
-                "engine_release": class.engine_release,
-                "per_core_nodes_per_s": speed,
-            }));
-            let mut doc = serde_json::to_value(class).expect("class serialises");
-            doc["flagged"] = json!(flagged);
-            doc["hosts"] = json!(hosts.get(&class.id).cloned().unwrap_or_default());
-            doc["cells"] = Value::Object(cells);
-            doc["speed_nodes_per_s"] = json!(speed);
-            class_docs.push(doc);
+            class_rows.push(MatrixClass {
+                id: class.id.clone(),
+                cpu_model: class.cpu_model.clone(),
+                arch: class.arch.clone(),
+                os: class.os.clone(),
+                rustc_version: class.rustc_version.clone(),
+                target_features: class.target_features.clone(),
+                engine_kind: class.engine_kind,
+                engine_release: class.engine_release.clone(),
+                first_seen_ms: class.first_seen_ms,
+                flagged,
+                hosts: hosts
+                    .get(&class.id)
+                    .map(|h| h.iter().cloned().collect())
+                    .unwrap_or_default(),
+                cells,
+                speed_nodes_per_s: median(speed_rates),
+            });
         }
-        speed_table.sort_by(|a, b| {
-            let x = a["per_core_nodes_per_s"].as_f64().unwrap_or(-1.0);
-            let y = b["per_core_nodes_per_s"].as_f64().unwrap_or(-1.0);
-            y.total_cmp(&x)
-        });
-        let unit_docs: Vec<Value> = specs
+        let unit_rows = units
             .iter()
-            .map(|(spec, expected, source)| {
-                json!({
-                    "name": spec.name,
-                    "puzzle": spec.puzzle,
-                    "order": spec.order,
-                    "prefix_depth": spec.prefix_depth,
-                    "prefix_index": spec.prefix_index,
-                    "budget": spec.budget,
-                    "speed": spec.speed,
-                    "expected": expected.as_ref().map(|e| json!({"committed": e.committed, "solutions_count": e.solutions_count, "digest": e.digest})),
-                    "expected_source": source,
-                })
+            .map(|u| MatrixUnit {
+                name: u.name.clone(),
+                puzzle: u.spec.puzzle.clone(),
+                order: u.spec.order.clone(),
+                prefix_depth: u.spec.prefix_depth,
+                prefix_index: u.spec.prefix_index,
+                budget: u.spec.budget,
+                speed: u.spec.speed,
+                expected: u.expected.as_ref().map(|e| ExpectedSummary {
+                    committed: e.committed,
+                    solutions_count: e.solutions_count,
+                    digest: e.digest.clone(),
+                }),
+                expected_source: u.expected_source.clone(),
             })
             .collect();
-        Ok(json!({
-            "suite": suite,
-            "what": "rows: hardware classes (CPU model, arch, OS, rustc, CPU features, engine kind and release); columns: suite units; a cell is the class's latest result: agrees / DISAGREES / pending (no expected result yet) / not run, with its per-core rate",
-            "units": unit_docs,
-            "classes": class_docs,
-            "speed_table": speed_table,
-        }))
+        Ok(VerificationMatrix {
+            suite,
+            what: MATRIX_WHAT.into(),
+            units: unit_rows,
+            speed_table: VerificationMatrix::speed_table_of(&class_rows),
+            classes: class_rows,
+        })
     }
 }

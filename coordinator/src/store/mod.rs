@@ -1,35 +1,27 @@
-//! All SQL of the coordinator. One small function per use case; nothing outside this
-//! module writes SQL. SQLite in WAL mode with foreign keys and a busy timeout.
+//! The coordinator's storage, behind one interface: the fleet logic says what it wants in
+//! domain terms ([`tx`]'s named operations on [`records`]) and never sees SQL, columns or
+//! their encodings. Nothing outside this module writes SQL.
 //!
-//! Two ways in, by what the statement is for:
-//! - **The write path** — everything that changes jobs, units, leases and results
-//!   (submission, leases, heartbeats, reports, expiry, cancellation) — is synchronous
-//!   functions taking a `rusqlite::Connection`, run on the writer thread with group
-//!   commit ([`Store::write`], [`writer`] explains why).
-//! - **Everything else** — migrations, the reads behind job status, the dashboard and the
-//!   API, and the cold writes (registrations, verification, quarantine release) — is
-//!   `async fn`s on sqlx ([`Store::pool`], [`Store::begin`]).
-//!
-//! Both run under one in-process write lock, so writers queue in order instead of
-//! spinning in SQLite's busy handler.
+//! # Shape
+//! - [`Store::write`] runs a closure on `&mut dyn Tx` inside a write transaction; its
+//!   changes commit together or not at all. A job must check its input before its first
+//!   write: an error after a change rolls back (see [`sqlite::writer`] for why that is
+//!   the cheap way on SQLite).
+//! - [`Store::read`] runs a closure on `&mut dyn Tx` against a consistent snapshot.
+//! - [`records`]: what goes in and comes out (decoded prefixes, enums, counts).
+//! - [`tx`]: the operations, one trait per thing they touch.
+//! - [`sqlite`]: the embedded SQLite backend (one writer thread with group commit, a
+//!   pool of read connections; migrations in `../migrations`).
 
-pub mod jobs;
-pub mod leases;
-pub mod results;
-pub mod units;
-pub mod verification;
-pub mod workers;
-pub mod writer;
+pub mod records;
+pub mod sqlite;
+pub mod tx;
 
-use std::ops::{Deref, DerefMut};
 use std::path::Path;
-use std::str::FromStr;
-use std::sync::Arc;
-use std::time::Duration;
 
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
-use sqlx::{Sqlite, SqliteConnection, SqlitePool, Transaction};
-use tokio::sync::{Mutex, OwnedMutexGuard};
+pub use records::*;
+pub use sqlite::writer::WriterTotals;
+pub use tx::{Jobs, Leases, Results, StoreResult, Tx, Units, Verifications, Workers};
 
 /// A store failure. Details stay in logs; clients see an internal error.
 #[derive(Debug, thiserror::Error)]
@@ -40,108 +32,77 @@ pub enum StoreError {
     /// A migration failed.
     #[error("migration: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
-    /// A stored JSON column does not parse (a bug or a hand-edited database).
+    /// A stored value does not decode (a bug or a hand-edited database).
     #[error("corrupt stored value: {0}")]
     Corrupt(String),
-    /// A statement on the write path failed.
-    #[error("database (write path): {0}")]
+    /// A statement failed.
+    #[error("database: {0}")]
     Sqlite(#[from] rusqlite::Error),
     /// The writer's queue is full: the coordinator is overloaded; retry later.
     #[error("busy: too many writes queued; retry later")]
     Busy,
-    /// The writer thread could not carry out or commit a write.
+    /// The writer could not carry out or commit a write.
     #[error("writer: {0}")]
     Writer(String),
-}
-
-/// A write transaction. It holds the store's in-process write lock, so writers queue in
-/// order instead of spinning in SQLite's busy handler.
-pub struct Tx {
-    inner: Transaction<'static, Sqlite>,
-    _writer: OwnedMutexGuard<()>,
-}
-
-impl Tx {
-    /// Commits.
-    pub async fn commit(self) -> Result<(), StoreError> {
-        Ok(self.inner.commit().await?)
-    }
-}
-
-impl Deref for Tx {
-    type Target = SqliteConnection;
-    fn deref(&self) -> &SqliteConnection {
-        &self.inner
-    }
-}
-
-impl DerefMut for Tx {
-    fn deref_mut(&mut self) -> &mut SqliteConnection {
-        &mut self.inner
-    }
+    /// The database cannot be opened where it was asked for.
+    #[error("{0}")]
+    Open(String),
 }
 
 /// The coordinator's database.
 #[derive(Clone)]
 pub struct Store {
-    pool: SqlitePool,
-    lock: Arc<Mutex<()>>,
-    writer: writer::Writer,
+    backend: Backend,
+}
+
+#[derive(Clone)]
+enum Backend {
+    Sqlite(sqlite::SqliteStore),
 }
 
 impl Store {
-    /// Opens (creating if needed) the database at `path` and applies migrations.
+    /// Opens (creating if needed) the SQLite database at `path` and applies migrations.
     pub async fn open(path: &Path) -> Result<Store, StoreError> {
-        let options = SqliteConnectOptions::from_str(&format!("sqlite://{}", path.display()))?
-            .create_if_missing(true)
-            .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Normal)
-            .foreign_keys(true)
-            .busy_timeout(Duration::from_secs(10));
-        let pool = SqlitePoolOptions::new()
-            .max_connections(4)
-            .connect_with(options)
-            .await?;
-        sqlx::migrate!("../migrations").run(&pool).await?;
-        let lock = Arc::new(Mutex::new(()));
-        let writer = writer::Writer::start(path, lock.clone())?;
-        Ok(Store { pool, lock, writer })
-    }
-
-    /// Starts a write transaction (`BEGIN IMMEDIATE`: the write lock is taken up front,
-    /// so two claims can never interleave).
-    pub async fn begin(&self) -> Result<Tx, StoreError> {
-        let writer = self.lock.clone().lock_owned().await;
-        Ok(Tx {
-            inner: self.pool.begin_with("BEGIN IMMEDIATE").await?,
-            _writer: writer,
+        Ok(Store {
+            backend: Backend::Sqlite(sqlite::SqliteStore::open(path).await?),
         })
     }
 
-    /// Runs `f` on the writer thread, in a transaction committed with whatever other
-    /// writes are queued (see [`writer`]). `f` must check its input before it writes:
-    /// an `Err` after changing rows rolls back the whole batch.
+    /// Runs `f` in a write transaction, committed (with whatever other writes the backend
+    /// batches with it) before this returns. `f` must check its input before it writes:
+    /// an `Err` after changing rows rolls back the transaction.
     pub async fn write<T, E, F>(&self, f: F) -> Result<T, E>
     where
-        F: FnOnce(&rusqlite::Connection) -> Result<T, E> + Send + 'static,
+        F: FnOnce(&mut dyn Tx) -> Result<T, E> + Send + 'static,
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
-        self.writer.write(f).await
+        match &self.backend {
+            Backend::Sqlite(s) => s.write(f).await,
+        }
     }
 
-    /// The writer thread's running totals (queue wait, run time, batches).
-    pub fn writer_stats(&self) -> writer::WriterTotals {
-        self.writer.stats()
+    /// Runs `f` against a consistent snapshot (writes from it fail).
+    pub async fn read<T, E, F>(&self, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut dyn Tx) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        match &self.backend {
+            Backend::Sqlite(s) => s.read(f).await,
+        }
     }
 
-    /// The pool, for reads.
-    pub fn pool(&self) -> &SqlitePool {
-        &self.pool
+    /// The writer's running totals (queue wait, run time, batches).
+    pub fn writer_stats(&self) -> WriterTotals {
+        match &self.backend {
+            Backend::Sqlite(s) => s.writer_stats(),
+        }
     }
 }
 
-/// Parses a stored JSON column.
+/// Parses a stored JSON value.
 pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
     text: &str,
     what: &str,

@@ -13,9 +13,9 @@ use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{NoControl, RunOptions, Walker};
 use e2fleet_engine::{FillOrder, Unit, UnitResult};
 use e2fleet_proto::convert::{path_from_wire, result_to_wire};
-use e2fleet_proto::v1;
-use e2fleet_proto::v1::operator_service_client::OperatorServiceClient;
-use e2fleet_proto::v1::worker_service_client::WorkerServiceClient;
+use e2fleet_proto::v2;
+use e2fleet_proto::v2::operator_service_client::OperatorServiceClient;
+use e2fleet_proto::v2::worker_service_client::WorkerServiceClient;
 use tonic::transport::Channel;
 use tonic::{Request, Status};
 
@@ -48,7 +48,7 @@ impl Coordinator {
             store,
             FleetConfig {
                 lease: Duration::from_secs(30),
-                quarantine_after,
+                quarantine_after: quarantine_after as u64,
                 enroll_token: ENROLL.into(),
                 admin_token: ADMIN.into(),
             },
@@ -122,7 +122,7 @@ impl Coordinator {
         let r = self
             .operator()
             .await
-            .submit_job(admin(v1::SubmitJobRequest {
+            .submit_job(admin(v2::SubmitJobRequest {
                 name: name.into(),
                 puzzle_json: to_site_json(&p),
                 order: "row-major".into(),
@@ -138,15 +138,32 @@ impl Coordinator {
         r.job_id
     }
 
+    /// A job's status as the JSON the API serves (tests index it by key).
     pub async fn job(&self, id: &str) -> serde_json::Value {
         let r = self
             .operator()
             .await
-            .get_job(admin(v1::GetJobRequest { job_id: id.into() }))
+            .get_job(admin(v2::GetJobRequest { job_id: id.into() }))
             .await
             .unwrap()
             .into_inner();
-        serde_json::from_str(&r.json).unwrap()
+        let status = e2fleet_proto::api::status::JobStatus::try_from(&r).unwrap();
+        serde_json::to_value(status).unwrap()
+    }
+
+    /// The workers as the JSON the API serves.
+    #[allow(dead_code)]
+    pub async fn workers(&self) -> serde_json::Value {
+        let r = self
+            .operator()
+            .await
+            .list_workers(admin(v2::ListWorkersRequest {}))
+            .await
+            .unwrap()
+            .into_inner();
+        let workers: Vec<e2fleet_proto::api::status::WorkerStatus> =
+            r.workers.iter().map(|w| w.try_into().unwrap()).collect();
+        serde_json::to_value(workers).unwrap()
     }
 }
 
@@ -199,9 +216,9 @@ impl SimWorker {
     ) -> SimWorker {
         let mut client = WorkerServiceClient::connect(url.to_string()).await.unwrap();
         let r = client
-            .register_worker(v1::RegisterWorkerRequest {
+            .register_worker(v2::RegisterWorkerRequest {
                 enroll_token: ENROLL.into(),
-                host: Some(v1::HostInfo {
+                host: Some(v2::HostInfo {
                     hostname: hostname.into(),
                     cpu_model: cpu_model.into(),
                     cores: 2,
@@ -209,7 +226,7 @@ impl SimWorker {
                     os: "linux".into(),
                     rustc_version: String::new(),
                     worker_version: "test".into(),
-                    engine_kind: "reference".into(),
+                    engine_kind: v2::EngineKind::Reference.into(),
                     engine_release: "reference-test".into(),
                     target_features: String::new(),
                 }),
@@ -236,12 +253,12 @@ impl SimWorker {
         r
     }
 
-    pub async fn lease(&mut self, n: u32) -> Result<Vec<v1::Lease>, Status> {
+    pub async fn lease(&mut self, n: u32) -> Result<Vec<v2::Lease>, Status> {
         let r = self
             .client
-            .lease_units(self.req(v1::LeaseUnitsRequest {
+            .lease_units(self.req(v2::LeaseUnitsRequest {
                 max_units: n,
-                engine_kind: "reference".into(),
+                engine_kind: v2::EngineKind::Reference.into(),
                 engine_build: "sim".into(),
             }))
             .await?;
@@ -254,7 +271,7 @@ impl SimWorker {
         }
         let spec = self
             .client
-            .get_job_spec(self.req(v1::GetJobSpecRequest {
+            .get_job_spec(self.req(v2::GetJobSpecRequest {
                 job_id: job_id.into(),
             }))
             .await
@@ -268,7 +285,7 @@ impl SimWorker {
     }
 
     /// Walks a leased unit as the worker would.
-    pub async fn compute(&mut self, lease: &v1::Lease) -> UnitResult {
+    pub async fn compute(&mut self, lease: &v2::Lease) -> UnitResult {
         let plan = self.plan(&lease.job_id).await;
         let unit = Unit {
             prefix: path_from_wire(&lease.prefix, "prefix").unwrap(),
@@ -289,19 +306,21 @@ impl SimWorker {
         r
     }
 
-    pub async fn report(&mut self, lease: &v1::Lease, r: &UnitResult) -> Result<String, Status> {
+    pub async fn report(&mut self, lease: &v2::Lease, r: &UnitResult) -> Result<String, Status> {
         let resp = self
             .client
-            .report_result(self.req(v1::ReportResultRequest {
+            .report_result(self.req(v2::ReportResultRequest {
                 lease_id: lease.lease_id.clone(),
                 unit_id: lease.unit_id,
                 result: Some(result_to_wire(r)),
                 engine_seconds: 0.1,
-                engine_kind: "reference".into(),
+                engine_kind: v2::EngineKind::Reference.into(),
                 engine_build: "sim".into(),
             }))
             .await?;
-        Ok(resp.into_inner().status)
+        let status = e2fleet_proto::convert::report_status_from_wire(resp.into_inner().status)
+            .expect("a known status");
+        Ok(status.as_str().to_string())
     }
 
     /// Leases, computes and reports until no work is left for it; returns units done.

@@ -1,7 +1,7 @@
 //! Scenarios from the coordinator issue: exact totals, expiry, duplicates, liars,
 //! restarts, bad credentials and malformed requests.
 
-use e2fleet_proto::v1;
+use e2fleet_proto::v2;
 use tonic::Code;
 
 use crate::harness::*;
@@ -98,16 +98,7 @@ async fn a_liar_is_outvoted_and_its_host_quarantined() {
     assert_eq!(doc["state"], "complete");
     assert_eq!(doc["nodes_total"], 4_470, "the lie never reaches the total");
     assert_eq!(doc["conservation_ok"], true);
-    let workers: serde_json::Value = serde_json::from_str(
-        &c.operator()
-            .await
-            .list_workers(admin(v1::ListWorkersRequest {}))
-            .await
-            .unwrap()
-            .into_inner()
-            .json,
-    )
-    .unwrap();
+    let workers = c.workers().await;
     let liar_row = workers
         .as_array()
         .unwrap()
@@ -124,7 +115,7 @@ async fn a_liar_is_outvoted_and_its_host_quarantined() {
     let released = c
         .operator()
         .await
-        .release_host(admin(v1::ReleaseHostRequest {
+        .release_host(admin(v2::ReleaseHostRequest {
             hostname: "liar".into(),
         }))
         .await
@@ -151,7 +142,7 @@ async fn a_restart_on_the_same_database_loses_nothing() {
     let mut w2 = SimWorker::register(&c.url, "w2", Behaviour::Honest).await;
     // the old worker's token survives the restart and its report is still accepted
     w.client =
-        e2fleet_proto::v1::worker_service_client::WorkerServiceClient::connect(c.url.clone())
+        e2fleet_proto::v2::worker_service_client::WorkerServiceClient::connect(c.url.clone())
             .await
             .unwrap();
     for l in &held {
@@ -183,14 +174,15 @@ async fn wrong_credentials_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let c = Coordinator::start(&temp_db(&dir), 3).await;
     let job = c.submit("brendan/set1/pieces_03x03.txt", 2, 0, 1).await;
-    let mut client = v1::worker_service_client::WorkerServiceClient::connect(c.url.clone())
+    let mut client = v2::worker_service_client::WorkerServiceClient::connect(c.url.clone())
         .await
         .unwrap();
     let err = client
-        .register_worker(v1::RegisterWorkerRequest {
+        .register_worker(v2::RegisterWorkerRequest {
             enroll_token: "guess".into(),
-            host: Some(v1::HostInfo {
+            host: Some(v2::HostInfo {
                 hostname: "x".into(),
+                engine_kind: v2::EngineKind::Reference.into(),
                 ..Default::default()
             }),
             previous_worker_id: String::new(),
@@ -214,13 +206,13 @@ async fn wrong_credentials_are_refused() {
     // operator calls need the admin token
     let mut op = c.operator().await;
     let err = op
-        .get_job(v1::GetJobRequest {
+        .get_job(v2::GetJobRequest {
             job_id: job.clone(),
         })
         .await
         .unwrap_err();
     assert_eq!(err.code(), Code::Unauthenticated);
-    let mut bad = tonic::Request::new(v1::ListJobsRequest {});
+    let mut bad = tonic::Request::new(v2::ListJobsRequest {});
     bad.metadata_mut()
         .insert("authorization", "Bearer wrong".parse().unwrap());
     assert_eq!(
@@ -258,10 +250,10 @@ async fn malformed_requests_get_clear_errors_and_harm_nothing() {
         Code::NotFound
     );
     // an oversized message
-    let huge = v1::ReportResultRequest {
+    let huge = v2::ReportResultRequest {
         lease_id: l.lease_id.clone(),
         unit_id: l.unit_id,
-        result: Some(v1::UnitResult {
+        result: Some(v2::UnitResult {
             nodes_by_depth: vec![1; 3_000_000],
             ..Default::default()
         }),
@@ -279,7 +271,7 @@ async fn malformed_requests_get_clear_errors_and_harm_nothing() {
     let err = c
         .operator()
         .await
-        .submit_job(admin(v1::SubmitJobRequest {
+        .submit_job(admin(v2::SubmitJobRequest {
             name: "bad".into(),
             puzzle_json: "{\"width\":2,\"height\":2,\"pieces\":[[0,1,0,1]]}".into(),
             order: "row-major".into(),

@@ -5,13 +5,14 @@
 use e2fleet_engine::UnitResult;
 use e2fleet_engine::search::{NoControl, RunOptions, Walker};
 use e2fleet_engine::suite::resolve;
+use e2fleet_proto::api::{Verdict, VerificationOutcome};
 use e2fleet_proto::convert::{result_to_wire, suite_unit_from_wire};
-use e2fleet_proto::v1;
+use e2fleet_proto::v2;
 
 use crate::harness::*;
 
 /// The exact result of a suite unit (the reference walker).
-fn run_unit(spec: &v1::SuiteUnitSpec) -> UnitResult {
+fn run_unit(spec: &v2::SuiteUnitSpec) -> UnitResult {
     let unit = suite_unit_from_wire(spec);
     let resolved = resolve(&unit).unwrap();
     Walker::new(&resolved.plan)
@@ -29,10 +30,10 @@ fn run_unit(spec: &v1::SuiteUnitSpec) -> UnitResult {
 impl SimWorker {
     /// Fetches the suite (only what this class lacks), runs it, lying on `lie_on` units,
     /// and submits; returns the coordinator's answer.
-    pub async fn verify(&mut self, suite: &str, lie_on: &[&str]) -> v1::SubmitVerificationResponse {
+    pub async fn verify(&mut self, suite: &str, lie_on: &[&str]) -> VerificationOutcome {
         let r = self
             .client
-            .get_suite(self.req(v1::GetSuiteRequest {
+            .get_suite(self.req(v2::GetSuiteRequest {
                 suite: suite.into(),
                 only_missing: true,
             }))
@@ -40,7 +41,8 @@ impl SimWorker {
             .unwrap()
             .into_inner();
         if r.units.is_empty() {
-            return v1::SubmitVerificationResponse::default();
+            return VerificationOutcome::try_from(&v2::SubmitVerificationResponse::default())
+                .unwrap();
         }
         let results = r
             .units
@@ -52,7 +54,7 @@ impl SimWorker {
                     result.nodes_by_depth[d] += 1;
                     result.committed += 1;
                 }
-                v1::VerificationResult {
+                v2::VerificationResult {
                     unit: u.name.clone(),
                     result: Some(result_to_wire(&result)),
                     engine_seconds: 0.01,
@@ -60,14 +62,16 @@ impl SimWorker {
                 }
             })
             .collect();
-        self.client
-            .submit_verification(self.req(v1::SubmitVerificationRequest {
+        let answer = self
+            .client
+            .submit_verification(self.req(v2::SubmitVerificationRequest {
                 suite: r.suite,
                 results,
             }))
             .await
             .unwrap()
-            .into_inner()
+            .into_inner();
+        VerificationOutcome::try_from(&answer).unwrap()
     }
 }
 
@@ -75,13 +79,14 @@ async fn matrix(c: &Coordinator, suite: &str) -> serde_json::Value {
     let r = c
         .operator()
         .await
-        .verification_matrix(admin(v1::VerificationMatrixRequest {
+        .verification_matrix(admin(v2::VerificationMatrixRequest {
             suite: suite.into(),
         }))
         .await
         .unwrap()
         .into_inner();
-    serde_json::from_str(&r.json).unwrap()
+    let matrix = e2fleet_proto::api::status::VerificationMatrix::try_from(&r).unwrap();
+    serde_json::to_value(matrix).unwrap()
 }
 
 fn class_of<'a>(m: &'a serde_json::Value, cpu: &str) -> &'a serde_json::Value {
@@ -110,7 +115,7 @@ async fn two_classes_agree_a_third_disagrees_and_gets_no_real_work() {
         "the whole default suite is handed out"
     );
     assert!(
-        ra.verdicts.iter().all(|v| v.verdict == "agrees"),
+        ra.verdicts.iter().all(|v| v.verdict == Verdict::Agrees),
         "{:?}",
         ra.verdicts
     );
@@ -122,13 +127,13 @@ async fn two_classes_agree_a_third_disagrees_and_gets_no_real_work() {
         .iter()
         .find(|v| v.unit == "easy-root-budget")
         .unwrap();
-    assert_eq!(v.verdict, "DISAGREES");
+    assert_eq!(v.verdict, Verdict::Disagrees);
     assert!(v.detail.contains("first differing depth"), "{}", v.detail);
 
     // a class that has run everything gets nothing more to run
     let again = a
         .client
-        .get_suite(a.req(v1::GetSuiteRequest {
+        .get_suite(a.req(v2::GetSuiteRequest {
             suite: String::new(),
             only_missing: true,
         }))
@@ -183,7 +188,7 @@ async fn expected_results_are_fixed_by_two_agreeing_classes() {
     let r = c
         .operator()
         .await
-        .submit_suite(admin(v1::SubmitSuiteRequest {
+        .submit_suite(admin(v2::SubmitSuiteRequest {
             name: "mine".into(),
             suite_json: suite.into(),
         }))
@@ -197,12 +202,12 @@ async fn expected_results_are_fixed_by_two_agreeing_classes() {
     let mut b = SimWorker::register_as(&c.url, "b1", "CPU Beta", Behaviour::Honest).await;
     let mut g = SimWorker::register_as(&c.url, "g1", "CPU Gamma", Behaviour::Honest).await;
     let first = a1.verify("mine", &[]).await;
-    assert!(first.verdicts.iter().all(|v| v.verdict == "pending"));
+    assert!(first.verdicts.iter().all(|v| v.verdict == Verdict::Pending));
     assert!(!first.class_flagged, "nothing to disagree with yet");
     // a second host of the same class is not independent confirmation
     let same_class = a2
         .client
-        .submit_verification(a2.req(v1::SubmitVerificationRequest {
+        .submit_verification(a2.req(v2::SubmitVerificationRequest {
             suite: "mine".into(),
             results: vec![],
         }))
@@ -224,7 +229,7 @@ async fn expected_results_are_fixed_by_two_agreeing_classes() {
 
     let second = b.verify("mine", &[]).await;
     assert!(
-        second.verdicts.iter().all(|v| v.verdict == "agrees"),
+        second.verdicts.iter().all(|v| v.verdict == Verdict::Agrees),
         "{:?}",
         second.verdicts
     );
@@ -278,7 +283,7 @@ async fn bad_suites_are_refused_with_the_unit_named() {
         let err = c
             .operator()
             .await
-            .submit_suite(admin(v1::SubmitSuiteRequest {
+            .submit_suite(admin(v2::SubmitSuiteRequest {
                 name: "bad".into(),
                 suite_json: json.into(),
             }))
@@ -291,7 +296,7 @@ async fn bad_suites_are_refused_with_the_unit_named() {
     let err = c
         .operator()
         .await
-        .submit_suite(admin(v1::SubmitSuiteRequest {
+        .submit_suite(admin(v2::SubmitSuiteRequest {
             name: "default".into(),
             suite_json: "[]".into(),
         }))
@@ -303,7 +308,7 @@ async fn bad_suites_are_refused_with_the_unit_named() {
     let err = c
         .operator()
         .await
-        .submit_suite(v1::SubmitSuiteRequest {
+        .submit_suite(v2::SubmitSuiteRequest {
             name: "x".into(),
             suite_json: "[]".into(),
         })
@@ -323,20 +328,16 @@ async fn an_upgraded_built_in_suite_replaces_the_stored_one() {
     // as an older coordinator would have left it: a different default suite
     {
         let store = e2fleet_coordinator::store::Store::open(&db).await.unwrap();
-        let mut tx = store.begin().await.unwrap();
-        e2fleet_coordinator::store::verification::replace_suite(
-            &mut tx,
-            "default",
-            &[(
-                "old-unit".into(),
-                r#"{"name":"old-unit","puzzle":"brendan-set1-04x04","order":"row-major","prefix_depth":0,"prefix_index":0,"budget":null,"speed":false,"expected":null}"#.into(),
-                None,
-            )],
-            1,
-        )
-        .await
-        .unwrap();
-        tx.commit().await.unwrap();
+        let old = e2fleet_coordinator::store::SuiteUnitRecord {
+            name: "old-unit".into(),
+            spec: serde_json::from_str(r#"{"name":"old-unit","puzzle":"brendan-set1-04x04","order":"row-major","prefix_depth":0,"prefix_index":0,"budget":null,"speed":false,"expected":null}"#).unwrap(),
+            expected: None,
+            expected_source: String::new(),
+        };
+        store
+            .write(move |tx| tx.replace_suite("default", &[old], 1))
+            .await
+            .unwrap();
     }
     let c = Coordinator::start(&db, 3).await;
     let m = matrix(&c, "").await;

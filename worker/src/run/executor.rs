@@ -7,28 +7,20 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use e2fleet_engine::Unit;
 use e2fleet_engine::engine::Engine;
 use e2fleet_engine::search::RunOptions;
 use e2fleet_proto::REPORT_MAX_SOLUTIONS;
+use e2fleet_proto::api::{JobId, Lease, LeaseId};
 use tokio::sync::mpsc::UnboundedSender;
-use tracing::{error, info};
+use tracing::{error, info, info_span};
 
 use super::journal::Entry;
 use crate::engine_args::EngineFactory;
 
 /// A leased unit ready to walk.
 pub struct Task {
-    /// Lease id.
-    pub lease_id: String,
-    /// Unit id.
-    pub unit_id: i64,
-    /// Job id.
-    pub job_id: String,
-    /// The unit.
-    pub unit: Unit,
-    /// Node budget.
-    pub budget: Option<u64>,
+    /// The lease (unit, job, budget).
+    pub lease: Lease,
     /// The engine for its job.
     pub engine: Arc<EngineFactory>,
 }
@@ -40,7 +32,7 @@ pub enum Outcome {
     /// The engine failed on this lease (the lease will expire and be re-run elsewhere).
     Failed {
         /// Lease id.
-        lease_id: String,
+        lease_id: LeaseId,
         /// What went wrong.
         error: String,
     },
@@ -50,8 +42,8 @@ pub enum Outcome {
 struct Shared {
     queue: Mutex<VecDeque<Task>>,
     ready: Condvar,
-    running: Mutex<HashMap<String, Arc<AtomicU64>>>,
-    stop_leases: Mutex<HashSet<String>>,
+    running: Mutex<HashMap<LeaseId, Arc<AtomicU64>>>,
+    stop_leases: Mutex<HashSet<LeaseId>>,
     stop_all: AtomicBool,
     exit: AtomicBool,
     paused: AtomicBool,
@@ -100,14 +92,14 @@ impl Executor {
     }
 
     /// Every lease held (queued or running) with its progress.
-    pub fn held(&self) -> Vec<(String, u64)> {
-        let mut out: Vec<(String, u64)> = self
+    pub fn held(&self) -> Vec<(LeaseId, u64)> {
+        let mut out: Vec<(LeaseId, u64)> = self
             .shared
             .running
             .lock()
             .expect("running")
             .iter()
-            .map(|(id, p)| (id.clone(), p.load(Ordering::Relaxed)))
+            .map(|(id, p)| (*id, p.load(Ordering::Relaxed)))
             .collect();
         out.extend(
             self.shared
@@ -115,36 +107,36 @@ impl Executor {
                 .lock()
                 .expect("queue")
                 .iter()
-                .map(|t| (t.lease_id.clone(), 0)),
+                .map(|t| (t.lease.lease_id, 0)),
         );
         out
     }
 
     /// Stops one lease: a queued one is dropped, a running one stops and reports.
-    pub fn stop_lease(&self, lease_id: &str) {
+    pub fn stop_lease(&self, lease_id: LeaseId) {
         self.shared
             .queue
             .lock()
             .expect("queue")
-            .retain(|t| t.lease_id != lease_id);
+            .retain(|t| t.lease.lease_id != lease_id);
         self.shared
             .stop_leases
             .lock()
             .expect("stop set")
-            .insert(lease_id.to_string());
+            .insert(lease_id);
     }
 
     /// Stops everything: running units stop at once and report their exact cursor;
     /// queued ones are dropped (their leases expire and are re-run elsewhere).
-    pub fn stop_all(&self) -> Vec<String> {
+    pub fn stop_all(&self) -> Vec<LeaseId> {
         self.shared.stop_all.store(true, Ordering::SeqCst);
-        let dropped: Vec<String> = self
+        let dropped: Vec<LeaseId> = self
             .shared
             .queue
             .lock()
             .expect("queue")
             .drain(..)
-            .map(|t| t.lease_id)
+            .map(|t| t.lease.lease_id)
             .collect();
         self.shared.ready.notify_all();
         dropped
@@ -181,7 +173,7 @@ impl Executor {
 }
 
 fn engine_thread(shared: Arc<Shared>, results: UnboundedSender<Outcome>) {
-    let mut engines: HashMap<String, Box<dyn Engine>> = HashMap::new();
+    let mut engines: HashMap<JobId, Box<dyn Engine>> = HashMap::new();
     loop {
         let task = {
             let mut q = shared.queue.lock().expect("queue");
@@ -200,17 +192,21 @@ fn engine_thread(shared: Arc<Shared>, results: UnboundedSender<Outcome>) {
             }
         };
         let Some(task) = task else { return };
+        let lease = &task.lease;
+        // one span per unit, with the ids the coordinator's log shows for it too
+        let _unit = info_span!("unit", lease_id = %lease.lease_id, unit_id = %lease.unit_id, job_id = %lease.job_id).entered();
+        info!(budget = ?lease.budget, prefix_depth = lease.unit.prefix.len(), "unit started");
         let progress = Arc::new(AtomicU64::new(0));
         shared
             .running
             .lock()
             .expect("running")
-            .insert(task.lease_id.clone(), progress.clone());
+            .insert(lease.lease_id, progress.clone());
         let engine = engines
-            .entry(task.job_id.clone())
+            .entry(lease.job_id)
             .or_insert_with(|| task.engine.make());
         let started = Instant::now();
-        let lease_id = task.lease_id.clone();
+        let lease_id = lease.lease_id;
         let shared_c = shared.clone();
         let mut control = move |committed: u64| {
             progress.store(committed, Ordering::Relaxed);
@@ -227,16 +223,16 @@ fn engine_thread(shared: Arc<Shared>, results: UnboundedSender<Outcome>) {
                     .contains(&lease_id)
         };
         let options = RunOptions {
-            budget: task.budget,
+            budget: lease.budget,
             max_solutions: REPORT_MAX_SOLUTIONS,
         };
-        let outcome = engine.run(&task.unit, options, &mut control);
+        let outcome = engine.run(&lease.unit, options, &mut control);
         let elapsed = started.elapsed();
         shared
             .running
             .lock()
             .expect("running")
-            .remove(&task.lease_id);
+            .remove(&lease.lease_id);
         match outcome {
             Ok(result) => {
                 {
@@ -244,24 +240,28 @@ fn engine_thread(shared: Arc<Shared>, results: UnboundedSender<Outcome>) {
                     t.0 += result.committed;
                     t.1 += elapsed.as_nanos();
                 }
-                if result.cursor.is_some() && !result.finished() {
-                    info!(lease_id = %task.lease_id, committed = result.committed, "unit stopped with a cursor");
-                }
+                info!(
+                    committed = result.committed,
+                    finished = result.finished(),
+                    seconds = elapsed.as_secs_f64(),
+                    "unit walked"
+                );
                 let _ = results.send(Outcome::Done(Box::new(Entry {
-                    lease_id: task.lease_id,
-                    unit_id: task.unit_id,
-                    job_id: task.job_id,
+                    lease_id: lease.lease_id,
+                    unit_id: lease.unit_id,
+                    job_id: lease.job_id,
                     result,
                     engine_seconds: elapsed.as_secs_f64(),
-                    engine_kind: engine.kind().to_string(),
+                    engine_kind: engine.kind(),
                     engine_build: engine.build_id(),
                 })));
             }
             Err(e) => {
-                error!(lease_id = %task.lease_id, error = %e, "engine failed on a unit");
-                engines.remove(&task.job_id);
+                error!(error = %e, "engine failed on a unit");
+                let job_id = lease.job_id;
+                engines.remove(&job_id);
                 let _ = results.send(Outcome::Failed {
-                    lease_id: task.lease_id,
+                    lease_id,
                     error: e.to_string(),
                 });
             }

@@ -9,25 +9,42 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 use e2fleet_engine::UnitResult;
+use e2fleet_engine::engine::EngineKind;
+use e2fleet_proto::api::{JobId, LeaseId, Report, UnitId};
 use serde::{Deserialize, Serialize};
 
-/// One result waiting for its acknowledgement.
+/// One result waiting for its acknowledgement (the file format is this struct as JSON:
+/// ids as text, the unit id as a number).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct Entry {
     /// The lease it answers.
-    pub lease_id: String,
+    pub lease_id: LeaseId,
     /// The unit.
-    pub unit_id: i64,
+    pub unit_id: UnitId,
     /// The job.
-    pub job_id: String,
+    pub job_id: JobId,
     /// The exact result.
     pub result: UnitResult,
     /// Engine-thread seconds.
     pub engine_seconds: f64,
     /// Engine kind.
-    pub engine_kind: String,
+    pub engine_kind: EngineKind,
     /// Engine build id.
     pub engine_build: String,
+}
+
+impl Entry {
+    /// The report this entry becomes.
+    pub fn report(&self) -> Report {
+        Report {
+            lease_id: self.lease_id,
+            unit_id: self.unit_id,
+            result: self.result.clone(),
+            engine_seconds: self.engine_seconds,
+            engine_kind: self.engine_kind,
+            engine_build: self.engine_build.clone(),
+        }
+    }
 }
 
 /// The journal directory.
@@ -44,27 +61,23 @@ impl Journal {
         Ok(Journal { dir })
     }
 
-    fn path(&self, lease_id: &str) -> PathBuf {
-        // lease ids are UUIDs from the coordinator; keep file names safe whatever they are
-        let safe: String = lease_id
-            .chars()
-            .map(|c| {
-                if c.is_ascii_alphanumeric() || c == '-' {
-                    c
-                } else {
-                    '_'
-                }
-            })
-            .collect();
-        self.dir.join(format!("{safe}.json"))
+    fn path(&self, lease_id: LeaseId) -> PathBuf {
+        // a lease id is a parsed UUID: always a safe file name
+        self.dir.join(format!("{lease_id}.json"))
     }
 
-    /// Writes an entry durably: temp file, fsync, rename, fsync the directory.
+    /// Writes an entry durably (`0600`): temp file, fsync, rename, fsync the directory.
     pub fn write(&self, entry: &Entry) -> Result<()> {
-        let path = self.path(&entry.lease_id);
+        use std::os::unix::fs::OpenOptionsExt;
+        let path = self.path(entry.lease_id);
         let tmp = path.with_extension("tmp");
-        let mut f =
-            File::create(&tmp).with_context(|| format!("cannot write {}", tmp.display()))?;
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
         f.write_all(serde_json::to_string(entry)?.as_bytes())?;
         f.sync_all()?;
         fs::rename(&tmp, &path)?;
@@ -101,7 +114,7 @@ impl Journal {
     }
 
     /// Removes an acknowledged entry.
-    pub fn remove(&self, lease_id: &str) -> Result<()> {
+    pub fn remove(&self, lease_id: LeaseId) -> Result<()> {
         match fs::remove_file(self.path(lease_id)) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(e.into()),
             _ => Ok(()),
@@ -109,7 +122,7 @@ impl Journal {
     }
 
     /// Moves an entry the coordinator refused for good into `rejected/`.
-    pub fn reject(&self, lease_id: &str) -> Result<()> {
+    pub fn reject(&self, lease_id: LeaseId) -> Result<()> {
         let p = self.path(lease_id);
         let _ = fs::rename(
             &p,

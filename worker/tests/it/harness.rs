@@ -5,9 +5,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use e2fleet_coordinator::fleet::{Fleet, FleetConfig, JobRequest, system_clock};
+use e2fleet_coordinator::fleet::{Fleet, FleetConfig, system_clock};
 use e2fleet_coordinator::store::Store;
 use e2fleet_engine::formats::{LoadOptions, load_file, to_site_json};
+use e2fleet_proto::api::JobRequest;
 
 pub const ENROLL: &str = "enroll-test";
 
@@ -78,20 +79,28 @@ impl Coordinator {
             .submit_job(JobRequest {
                 name: rel.into(),
                 puzzle_json: to_site_json(&p),
-                order: "row-major".into(),
+                order: None,
                 split_depth: Some(split_depth),
-                target_units: 0,
+                target_units: None,
                 budget,
                 replicas: 1,
                 spot_check: 0.0,
             })
             .await
             .unwrap()
-            .0
+            .job_id
+            .to_string()
     }
 
+    /// A job's status as the JSON the API serves (tests index it by key).
     pub async fn job(&self, id: &str) -> serde_json::Value {
-        self.fleet.job_status(id).await.unwrap()
+        let status = self.fleet.job_status(id.parse().unwrap()).await.unwrap();
+        serde_json::to_value(status).unwrap()
+    }
+
+    /// A suite's conformance matrix as the JSON the API serves.
+    pub async fn matrix(&self, suite: &str) -> serde_json::Value {
+        serde_json::to_value(self.fleet.verification_matrix(suite).await.unwrap()).unwrap()
     }
 
     /// Polls until the job is complete (or panics after `limit`).
@@ -133,38 +142,11 @@ pub fn puzzle_path(rel: &str) -> PathBuf {
         .join(rel)
 }
 
-/// A worker process.
-pub struct Worker(pub Child);
+/// A child process, killed (SIGKILL) when dropped.
+pub struct Proc(pub Child);
 
-impl Worker {
-    pub fn start(url: &str, data_dir: &Path, hostname: &str, extra: &[&str]) -> Worker {
-        let log = std::fs::File::create(data_dir.with_extension("log")).unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_e2fleet-worker"))
-            .args([
-                "run",
-                "--coordinator",
-                url,
-                "--token",
-                ENROLL,
-                "--threads",
-                "2",
-                "--nice",
-                "0",
-            ])
-            .arg("--data-dir")
-            .arg(data_dir)
-            .args(["--hostname", hostname])
-            .arg("--cache-dir")
-            .arg(std::env::temp_dir().join("e2fleet-worker-test-cache"))
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .unwrap();
-        Worker(child)
-    }
-
+impl Proc {
+    /// Sends a signal (`-TERM`, `-KILL`, ...).
     pub fn signal(&self, sig: &str) {
         Command::new("kill")
             .args([sig, &self.0.id().to_string()])
@@ -172,24 +154,126 @@ impl Worker {
             .unwrap();
     }
 
+    /// Whether it still runs.
+    #[allow(dead_code)]
+    pub fn alive(&mut self) -> bool {
+        self.0.try_wait().unwrap().is_none()
+    }
+
     /// Waits for the process to exit (bounded).
-    pub async fn wait(mut self, limit: Duration) -> std::process::ExitStatus {
+    pub async fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
         let start = Instant::now();
         loop {
             if let Some(s) = self.0.try_wait().unwrap() {
                 return s;
             }
-            assert!(start.elapsed() < limit, "worker did not exit in {limit:?}");
+            assert!(start.elapsed() < limit, "process did not exit in {limit:?}");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
     }
 }
 
-impl Drop for Worker {
+impl Drop for Proc {
     fn drop(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// Starts a worker process with two engine threads; its log is `<data_dir>.log`.
+pub fn worker(url: &str, data_dir: &Path, hostname: &str, extra: &[&str]) -> Proc {
+    worker_with(url, data_dir, hostname, 2, extra, false)
+}
+
+/// Starts a worker process with `threads` engine threads, in its own process group when
+/// `own_group` (as service managers start it); its log is `<data_dir>.log`.
+pub fn worker_with(
+    url: &str,
+    data_dir: &Path,
+    hostname: &str,
+    threads: u32,
+    extra: &[&str],
+    own_group: bool,
+) -> Proc {
+    use std::os::unix::process::CommandExt;
+    let log = std::fs::File::create(data_dir.with_extension("log")).unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_e2fleet-worker"));
+    cmd.args(["run", "--coordinator", url, "--token", ENROLL])
+        .args(["--threads", &threads.to_string(), "--nice", "0"])
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--hostname", hostname])
+        .arg("--cache-dir")
+        .arg(std::env::temp_dir().join("e2fleet-worker-test-cache"))
+        .args(extra)
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::null())
+        .stderr(log);
+    if own_group {
+        cmd.process_group(0);
+    }
+    Proc(cmd.spawn().unwrap())
+}
+
+/// The coordinator binary next to the worker binary (built on demand when this crate's
+/// tests run alone).
+pub fn coordinator_bin() -> PathBuf {
+    let bin =
+        PathBuf::from(env!("CARGO_BIN_EXE_e2fleet-worker")).with_file_name("e2fleet-coordinator");
+    if !bin.exists() {
+        let status = Command::new(env!("CARGO"))
+            .args(["build", "-p", "e2fleet-coordinator"])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    bin
+}
+
+/// The admin token of coordinator processes started by [`serve`].
+pub const ADMIN: &str = "admin";
+
+/// Starts the coordinator binary (3 s leases); returns it and its URL.
+pub fn serve(db: &Path, listen: &str, extra: &[&str]) -> (Proc, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = Command::new(coordinator_bin())
+        .args(["serve", "--listen", listen, "--lease-seconds", "3"])
+        .arg("--db")
+        .arg(db)
+        .args(extra)
+        .env("E2FLEET_ENROLL_TOKEN", ENROLL)
+        .env("E2FLEET_ADMIN_TOKEN", ADMIN)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("coordinator printed its address")
+            .unwrap();
+        if let Some(rest) = line.strip_prefix("coordinator listening on ") {
+            break rest.split_whitespace().next().unwrap().to_string();
+        }
+    };
+    (Proc(child), addr)
+}
+
+/// Runs an admin subcommand of the coordinator binary with `--json`.
+pub fn admin(url: &str, args: &[&str]) -> serde_json::Value {
+    let out = Command::new(coordinator_bin())
+        .args(args)
+        .args(["--coordinator", url, "--admin-token", ADMIN, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
 }
 
 /// Nodes of results by verdict.

@@ -14,113 +14,20 @@
 //!   compiled engines keep running until the worker stops them and collects exact cursors;
 //! - and the whole fleet over TLS (`--tls-cert/--tls-key`, clients with `--ca-cert`).
 
-use std::io::{BufRead, BufReader};
-use std::os::unix::process::CommandExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use e2fleet_proto::v1;
-use e2fleet_proto::v1::worker_service_client::WorkerServiceClient;
+use e2fleet_proto::v2;
+use e2fleet_proto::v2::worker_service_client::WorkerServiceClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::harness::{ENROLL, puzzle_path};
+use crate::harness::{ENROLL, Proc, admin, coordinator_bin, puzzle_path, serve, worker_with};
 
 const BRENDAN_6X6_NODES: u64 = 69_284_103;
 const BRENDAN_6X6_SOLUTIONS: u64 = 260;
-
-/// The coordinator binary next to the worker binary (built on demand when this crate's
-/// tests run alone).
-fn coordinator_bin() -> PathBuf {
-    let bin =
-        PathBuf::from(env!("CARGO_BIN_EXE_e2fleet-worker")).with_file_name("e2fleet-coordinator");
-    if !bin.exists() {
-        let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "e2fleet-coordinator"])
-            .status()
-            .unwrap();
-        assert!(status.success());
-    }
-    bin
-}
-
-/// A child process killed (SIGKILL) when dropped.
-struct Proc(Child);
-
-impl Proc {
-    fn signal(&self, sig: &str) {
-        Command::new("kill")
-            .args([sig, &self.0.id().to_string()])
-            .status()
-            .unwrap();
-    }
-
-    fn alive(&mut self) -> bool {
-        self.0.try_wait().unwrap().is_none()
-    }
-
-    async fn wait(&mut self, limit: Duration) -> std::process::ExitStatus {
-        let start = Instant::now();
-        loop {
-            if let Some(s) = self.0.try_wait().unwrap() {
-                return s;
-            }
-            assert!(start.elapsed() < limit, "process did not exit in {limit:?}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-/// Starts the coordinator binary; returns it and its URL.
-fn serve(db: &Path, listen: &str, extra: &[&str]) -> (Proc, String) {
-    let mut child = Command::new(coordinator_bin())
-        .args(["serve", "--listen", listen, "--lease-seconds", "3"])
-        .arg("--db")
-        .arg(db)
-        .args(extra)
-        .env("E2FLEET_ENROLL_TOKEN", ENROLL)
-        .env("E2FLEET_ADMIN_TOKEN", "admin")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("coordinator printed its address")
-            .unwrap();
-        if let Some(rest) = line.strip_prefix("coordinator listening on ") {
-            break rest.split_whitespace().next().unwrap().to_string();
-        }
-    };
-    (Proc(child), addr)
-}
-
-/// Runs an admin subcommand with `--json`.
-fn admin(url: &str, args: &[&str]) -> serde_json::Value {
-    let out = Command::new(coordinator_bin())
-        .args(args)
-        .args(["--coordinator", url, "--admin-token", "admin", "--json"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
 
 /// Submits Brendan 6x6 split at depth 2 with a node budget per run (so units end in
 /// budget stops and continuations).
@@ -140,21 +47,7 @@ fn submit_6x6(url: &str, budget: &str, extra: &[&str]) -> String {
 
 /// Starts a worker process with one engine thread.
 fn worker(url: &str, data: &Path, host: &str, extra: &[&str], own_group: bool) -> Proc {
-    let log = std::fs::File::create(data.with_extension("log")).unwrap();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_e2fleet-worker"));
-    cmd.args(["run", "--coordinator", url, "--token", ENROLL])
-        .args(["--threads", "1", "--nice", "0", "--hostname", host])
-        .arg("--data-dir")
-        .arg(data)
-        .arg("--cache-dir")
-        .arg(std::env::temp_dir().join("e2fleet-worker-test-cache"))
-        .args(extra)
-        .stdout(Stdio::null())
-        .stderr(log);
-    if own_group {
-        cmd.process_group(0);
-    }
-    Proc(cmd.spawn().unwrap())
+    worker_with(url, data, host, 1, extra, own_group)
 }
 
 /// Polls the job until `until` holds (bounded).
@@ -475,10 +368,11 @@ async fn garbage_and_oversized_messages_are_refused_and_the_coordinator_goes_on(
         .max_encoding_message_size(64 << 20)
         .max_decoding_message_size(64 << 20);
     let reg = client
-        .register_worker(v1::RegisterWorkerRequest {
+        .register_worker(v2::RegisterWorkerRequest {
             enroll_token: ENROLL.into(),
-            host: Some(v1::HostInfo {
+            host: Some(v2::HostInfo {
                 hostname: "noisy".into(),
+                engine_kind: v2::EngineKind::Reference.into(),
                 ..Default::default()
             }),
             previous_worker_id: String::new(),
@@ -488,7 +382,7 @@ async fn garbage_and_oversized_messages_are_refused_and_the_coordinator_goes_on(
         .into_inner();
     let token = reg.worker_token.clone();
     // an oversized report (20 MiB of solutions) is refused before it is decoded
-    let huge = v1::ReportResultRequest {
+    let huge = v2::ReportResultRequest {
         lease_id: "x".repeat(20 << 20),
         ..Default::default()
     };
@@ -507,7 +401,7 @@ async fn garbage_and_oversized_messages_are_refused_and_the_coordinator_goes_on(
     let err = client
         .report_result(with_token(
             &token,
-            v1::ReportResultRequest {
+            v2::ReportResultRequest {
                 lease_id: "no-such-lease".into(),
                 ..Default::default()
             },
@@ -525,7 +419,7 @@ async fn garbage_and_oversized_messages_are_refused_and_the_coordinator_goes_on(
         "foreign lease: {err:?}"
     );
     // a wrong token
-    let mut bad = tonic::Request::new(v1::LeaseUnitsRequest {
+    let mut bad = tonic::Request::new(v2::LeaseUnitsRequest {
         max_units: 1,
         ..Default::default()
     });
@@ -544,7 +438,7 @@ async fn garbage_and_oversized_messages_are_refused_and_the_coordinator_goes_on(
     let mut grpc = tonic::client::Grpc::new(channel);
     grpc.ready().await.unwrap();
     let err = grpc
-        .unary::<Junk, v1::ReportResultResponse, _>(
+        .unary::<Junk, v2::ReportResultResponse, _>(
             with_token(
                 &token,
                 Junk {
@@ -552,7 +446,7 @@ async fn garbage_and_oversized_messages_are_refused_and_the_coordinator_goes_on(
                 },
             ),
             tonic::codegen::http::uri::PathAndQuery::from_static(
-                "/e2fleet.v1.WorkerService/ReportResult",
+                "/e2fleet.v2.WorkerService/ReportResult",
             ),
             tonic_prost::ProstCodec::default(),
         )

@@ -13,7 +13,7 @@ async fn a_job_completes_with_the_exact_total() {
     let job = c
         .submit("brendan/set1/pieces_05x05.txt", 3, Some(3_000))
         .await;
-    let _w = Worker::start(
+    let _w = worker(
         &c.url,
         &dir.path().join("w"),
         "w",
@@ -31,7 +31,7 @@ async fn sigkill_mid_unit_then_expiry_reruns_it_counted_once() {
     let dir = tempfile::tempdir().unwrap();
     let c = Coordinator::start(&dir.path().join("c.db"), 0, Duration::from_secs(2)).await;
     let job = c.submit(SET1_6X6, 1, None).await;
-    let w = Worker::start(
+    let mut w = worker(
         &c.url,
         &dir.path().join("w1"),
         "w1",
@@ -40,7 +40,7 @@ async fn sigkill_mid_unit_then_expiry_reruns_it_counted_once() {
     c.wait_leased(&job).await;
     w.signal("-KILL");
     w.wait(Duration::from_secs(10)).await;
-    let _w2 = Worker::start(
+    let _w2 = worker(
         &c.url,
         &dir.path().join("w2"),
         "w2",
@@ -58,7 +58,7 @@ async fn sigterm_reports_cursors_and_nothing_is_walked_twice() {
     let dir = tempfile::tempdir().unwrap();
     let c = Coordinator::start(&dir.path().join("c.db"), 0, Duration::from_secs(30)).await;
     let job = c.submit(SET1_6X6, 1, None).await;
-    let w = Worker::start(
+    let mut w = worker(
         &c.url,
         &dir.path().join("w1"),
         "w1",
@@ -78,7 +78,7 @@ async fn sigterm_reports_cursors_and_nothing_is_walked_twice() {
         mid["units"],
         std::fs::read_to_string(dir.path().join("w1.log")).unwrap()
     );
-    let _w2 = Worker::start(
+    let _w2 = worker(
         &c.url,
         &dir.path().join("w2"),
         "w2",
@@ -105,7 +105,7 @@ async fn results_wait_for_a_coordinator_that_went_away() {
     let c = Coordinator::start(&db, 0, Duration::from_secs(60)).await;
     let port = c.port;
     let job = c.submit(SET1_6X6, 1, None).await;
-    let _w = Worker::start(
+    let _w = worker(
         &c.url,
         &dir.path().join("w"),
         "w",
@@ -126,19 +126,20 @@ async fn results_wait_for_a_coordinator_that_went_away() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_journal_is_replayed_after_a_crash() {
     use e2fleet_proto::convert::path_from_wire;
-    use e2fleet_proto::v1;
+    use e2fleet_proto::v2;
     let dir = tempfile::tempdir().unwrap();
     let c = Coordinator::start(&dir.path().join("c.db"), 0, Duration::from_secs(60)).await;
     let job = c.submit("brendan/set1/pieces_04x04.txt", 1, None).await;
     // a worker identity that leased everything, computed it, journalled it and crashed
-    let mut client = v1::worker_service_client::WorkerServiceClient::connect(c.url.clone())
+    let mut client = v2::worker_service_client::WorkerServiceClient::connect(c.url.clone())
         .await
         .unwrap();
     let reg = client
-        .register_worker(v1::RegisterWorkerRequest {
+        .register_worker(v2::RegisterWorkerRequest {
             enroll_token: ENROLL.into(),
-            host: Some(v1::HostInfo {
+            host: Some(v2::HostInfo {
                 hostname: "crashed".into(),
+                engine_kind: v2::EngineKind::Reference.into(),
                 ..Default::default()
             }),
             previous_worker_id: String::new(),
@@ -146,7 +147,7 @@ async fn the_journal_is_replayed_after_a_crash() {
         .await
         .unwrap()
         .into_inner();
-    let mut req = tonic::Request::new(v1::LeaseUnitsRequest {
+    let mut req = tonic::Request::new(v2::LeaseUnitsRequest {
         max_units: 100,
         ..Default::default()
     });
@@ -191,7 +192,7 @@ async fn the_journal_is_replayed_after_a_crash() {
         .unwrap();
     }
     // the restarted worker delivers the journal before anything else
-    let _w = Worker::start(&c.url, &data, "crashed", &["--engine", "reference"]);
+    let _w = worker(&c.url, &data, "crashed", &["--engine", "reference"]);
     let doc = c.wait_complete(&job, Duration::from_secs(60)).await;
     assert_eq!(doc["nodes_total"], 4_470);
     assert_eq!(doc["conservation_ok"], true);
@@ -221,7 +222,7 @@ async fn a_build_that_fails_verification_never_walks_a_unit() {
     let dir = tempfile::tempdir().unwrap();
     let c = Coordinator::start(&dir.path().join("c.db"), 0, Duration::from_secs(30)).await;
     let job = c.submit("brendan/set1/pieces_05x05.txt", 3, None).await;
-    let _w = Worker::start(
+    let _w = worker(
         &c.url,
         &dir.path().join("w"),
         "w",
@@ -243,7 +244,7 @@ async fn a_build_that_fails_verification_never_walks_a_unit() {
         "{log}"
     );
     assert!(log.contains("using the reference engine"), "{log}");
-    let m = c.fleet.verification_matrix("").await.unwrap();
+    let m = c.matrix("").await;
     let classes = m["classes"].as_array().unwrap();
     let compiled = classes
         .iter()

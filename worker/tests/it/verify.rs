@@ -100,7 +100,7 @@ async fn results_go_to_the_coordinator_and_into_its_matrix() {
         "another engine build is another class"
     );
 
-    let m = c.fleet.verification_matrix("default").await.unwrap();
+    let m = c.matrix("default").await;
     let flagged: Vec<(String, bool)> = m["classes"]
         .as_array()
         .unwrap()

@@ -1,6 +1,8 @@
-//! What this machine is: the fingerprint sent at registration.
+//! What this machine is: the labels sent at registration (`run` and `verify`). The
+//! coordinator shows them and groups rates and hardware classes by them; it never trusts
+//! them.
 
-use e2fleet_proto::v1;
+use e2fleet_proto::api::HostInfo;
 
 fn hostname() -> String {
     std::fs::read_to_string("/etc/hostname")
@@ -66,10 +68,10 @@ pub fn target_features() -> String {
 pub fn host_info(
     hostname_override: Option<&str>,
     engine: &crate::engine_args::EngineArgs,
-) -> v1::HostInfo {
+) -> HostInfo {
     let rustc_version = rustc_version(&engine.rustc);
     let (engine_kind, engine_release) = engine.release(&rustc_version);
-    v1::HostInfo {
+    HostInfo {
         hostname: hostname_override
             .map(str::to_string)
             .unwrap_or_else(hostname),

@@ -23,9 +23,8 @@
 //!
 //! A second thread checkpoints the WAL ([`CHECKPOINT_EVERY`]), so the writer never does.
 //!
-//! The thread holds the store's in-process write lock for the length of a batch, so it
-//! queues fairly with the few writes that still go through sqlx (registrations,
-//! verification, quarantine release) instead of meeting them in SQLite's busy handler.
+//! Every write goes through this thread (registrations and verification too), so SQLite's
+//! busy handler never arbitrates between writers in this process.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
@@ -36,10 +35,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use rusqlite::Connection;
-use tokio::sync::{Mutex, oneshot};
+use tokio::sync::oneshot;
 use tracing::error;
 
-use super::StoreError;
+use crate::store::StoreError;
 
 /// Most jobs committed together.
 pub const MAX_BATCH: usize = 128;
@@ -128,17 +127,13 @@ impl WriterStats {
 
 impl Writer {
     /// Opens a connection to the (already migrated) database at `path` and starts the
-    /// thread. `lock` is the store's in-process write lock.
-    pub fn start(path: &Path, lock: Arc<Mutex<()>>) -> Result<Writer, StoreError> {
-        Self::start_with_queue(path, lock, MAX_QUEUED)
+    /// thread.
+    pub fn start(path: &Path) -> Result<Writer, StoreError> {
+        Self::start_with_queue(path, MAX_QUEUED)
     }
 
     /// [`Writer::start`] with a queue of `capacity` jobs.
-    pub fn start_with_queue(
-        path: &Path,
-        lock: Arc<Mutex<()>>,
-        capacity: usize,
-    ) -> Result<Writer, StoreError> {
+    pub fn start_with_queue(path: &Path, capacity: usize) -> Result<Writer, StoreError> {
         let conn = Connection::open(path)?;
         conn.busy_timeout(Duration::from_secs(10))?;
         // temp_store = MEMORY: statement journals (multi-row statements inside the
@@ -161,7 +156,7 @@ impl Writer {
         std::thread::Builder::new()
             .name("e2fleet-writer".into())
             .spawn(move || {
-                run(conn, rx, lock, thread_stats);
+                run(conn, rx, thread_stats);
                 drop(alive);
             })
             .map_err(spawn_error)?;
@@ -220,12 +215,11 @@ impl Writer {
     }
 }
 
-fn run(conn: Connection, jobs: mpsc::Receiver<Job>, lock: Arc<Mutex<()>>, stats: Arc<WriterStats>) {
+fn run(conn: Connection, jobs: mpsc::Receiver<Job>, stats: Arc<WriterStats>) {
     while let Ok(first) = jobs.recv() {
-        let guard = lock.blocking_lock();
+        let batch = tracing::debug_span!("write batch", jobs = tracing::field::Empty).entered();
         if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
             error!(error = %e, "writer: cannot begin a transaction");
-            drop(guard);
             // dropping a job unrun drops its reply channel: its caller gets an error
             drop(first);
             continue;
@@ -261,7 +255,8 @@ fn run(conn: Connection, jobs: mpsc::Receiver<Job>, lock: Arc<Mutex<()>>, stats:
                 format!("commit failed: {e}")
             }),
         };
-        drop(guard);
+        batch.record("jobs", replies.len());
+        drop(batch);
         stats.record_batch(started.elapsed());
         for reply in replies {
             reply(commit.clone());
@@ -330,7 +325,7 @@ mod tests {
     async fn open() -> (tempfile::TempDir, std::path::PathBuf, Writer) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.db");
-        let writer = Writer::start(&path, Arc::new(Mutex::new(()))).unwrap();
+        let writer = Writer::start(&path).unwrap();
         writer
             .write(|c| Ok::<_, StoreError>(c.execute_batch("CREATE TABLE t (v INTEGER)")?))
             .await
@@ -373,7 +368,7 @@ mod tests {
     async fn a_full_queue_refuses_at_once_and_the_queued_work_still_commits() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.db");
-        let writer = Writer::start_with_queue(&path, Arc::new(Mutex::new(())), 1).unwrap();
+        let writer = Writer::start_with_queue(&path, 1).unwrap();
         writer
             .write(|c| Ok::<_, StoreError>(c.execute_batch("CREATE TABLE t (v INTEGER)")?))
             .await

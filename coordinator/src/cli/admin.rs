@@ -1,0 +1,161 @@
+//! The operator commands: each is one or two typed calls through
+//! [`e2fleet_coordinator::client::Operator`], printed by [`super::print`].
+
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use e2fleet_coordinator::client::Operator;
+use e2fleet_engine::formats::{self, LoadOptions};
+use e2fleet_proto::api::{JobId, JobRequest, JobState};
+
+use super::args::{AdminArgs, Command, SubmitArgs, VerifyCommand};
+use super::print;
+use crate::{out, outln};
+
+async fn connect(admin: &AdminArgs) -> Result<Operator> {
+    Ok(Operator::connect(
+        &admin.coordinator,
+        admin.ca_cert.as_deref(),
+        &admin.admin_token,
+    )
+    .await?)
+}
+
+fn job_id(text: &str) -> Result<JobId> {
+    text.parse::<JobId>()
+        .with_context(|| "job ids look like 0f8fad5b-d9cb-469f-a165-70867728950e (see `jobs`)")
+}
+
+async fn submit(args: SubmitArgs) -> Result<()> {
+    let puzzle = formats::load_file(&args.puzzle, &LoadOptions::default())?;
+    let request = JobRequest {
+        name: args
+            .name
+            .clone()
+            .unwrap_or_else(|| puzzle.name().to_string()),
+        puzzle_json: formats::to_site_json(&puzzle),
+        order: args.order.clone(),
+        split_depth: args.split_depth,
+        target_units: args.units,
+        budget: args.budget,
+        replicas: args.replicas,
+        spot_check: args.spot_check.unwrap_or(0.0),
+    };
+    let created = connect(&args.admin).await?.submit(&request).await?;
+    if args.admin.json {
+        outln!(
+            "{}",
+            serde_json::json!({"job_id": created.job_id, "units": created.units, "split_depth": created.split_depth})
+        );
+    } else {
+        outln!(
+            "job {} submitted: {} units at depth {}",
+            created.job_id,
+            created.units,
+            created.split_depth
+        );
+    }
+    Ok(())
+}
+
+/// Runs an operator command.
+pub async fn run(command: Command) -> Result<()> {
+    match command {
+        Command::Serve(_) => unreachable!("serve is not an operator command"),
+        Command::Submit(args) => submit(args).await,
+        Command::Jobs(admin) => {
+            for j in connect(&admin).await?.jobs().await? {
+                print::job(&j, admin.json);
+            }
+            Ok(())
+        }
+        Command::Job { id, watch, admin } => {
+            let id = job_id(&id)?;
+            let mut c = connect(&admin).await?;
+            let started = std::time::Instant::now();
+            loop {
+                let job = c.job(id).await?;
+                if !watch || job.state != JobState::Running {
+                    if watch {
+                        eprintln!();
+                    }
+                    print::job(&job, admin.json);
+                    return Ok(());
+                }
+                eprint!("\r{}   ", print::progress(&job, started.elapsed()));
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+        Command::Workers(admin) => {
+            let workers = connect(&admin).await?.workers().await?;
+            if admin.json {
+                outln!("{}", serde_json::to_string(&workers)?);
+            } else {
+                for w in &workers {
+                    outln!("{}", print::worker(w));
+                }
+            }
+            Ok(())
+        }
+        Command::Fleet(admin) => {
+            let fleet = connect(&admin).await?.fleet().await?;
+            if admin.json {
+                outln!("{}", serde_json::to_string(&fleet)?);
+            } else {
+                out!("{}", print::fleet(&fleet));
+            }
+            Ok(())
+        }
+        Command::Cancel { id, admin } => {
+            let id = job_id(&id)?;
+            connect(&admin).await?.cancel(id).await?;
+            outln!("job {id} cancelled");
+            Ok(())
+        }
+        Command::ReleaseHost { hostname, admin } => {
+            let released = connect(&admin).await?.release_host(&hostname).await?;
+            if released == 0 {
+                bail!("no worker has host name {hostname:?}");
+            }
+            outln!("released {released} worker(s) on {hostname}");
+            Ok(())
+        }
+        Command::Verify {
+            action: VerifyCommand::Submit { file, name, admin },
+        } => {
+            let suite_json = std::fs::read_to_string(&file)
+                .with_context(|| format!("cannot read {}", file.display()))?;
+            let name = name.unwrap_or_else(|| {
+                file.file_stem()
+                    .map(|s| s.to_string_lossy().into_owned())
+                    .unwrap_or_default()
+            });
+            let (units, with_expected) = connect(&admin)
+                .await?
+                .submit_suite(&name, &suite_json)
+                .await?;
+            if admin.json {
+                outln!(
+                    "{}",
+                    serde_json::json!({"suite": name, "units": units, "with_expected": with_expected})
+                );
+            } else {
+                outln!(
+                    "suite {name}: {units} units, {with_expected} with expected results (the rest are fixed when two hardware classes agree)"
+                );
+            }
+            Ok(())
+        }
+        Command::Verify {
+            action: VerifyCommand::Matrix { suite, admin },
+        } => {
+            let matrix = connect(&admin).await?.matrix(&suite).await?;
+            if admin.json {
+                outln!("{}", serde_json::to_string(&matrix)?);
+            } else {
+                out!("{}", print::matrix(&matrix));
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! The command line: every command and flag (clap derive).
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use e2fleet_proto::logs::LogFormat;
+
+/// e2fleet coordinator: splits puzzles into units, leases them, adds results up exactly.
+#[derive(Parser)]
+#[command(version, about)]
+pub struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The commands.
+#[derive(Subcommand)]
+pub enum Command {
+    /// Run the coordinator (gRPC and the HTTP API on one port).
+    Serve(ServeArgs),
+    /// Submit a puzzle as a job.
+    Submit(SubmitArgs),
+    /// List jobs.
+    Jobs(AdminArgs),
+    /// Show one job.
+    Job {
+        /// The job id.
+        id: String,
+        /// Keep showing live progress until the job ends.
+        #[arg(long)]
+        watch: bool,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// List workers.
+    Workers(AdminArgs),
+    /// Fleet summary: workers and both rates.
+    Fleet(AdminArgs),
+    /// Cancel a job.
+    Cancel {
+        /// The job id.
+        id: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Lift a host's quarantine.
+    ReleaseHost {
+        /// Host name.
+        hostname: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Verification suites and the conformance matrix of hardware classes.
+    Verify {
+        #[command(subcommand)]
+        action: VerifyCommand,
+    },
+}
+
+/// `verify` subcommands.
+#[derive(Subcommand)]
+pub enum VerifyCommand {
+    /// Store (or replace) a suite: a JSON array of units {name, puzzle, order,
+    /// prefix_depth, prefix_index, budget, speed, expected?}. Units without an expected
+    /// result get one when two hardware classes agree.
+    Submit {
+        /// The suite file.
+        file: std::path::PathBuf,
+        /// Suite name (default: the file name without extension).
+        #[arg(long)]
+        name: Option<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Hardware classes x suite units: agrees / DISAGREES / pending / not run, with
+    /// per-core rates, and the speed table.
+    Matrix {
+        /// Suite name.
+        #[arg(long, default_value = "default")]
+        suite: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
+/// Flags of `serve`.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "E2FLEET_LISTEN", default_value = "127.0.0.1:7733")]
+    pub listen: String,
+    /// SQLite database file.
+    #[arg(long, env = "E2FLEET_DB", default_value = "e2fleet.db")]
+    pub db: PathBuf,
+    /// Token workers enrol with (generated and printed if not given).
+    #[arg(long, env = "E2FLEET_ENROLL_TOKEN")]
+    pub enroll_token: Option<String>,
+    /// Token operator calls need (generated and printed if not given).
+    #[arg(long, env = "E2FLEET_ADMIN_TOKEN")]
+    pub admin_token: Option<String>,
+    /// Lease length in seconds.
+    #[arg(long, env = "E2FLEET_LEASE_SECONDS", default_value_t = 60)]
+    pub lease_seconds: u64,
+    /// Wrong results after which a host is quarantined.
+    #[arg(long, env = "E2FLEET_QUARANTINE_AFTER", default_value_t = 3)]
+    pub quarantine_after: u64,
+    /// Log format.
+    #[arg(long, value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+    /// Serve TLS with this certificate chain (PEM); needs --tls-key.
+    #[arg(long, env = "E2FLEET_TLS_CERT", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, env = "E2FLEET_TLS_KEY", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// Flags every operator command takes.
+#[derive(clap::Args, Clone)]
+pub struct AdminArgs {
+    /// Coordinator URL.
+    #[arg(
+        long,
+        env = "E2FLEET_COORDINATOR",
+        default_value = "http://127.0.0.1:7733"
+    )]
+    pub coordinator: String,
+    /// Admin token.
+    #[arg(long, env = "E2FLEET_ADMIN_TOKEN")]
+    pub admin_token: String,
+    /// CA certificate (PEM) to trust for an https:// coordinator (default: system roots).
+    #[arg(long, env = "E2FLEET_CA_CERT")]
+    pub ca_cert: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Flags of `submit`.
+#[derive(clap::Args)]
+pub struct SubmitArgs {
+    /// Puzzle file (any supported format).
+    pub puzzle: PathBuf,
+    /// Job name (default: the puzzle's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Fill order: row-major (the default), rows:tl|tr|bl|br, cols:..., comb:K, cells:...
+    #[arg(long)]
+    pub order: Option<String>,
+    /// Split depth.
+    #[arg(long, conflicts_with = "units")]
+    pub split_depth: Option<usize>,
+    /// Target number of units (the coordinator picks the depth; default 1000).
+    #[arg(long)]
+    pub units: Option<usize>,
+    /// Node budget per run (budget stops become continuation units).
+    #[arg(long)]
+    pub budget: Option<u64>,
+    /// Run every unit on this many different hosts.
+    #[arg(long, default_value_t = 1, conflicts_with = "spot_check")]
+    pub replicas: u32,
+    /// Run this fraction of units twice.
+    #[arg(long)]
+    pub spot_check: Option<f64>,
+    #[command(flatten)]
+    pub admin: AdminArgs,
+}

@@ -1,0 +1,189 @@
+//! Text output of the operator commands (`--json` prints the values as they are).
+
+use std::fmt::Write;
+use std::time::Duration;
+
+use e2fleet_proto::api::Verdict;
+use e2fleet_proto::api::status::{FleetStatus, JobStatus, VerificationMatrix, WorkerStatus};
+
+use crate::outln;
+
+/// A rate in M nodes/s, or why there is none.
+fn rate(v: Option<f64>, what: &str, none: &str) -> String {
+    match v {
+        Some(r) => format!("{:.1} M nodes/s {what}", r / 1e6),
+        None => format!("n/a ({none})"),
+    }
+}
+
+/// A job as text (or one line of JSON).
+pub fn job(j: &JobStatus, json: bool) {
+    if json {
+        outln!(
+            "{}",
+            serde_json::to_string(j).expect("job status serialises")
+        );
+        return;
+    }
+    let u = &j.units;
+    outln!(
+        "{}  {}  {}\n  units: {} done, {} leased, {} open\n  nodes: {} (enumeration {} + split {} + units {})\n  solutions: {}   deepest: {}\n  conservation: {}\n  per-core rate: {}   aggregate rate: {}",
+        j.job_id,
+        j.name,
+        j.state,
+        u.done,
+        u.leased,
+        u.open,
+        j.nodes_total,
+        j.enumeration_nodes,
+        j.split_nodes,
+        j.unit_nodes,
+        j.solutions_count,
+        j.deepest.depth,
+        match j.conservation_ok {
+            Some(true) =>
+                "holds (enumeration + split + units = total, recomputed from stored results)",
+            Some(false) => "BROKEN",
+            None => "checked at completion",
+        },
+        rate(
+            j.per_core_nodes_per_s,
+            "per core",
+            "no timed result accepted yet"
+        ),
+        rate(Some(j.aggregate_nodes_per_s), "fleet", ""),
+    );
+}
+
+/// One line of `job --watch`.
+pub fn progress(j: &JobStatus, elapsed: Duration) -> String {
+    let u = &j.units;
+    format!(
+        "[{:>5.0} s] units {}/{}  nodes {}  {}  {}",
+        elapsed.as_secs_f64(),
+        u.done,
+        u.done + u.open + u.leased,
+        j.nodes_total,
+        rate(j.per_core_nodes_per_s, "per core", "none accepted yet"),
+        rate(Some(j.aggregate_nodes_per_s), "fleet aggregate", ""),
+    )
+}
+
+/// One worker as a line.
+pub fn worker(w: &WorkerStatus) -> String {
+    format!(
+        "{:<20} {:<12} {:<28} cores {:>3}  {:>8} units  {} errors  {:.1} M/s per core  {}",
+        w.host.hostname,
+        w.state,
+        w.host.cpu_model,
+        w.host.cores,
+        w.units_done,
+        w.errors,
+        w.per_core_rate / 1e6,
+        w.engine_build,
+    )
+}
+
+/// The fleet summary as text.
+pub fn fleet(f: &FleetStatus) -> String {
+    let mut out = String::new();
+    let w = &f.workers;
+    let _ = writeln!(
+        out,
+        "workers: {} ({} online, {} idle, {} offline, {} quarantined)",
+        w.total, w.online, w.idle, w.offline, w.quarantined
+    );
+    let a = &f.aggregate_nodes_per_s;
+    let _ = writeln!(
+        out,
+        "aggregate (whole fleet, last 60 s): {:.1} M nodes/s verified, {:.1} M nodes/s received",
+        a.verified / 1e6,
+        a.raw / 1e6
+    );
+    let p = &f.per_core_nodes_per_s;
+    let _ = writeln!(
+        out,
+        "per core (one engine thread, median of the last hour): {}",
+        rate(p.overall, "", "no timed result accepted in the last hour")
+    );
+    for g in &p.by_cpu_model {
+        let _ = writeln!(
+            out,
+            "  {:<40} {:>6} results  {}",
+            g.key,
+            g.results,
+            rate(g.median_nodes_per_s, "", "none")
+        );
+    }
+    let u = &f.units_last_minute;
+    let _ = writeln!(
+        out,
+        "last minute: {} units leased, {} completed, {} leases expired",
+        u.leased, u.completed, u.expired
+    );
+    let _ = writeln!(out, "wrong results (all time): {}", f.wrong_results);
+    out
+}
+
+/// The conformance matrix as text: one row per hardware class, one column per unit.
+pub fn matrix(m: &VerificationMatrix) -> String {
+    let mut out = String::new();
+    let classes = m.classes.len();
+    let _ = writeln!(
+        out,
+        "suite {}: {} units, {} hardware class{}",
+        m.suite,
+        m.units.len(),
+        classes,
+        if classes == 1 { "" } else { "es" }
+    );
+    for (i, u) in m.units.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "  U{:<3} {:<24} {}",
+            i + 1,
+            u.name,
+            if u.expected_source.is_empty() {
+                "expected: not yet known".to_string()
+            } else {
+                format!("expected: {}", u.expected_source)
+            }
+        );
+    }
+    let _ = write!(out, "\n{:<13} {:<9}", "class", "status");
+    for i in 0..m.units.len() {
+        let _ = write!(out, " {:>5}", format!("U{}", i + 1));
+    }
+    let _ = writeln!(out, "  per-core (speed units)  what");
+    for c in &m.classes {
+        let _ = write!(
+            out,
+            "{:<13} {:<9}",
+            c.id,
+            if c.flagged { "FLAGGED" } else { "ok" }
+        );
+        for u in &m.units {
+            let mark = match c.cells.get(&u.name).map(|cell| cell.verdict) {
+                Some(Verdict::Agrees) => "ok",
+                Some(Verdict::Disagrees) => "DIFF",
+                Some(Verdict::Pending) => "?",
+                Some(Verdict::NotRun) | None => "-",
+            };
+            let _ = write!(out, " {mark:>5}");
+        }
+        let speed = c
+            .speed_nodes_per_s
+            .map(|v| format!("{:.1} M/s", v / 1e6))
+            .unwrap_or_else(|| "-".into());
+        let _ = writeln!(
+            out,
+            "  {:>22}  {} / {} {} / {} / {} [{}]",
+            speed, c.cpu_model, c.arch, c.os, c.rustc_version, c.engine_release, c.target_features,
+        );
+    }
+    let _ = writeln!(
+        out,
+        "\nok = agrees with the exact result, DIFF = disagrees (the class gets no real work), ? = no expected result yet, - = not run"
+    );
+    out
+}

@@ -1,0 +1,338 @@
+//! The tonic services: convert the wire request ([`e2fleet_proto::convert`]), call a
+//! [`Fleet`] method, convert the answer, map the error ([`super::errors`]). No logic.
+
+use std::sync::Arc;
+
+use e2fleet_proto::api::{HostInfo, JobId, JobRequest, LeaseId, Report, SuiteResult, WorkerId};
+use e2fleet_proto::convert::{engine_kind_from_wire, suite_unit_to_wire};
+use e2fleet_proto::v2;
+use e2fleet_proto::v2::operator_service_server::OperatorService;
+use e2fleet_proto::v2::worker_service_server::WorkerService;
+use tonic::{Request, Response, Status};
+use tracing::{instrument, warn};
+
+use super::errors::{bearer, status_of};
+use crate::fleet::{Fleet, FleetError};
+use crate::store::WorkerRecord;
+
+fn token<T>(request: &Request<T>) -> Option<&str> {
+    bearer(
+        request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok()),
+    )
+}
+
+/// Parses a wire value at the edge; a bad one is the caller's error.
+fn wire<T, E: Into<FleetError>>(r: Result<T, E>) -> Result<T, Status> {
+    r.map_err(|e| status_of(e.into()))
+}
+
+fn lease_ids(ids: &[String]) -> Result<Vec<LeaseId>, Status> {
+    ids.iter().map(|s| wire(s.parse::<LeaseId>())).collect()
+}
+
+/// The worker-facing service.
+pub struct WorkerApi(pub Arc<Fleet>);
+
+impl WorkerApi {
+    async fn worker<T>(&self, request: &Request<T>) -> Result<WorkerRecord, Status> {
+        self.0
+            .worker_by_token(token(request))
+            .await
+            .map_err(status_of)
+    }
+}
+
+#[tonic::async_trait]
+impl WorkerService for WorkerApi {
+    #[instrument(skip_all)]
+    async fn register_worker(
+        &self,
+        request: Request<v2::RegisterWorkerRequest>,
+    ) -> Result<Response<v2::RegisterWorkerResponse>, Status> {
+        let r = request.into_inner();
+        self.0
+            .check_enrollment(&r.enroll_token)
+            .map_err(status_of)?;
+        let host: HostInfo = wire(HostInfo::try_from(&r.host.unwrap_or_default()))?;
+        // an id that does not parse names no earlier identity: a new one is made
+        let previous = r.previous_worker_id.parse::<WorkerId>().ok();
+        let (worker_id, worker_token) = self
+            .0
+            .register_worker(&r.enroll_token, host, previous)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v2::RegisterWorkerResponse {
+            worker_id: worker_id.to_string(),
+            worker_token,
+            lease_seconds: self.0.config().lease.as_secs().max(1) as u32,
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn get_suite(
+        &self,
+        request: Request<v2::GetSuiteRequest>,
+    ) -> Result<Response<v2::GetSuiteResponse>, Status> {
+        let worker = self.worker(&request).await?;
+        let r = request.into_inner();
+        let (suite, units, class_id) = self
+            .0
+            .suite_for_worker(&worker, &r.suite, r.only_missing)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v2::GetSuiteResponse {
+            suite,
+            class_id,
+            units: units.iter().map(suite_unit_to_wire).collect(),
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn submit_verification(
+        &self,
+        request: Request<v2::SubmitVerificationRequest>,
+    ) -> Result<Response<v2::SubmitVerificationResponse>, Status> {
+        let worker = self.worker(&request).await?;
+        let r = request.into_inner();
+        let results = r
+            .results
+            .iter()
+            .map(|v| wire(SuiteResult::try_from(v)))
+            .collect::<Result<Vec<_>, _>>()?;
+        let outcome = self
+            .0
+            .submit_verification(&worker, &r.suite, results)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new((&outcome).into()))
+    }
+
+    #[instrument(skip_all, fields(job_id))]
+    async fn get_job_spec(
+        &self,
+        request: Request<v2::GetJobSpecRequest>,
+    ) -> Result<Response<v2::GetJobSpecResponse>, Status> {
+        self.worker(&request).await?;
+        let job_id: JobId = wire(request.get_ref().job_id.parse::<JobId>())?;
+        tracing::Span::current().record("job_id", tracing::field::display(job_id));
+        let spec = self.0.job_spec(job_id).await.map_err(status_of)?;
+        Ok(Response::new((&spec).into()))
+    }
+
+    #[instrument(skip_all)]
+    async fn lease_units(
+        &self,
+        request: Request<v2::LeaseUnitsRequest>,
+    ) -> Result<Response<v2::LeaseUnitsResponse>, Status> {
+        let worker = self.worker(&request).await?;
+        let r = request.into_inner();
+        // not given: the worker's engine stays what it last said
+        let engine = match r.engine_kind {
+            0 => None,
+            raw => Some((
+                wire(engine_kind_from_wire(raw, "engine_kind"))?,
+                r.engine_build.as_str(),
+            )),
+        };
+        let grants = self
+            .0
+            .lease_units(&worker, r.max_units as usize, engine)
+            .await
+            .map_err(status_of)?;
+        let retry_after_ms = if grants.is_empty() { 2_000 } else { 0 };
+        Ok(Response::new(v2::LeaseUnitsResponse {
+            leases: grants.iter().map(Into::into).collect(),
+            retry_after_ms,
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn heartbeat(
+        &self,
+        request: Request<v2::HeartbeatRequest>,
+    ) -> Result<Response<v2::HeartbeatResponse>, Status> {
+        let worker = self.worker(&request).await?;
+        let r = request.into_inner();
+        let ids: Vec<String> = r.leases.into_iter().map(|l| l.lease_id).collect();
+        let ids = lease_ids(&ids)?;
+        let (deadline, stop) = self
+            .0
+            .heartbeat(&worker, &ids, r.per_core_nodes_per_s, r.threads)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v2::HeartbeatResponse {
+            deadline_unix_ms: deadline,
+            stop_lease_ids: stop.iter().map(ToString::to_string).collect(),
+        }))
+    }
+
+    // (the fleet's `report` carries the span with the lease and unit)
+    async fn report_result(
+        &self,
+        request: Request<v2::ReportResultRequest>,
+    ) -> Result<Response<v2::ReportResultResponse>, Status> {
+        let worker = self.worker(&request).await?;
+        let report = wire(Report::try_from(request.get_ref()))?;
+        let outcome = self.0.report(&worker, report).await.map_err(status_of)?;
+        Ok(Response::new((&outcome).into()))
+    }
+
+    #[instrument(skip_all)]
+    async fn release_leases(
+        &self,
+        request: Request<v2::ReleaseLeasesRequest>,
+    ) -> Result<Response<v2::ReleaseLeasesResponse>, Status> {
+        let worker = self.worker(&request).await?;
+        let ids = lease_ids(&request.get_ref().lease_ids)?;
+        let n = self
+            .0
+            .release_leases(&worker, &ids)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v2::ReleaseLeasesResponse {
+            released: n as u32,
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn report_build_failure(
+        &self,
+        request: Request<v2::ReportBuildFailureRequest>,
+    ) -> Result<Response<v2::ReportBuildFailureResponse>, Status> {
+        let worker = self.worker(&request).await?;
+        let r = request.into_inner();
+        warn!(worker_id = %worker.id, hostname = %worker.host.hostname, job_id = %r.job_id, engine_build = %r.engine_build, detail = %r.detail, "engine build failed its self-test");
+        Ok(Response::new(v2::ReportBuildFailureResponse {}))
+    }
+}
+
+/// The operator-facing service.
+pub struct OperatorApi(pub Arc<Fleet>);
+
+impl OperatorApi {
+    fn admin<T>(&self, request: &Request<T>) -> Result<(), Status> {
+        self.0.check_admin(token(request)).map_err(status_of)
+    }
+}
+
+#[tonic::async_trait]
+impl OperatorService for OperatorApi {
+    #[instrument(skip_all)]
+    async fn submit_suite(
+        &self,
+        request: Request<v2::SubmitSuiteRequest>,
+    ) -> Result<Response<v2::SubmitSuiteResponse>, Status> {
+        self.admin(&request)?;
+        let r = request.into_inner();
+        let (units, with_expected) = self
+            .0
+            .submit_suite(&r.name, &r.suite_json)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v2::SubmitSuiteResponse {
+            name: r.name,
+            units,
+            with_expected,
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn verification_matrix(
+        &self,
+        request: Request<v2::VerificationMatrixRequest>,
+    ) -> Result<Response<v2::VerificationMatrixResponse>, Status> {
+        self.admin(&request)?;
+        let matrix = self
+            .0
+            .verification_matrix(&request.get_ref().suite)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new((&matrix).into()))
+    }
+
+    #[instrument(skip_all)]
+    async fn submit_job(
+        &self,
+        request: Request<v2::SubmitJobRequest>,
+    ) -> Result<Response<v2::SubmitJobResponse>, Status> {
+        self.admin(&request)?;
+        let job = JobRequest::from(request.get_ref());
+        let created = self.0.submit_job(job).await.map_err(status_of)?;
+        Ok(Response::new((&created).into()))
+    }
+
+    #[instrument(skip_all)]
+    async fn list_jobs(
+        &self,
+        request: Request<v2::ListJobsRequest>,
+    ) -> Result<Response<v2::ListJobsResponse>, Status> {
+        self.admin(&request)?;
+        let jobs = self.0.list_jobs().await.map_err(status_of)?;
+        Ok(Response::new(v2::ListJobsResponse {
+            jobs: jobs.iter().map(Into::into).collect(),
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn get_job(
+        &self,
+        request: Request<v2::GetJobRequest>,
+    ) -> Result<Response<v2::JobStatus>, Status> {
+        self.admin(&request)?;
+        let job_id = wire(request.get_ref().job_id.parse::<JobId>())?;
+        let status = self.0.job_status(job_id).await.map_err(status_of)?;
+        Ok(Response::new((&status).into()))
+    }
+
+    #[instrument(skip_all)]
+    async fn cancel_job(
+        &self,
+        request: Request<v2::CancelJobRequest>,
+    ) -> Result<Response<v2::CancelJobResponse>, Status> {
+        self.admin(&request)?;
+        let job_id = wire(request.get_ref().job_id.parse::<JobId>())?;
+        self.0.cancel_job(job_id).await.map_err(status_of)?;
+        Ok(Response::new(v2::CancelJobResponse {}))
+    }
+
+    #[instrument(skip_all)]
+    async fn fleet_status(
+        &self,
+        request: Request<v2::FleetStatusRequest>,
+    ) -> Result<Response<v2::FleetStatusResponse>, Status> {
+        self.admin(&request)?;
+        let status = self.0.fleet_status().await.map_err(status_of)?;
+        Ok(Response::new((&status).into()))
+    }
+
+    #[instrument(skip_all)]
+    async fn list_workers(
+        &self,
+        request: Request<v2::ListWorkersRequest>,
+    ) -> Result<Response<v2::ListWorkersResponse>, Status> {
+        self.admin(&request)?;
+        let workers = self.0.list_workers().await.map_err(status_of)?;
+        Ok(Response::new(v2::ListWorkersResponse {
+            workers: workers.iter().map(Into::into).collect(),
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn release_host(
+        &self,
+        request: Request<v2::ReleaseHostRequest>,
+    ) -> Result<Response<v2::ReleaseHostResponse>, Status> {
+        self.admin(&request)?;
+        let n = self
+            .0
+            .release_host(&request.get_ref().hostname)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v2::ReleaseHostResponse {
+            released: n as u32,
+        }))
+    }
+}

@@ -1,0 +1,105 @@
+//! The JSON API under `/api/` (what the dashboard reads; documented in
+//! docs/operator-guide.md): the same read models gRPC serves, as JSON.
+
+use std::sync::Arc;
+
+use axum::extract::{Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Json, Response};
+use e2fleet_proto::api::JobId;
+use serde::Serialize;
+
+use super::errors::{bearer, http_error};
+use crate::fleet::{Fleet, FleetError};
+
+fn reply<T: Serialize>(r: Result<T, FleetError>) -> Response {
+    match r {
+        Ok(v) => Json(v).into_response(),
+        Err(e) => http_error(e),
+    }
+}
+
+fn job_id(text: &str) -> Result<JobId, FleetError> {
+    Ok(text.parse::<JobId>()?)
+}
+
+fn admin_token(headers: &HeaderMap) -> Option<&str> {
+    bearer(
+        headers
+            .get(axum::http::header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok()),
+    )
+}
+
+/// `GET /api/jobs`
+pub async fn jobs(State(fleet): State<Arc<Fleet>>) -> Response {
+    reply(fleet.list_jobs().await)
+}
+
+/// `GET /api/jobs/{id}`
+pub async fn job(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>) -> Response {
+    reply(async { fleet.job_status(job_id(&id)?).await }.await)
+}
+
+/// `GET /api/jobs/{id}/puzzle`
+pub async fn job_puzzle(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>) -> Response {
+    reply(async { fleet.job_puzzle(job_id(&id)?).await }.await)
+}
+
+/// `POST /api/jobs/{id}/cancel` with the admin token.
+pub async fn cancel_job(
+    State(fleet): State<Arc<Fleet>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    reply(
+        async {
+            fleet.check_admin(admin_token(&headers))?;
+            let id = job_id(&id)?;
+            fleet.cancel_job(id).await?;
+            Ok(serde_json::json!({"job_id": id, "state": "cancelled"}))
+        }
+        .await,
+    )
+}
+
+/// `POST /api/hosts/{hostname}/release` with the admin token.
+pub async fn release_host(
+    State(fleet): State<Arc<Fleet>>,
+    Path(host): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    reply(
+        async {
+            fleet.check_admin(admin_token(&headers))?;
+            let n = fleet.release_host(&host).await?;
+            Ok(serde_json::json!({"hostname": host, "workers_released": n}))
+        }
+        .await,
+    )
+}
+
+/// `?suite=NAME` (default: the built-in suite).
+#[derive(serde::Deserialize)]
+pub struct SuiteQuery {
+    #[serde(default)]
+    suite: String,
+}
+
+/// `GET /api/verification?suite=NAME`
+pub async fn verification(
+    State(fleet): State<Arc<Fleet>>,
+    Query(q): Query<SuiteQuery>,
+) -> Response {
+    reply(fleet.verification_matrix(&q.suite).await)
+}
+
+/// `GET /api/fleet`
+pub async fn fleet_status(State(fleet): State<Arc<Fleet>>) -> Response {
+    reply(fleet.fleet_status().await)
+}
+
+/// `GET /api/workers`
+pub async fn workers(State(fleet): State<Arc<Fleet>>) -> Response {
+    reply(fleet.list_workers().await)
+}

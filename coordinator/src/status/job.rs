@@ -1,0 +1,124 @@
+//! A job's status.
+
+use e2fleet_proto::api::JobId;
+use e2fleet_proto::api::status::{DeepestBoard, Estimate, JobStatus, ResultGroup, median};
+
+use super::RATE_WINDOW_MS;
+use crate::fleet::{Fleet, FleetError};
+use crate::store::{JobRecord, Tx};
+
+/// Solutions shown in a job's status.
+const SOLUTIONS_SHOWN: usize = 100;
+
+impl Fleet {
+    /// The status of one job.
+    pub async fn job_status(&self, job_id: JobId) -> Result<JobStatus, FleetError> {
+        let now = self.now();
+        self.store
+            .read(move |tx| {
+                let job = tx
+                    .job(job_id)?
+                    .ok_or_else(|| FleetError::NotFound(format!("job {job_id}")))?;
+                job_status(tx, job, now)
+            })
+            .await
+    }
+
+    /// The status of every job, newest first.
+    pub async fn list_jobs(&self) -> Result<Vec<JobStatus>, FleetError> {
+        let now = self.now();
+        self.store
+            .read(move |tx| {
+                tx.list_jobs()?
+                    .into_iter()
+                    .map(|job| job_status(tx, job, now))
+                    .collect()
+            })
+            .await
+    }
+
+    /// What the dashboard needs to draw any board of a job: size, every piece's colours
+    /// (URDL at rotation 0), the hints and the fill order.
+    pub async fn job_puzzle(&self, job_id: JobId) -> Result<serde_json::Value, FleetError> {
+        let ctx = self.context(job_id).await?;
+        let p = &ctx.spec.puzzle;
+        Ok(serde_json::json!({
+            "job_id": job_id,
+            "name": p.name(),
+            "width": p.width(),
+            "height": p.height(),
+            "pieces": p.pieces(),
+            "hints": p.hints(),
+            "fill_order": ctx.spec.order.cells(),
+        }))
+    }
+}
+
+fn job_status(tx: &mut dyn Tx, job: JobRecord, now: i64) -> Result<JobStatus, FleetError> {
+    let total = job.totals();
+    let units = tx.unit_counts(job.id)?;
+    let mut solutions = Vec::new();
+    for r in tx.solution_bodies_of_job(job.id, 20)? {
+        solutions.extend(r.solutions);
+    }
+    solutions.truncate(SOLUTIONS_SHOWN);
+    let deepest = match tx.deepest_body_of_job(job.id)? {
+        Some(r) => DeepestBoard {
+            depth: r.max_depth,
+            board: r.deepest,
+        },
+        None => DeepestBoard::default(),
+    };
+    let samples = tx.rate_samples(Some(job.id), 0)?;
+    let results = tx
+        .result_breakdown(job.id)?
+        .into_iter()
+        .map(|b| ResultGroup {
+            verdict: b.verdict,
+            engine_kind: b.engine_kind,
+            engine_build: b.engine_build,
+            results: b.results,
+            nodes: b.nodes,
+        })
+        .collect();
+    let end = job.finished_ms.unwrap_or(now);
+    // the window starts when work started (first lease), not at submission
+    let started = tx.first_lease_of_job(job.id)?.unwrap_or(job.created_ms);
+    let window_start = (end - RATE_WINDOW_MS).max(started);
+    let received = tx.nodes_since(Some(job.id), window_start)?;
+    let seconds = ((end - window_start) as f64 / 1000.0).max(1.0);
+    let unfinished = units.open + units.leased;
+    let accepted_nodes: u64 = job.accepted.iter().sum();
+    let estimate = (units.done > 0 && unfinished > 0).then(|| Estimate {
+        remaining_nodes: accepted_nodes as f64 / units.done as f64 * unfinished as f64,
+        how: "mean accepted nodes per finished unit x unfinished units (a rough guide: subtrees vary by orders of magnitude)".into(),
+    });
+    Ok(JobStatus {
+        job_id: job.id,
+        name: job.name,
+        state: job.state,
+        order: job.order,
+        depths: job.depths,
+        split_depth: job.split_depth,
+        budget: job.budget,
+        replicas: job.replicas,
+        spot_check: job.spot_check,
+        created_ms: job.created_ms,
+        finished_ms: job.finished_ms,
+        units,
+        nodes_total: total.iter().sum(),
+        nodes_by_depth: total,
+        enumeration_nodes: job.enumeration.iter().sum(),
+        split_nodes: job.split.iter().sum(),
+        unit_nodes: accepted_nodes,
+        solutions_count: job.enumeration_solutions + job.accepted_solutions,
+        solutions,
+        deepest,
+        conservation_ok: job.conservation_ok,
+        per_core_nodes_per_s: median(samples.iter().map(|s| s.rate()).collect()),
+        aggregate_nodes_per_s: received.verified as f64 / seconds,
+        aggregate_raw_nodes_per_s: received.raw as f64 / seconds,
+        estimate,
+        results,
+    })
+}

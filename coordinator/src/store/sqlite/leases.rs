@@ -1,0 +1,163 @@
+//! Leases (`migrations/0001_init.sql`): grants, expiry, extension, release, and the
+//! counts behind the dashboard.
+
+use e2fleet_proto::api::{JobId, LeaseId, UnitId, WorkerId};
+use rusqlite::{OptionalExtension, Row, params};
+
+use super::codec::{decode_budget, encode_budget, unit_at};
+use super::{SqliteTx, parsed};
+use crate::store::tx::{Leases, StoreResult};
+use crate::store::{LeaseMinute, LeaseRecord, LeaseState, ResultId, UnitRecord};
+
+/// The columns [`from_row`] reads, in order.
+const COLUMNS: &str = "id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state";
+
+/// Reads a row of [`COLUMNS`] starting at column `at`.
+fn from_row_at(r: &Row<'_>, at: usize) -> rusqlite::Result<LeaseRecord> {
+    Ok(LeaseRecord {
+        id: parsed(r, at)?,
+        unit_id: UnitId(r.get(at + 1)?),
+        worker_id: parsed(r, at + 2)?,
+        hostname: r.get(at + 3)?,
+        budget: decode_budget(r.get(at + 4)?),
+        created_ms: r.get(at + 5)?,
+        deadline_ms: r.get(at + 6)?,
+        state: parsed(r, at + 7)?,
+    })
+}
+
+fn from_row(r: &Row<'_>) -> rusqlite::Result<LeaseRecord> {
+    from_row_at(r, 0)
+}
+
+impl Leases for SqliteTx<'_> {
+    fn insert_lease(&mut self, l: &LeaseRecord) -> StoreResult<()> {
+        self.c.prepare_cached("INSERT INTO leases (id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")?
+            .execute(params![
+                l.id.to_string(),
+                l.unit_id.0,
+                l.worker_id.to_string(),
+                l.hostname,
+                encode_budget(l.budget),
+                l.created_ms,
+                l.deadline_ms,
+                l.state.as_str()
+            ])?;
+        Ok(())
+    }
+
+    fn lease(&mut self, id: LeaseId) -> StoreResult<Option<LeaseRecord>> {
+        Ok(self
+            .c
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM leases WHERE id = ?"))?
+            .query_row([id.to_string()], from_row)
+            .optional()?)
+    }
+
+    fn lease_with_unit(&mut self, id: LeaseId) -> StoreResult<Option<(LeaseRecord, UnitRecord)>> {
+        Ok(self
+            .c
+            .prepare_cached(
+                "SELECT l.id, l.unit_id, l.worker_id, l.hostname, l.budget, l.created_ms, l.deadline_ms, l.state, \
+                   u.id, u.job_id, u.prefix_json, u.cursor_json, u.parent_id, u.kind, u.quorum, u.needed, u.state, \
+                   u.active_leases, u.results, u.accepted_result_id, u.created_ms \
+                 FROM leases l JOIN units u ON u.id = l.unit_id WHERE l.id = ?",
+            )?
+            .query_row([id.to_string()], |r| {
+                let unit = UnitRecord {
+                    id: UnitId(r.get(8)?),
+                    job_id: parsed(r, 9)?,
+                    unit: unit_at(r, 10, 11)?,
+                    parent: r.get::<_, Option<i64>>(12)?.map(UnitId),
+                    kind: parsed(r, 13)?,
+                    quorum: r.get::<_, i64>(14)? as u32,
+                    needed: r.get::<_, i64>(15)? as u32,
+                    state: parsed(r, 16)?,
+                    active_leases: r.get::<_, i64>(17)? as u32,
+                    results: r.get::<_, i64>(18)? as u32,
+                    accepted_result: r.get::<_, Option<i64>>(19)?.map(ResultId),
+                    created_ms: r.get(20)?,
+                };
+                Ok((from_row_at(r, 0)?, unit))
+            })
+            .optional()?)
+    }
+
+    fn expire_overdue_leases(&mut self, now_ms: i64) -> StoreResult<Vec<UnitId>> {
+        let mut q = self.c.prepare_cached(
+            "UPDATE leases SET state = 'expired' WHERE state = 'active' AND deadline_ms < ? RETURNING unit_id",
+        )?;
+        let ids = q.query_map([now_ms], |r| r.get(0).map(UnitId))?;
+        Ok(ids.collect::<Result<_, _>>()?)
+    }
+
+    fn set_lease_state(&mut self, id: LeaseId, state: LeaseState) -> StoreResult<()> {
+        self.c
+            .prepare_cached("UPDATE leases SET state = ? WHERE id = ?")?
+            .execute([state.as_str(), &id.to_string()])?;
+        Ok(())
+    }
+
+    fn extend_lease(
+        &mut self,
+        id: LeaseId,
+        worker: WorkerId,
+        deadline_ms: i64,
+    ) -> StoreResult<bool> {
+        Ok(self
+            .c
+            .prepare_cached(
+                "UPDATE leases SET deadline_ms = ? WHERE id = ? AND worker_id = ? AND state = 'active'",
+            )?
+            .execute(params![deadline_ms, id.to_string(), worker.to_string()])?
+            == 1)
+    }
+
+    fn release_lease(&mut self, id: LeaseId, worker: WorkerId) -> StoreResult<Option<UnitId>> {
+        Ok(self.c.prepare_cached("UPDATE leases SET state = 'released' WHERE id = ? AND worker_id = ? AND state = 'active' RETURNING unit_id")?
+            .query_row([id.to_string(), worker.to_string()], |r| r.get(0).map(UnitId))
+            .optional()?)
+    }
+
+    fn cancel_job_leases(&mut self, job: JobId) -> StoreResult<usize> {
+        Ok(self.c.prepare_cached("UPDATE leases SET state = 'cancelled' WHERE state = 'active' AND unit_id IN (SELECT id FROM units WHERE job_id = ?)")?
+            .execute([job.to_string()])?)
+    }
+
+    fn first_lease_of_job(&mut self, job: JobId) -> StoreResult<Option<i64>> {
+        Ok(self.c.prepare_cached("SELECT MIN(l.created_ms) FROM leases l JOIN units u ON u.id = l.unit_id WHERE u.job_id = ?")?
+            .query_row([job.to_string()], |r| r.get(0))?)
+    }
+
+    fn lease_minutes(&mut self, since_ms: i64) -> StoreResult<Vec<LeaseMinute>> {
+        let mut q = self.c.prepare_cached(
+            "SELECT m, SUM(created), SUM(expired) FROM ( \
+               SELECT created_ms / 60000 AS m, 1 AS created, 0 AS expired FROM leases WHERE created_ms >= ?1 \
+               UNION ALL \
+               SELECT deadline_ms / 60000, 0, 1 FROM leases WHERE state = 'expired' AND deadline_ms >= ?1) \
+             GROUP BY m ORDER BY m",
+        )?;
+        let rows = q.query_map([since_ms], |r| {
+            Ok(LeaseMinute {
+                minute: r.get(0)?,
+                created: r.get::<_, i64>(1)? as u64,
+                expired: r.get::<_, i64>(2)? as u64,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn lease_counts_since(&mut self, since_ms: i64) -> StoreResult<(u64, u64)> {
+        let created: i64 = self
+            .c
+            .prepare_cached("SELECT COUNT(*) FROM leases WHERE created_ms >= ?")?
+            .query_row([since_ms], |r| r.get(0))?;
+        let expired: i64 = self
+            .c
+            .prepare_cached(
+                "SELECT COUNT(*) FROM leases WHERE state = 'expired' AND deadline_ms >= ?",
+            )?
+            .query_row([since_ms], |r| r.get(0))?;
+        Ok((created as u64, expired as u64))
+    }
+}

@@ -1,0 +1,224 @@
+//! Results (`migrations/0001_init.sql`): every report, its digest and its verdict, and the
+//! figures behind rates and the dashboard.
+
+use e2fleet_engine::UnitResult;
+use e2fleet_proto::api::{JobId, LeaseId, ResultVerdict, UnitId};
+use rusqlite::{OptionalExtension, Row, params};
+
+use super::{SqliteTx, parsed};
+use crate::store::tx::{Results, StoreResult};
+use crate::store::{
+    NewResult, NodesReceived, RateSample, ResultBody, ResultBreakdown, ResultId, ResultMinute,
+    ResultRecord,
+};
+
+/// The columns [`from_row`] reads, in order (no body: decisions compare digests).
+const COLUMNS: &str = "id, job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, \
+     engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms";
+
+/// Reads a row of [`COLUMNS`] (by position: a name lookup per field costs more than the
+/// query on the write path).
+fn from_row(r: &Row<'_>) -> rusqlite::Result<ResultRecord> {
+    Ok(ResultRecord {
+        id: ResultId(r.get(0)?),
+        job_id: parsed(r, 1)?,
+        unit_id: UnitId(r.get(2)?),
+        lease_id: parsed(r, 3)?,
+        worker_id: parsed(r, 4)?,
+        hostname: r.get(5)?,
+        cpu_model: r.get(6)?,
+        engine_kind: parsed(r, 7)?,
+        engine_build: r.get(8)?,
+        digest: r.get(9)?,
+        committed: r.get::<_, i64>(10)? as u64,
+        solutions: r.get::<_, i64>(11)? as u64,
+        max_depth: r.get::<_, i64>(12)? as usize,
+        engine_seconds: r.get(13)?,
+        verdict: parsed(r, 14)?,
+        received_ms: r.get(15)?,
+    })
+}
+
+fn bodies(rows: Vec<String>) -> StoreResult<Vec<UnitResult>> {
+    rows.into_iter().map(|b| ResultBody(b).decode()).collect()
+}
+
+impl SqliteTx<'_> {
+    fn strings(&mut self, sql: &str, params: impl rusqlite::Params) -> StoreResult<Vec<String>> {
+        let mut q = self.c.prepare_cached(sql)?;
+        let rows = q.query_map(params, |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}
+
+impl Results for SqliteTx<'_> {
+    fn insert_result(&mut self, n: &NewResult) -> StoreResult<ResultId> {
+        let r = &n.record;
+        self.c.prepare_cached(
+            "INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, engine_build, digest, result_json, committed, solutions, max_depth, engine_seconds, verdict, received_ms) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )?
+        .execute(params![
+            r.job_id.to_string(),
+            r.unit_id.0,
+            r.lease_id.to_string(),
+            r.worker_id.to_string(),
+            r.hostname,
+            r.cpu_model,
+            r.engine_kind.as_str(),
+            r.engine_build,
+            r.digest,
+            n.body.0,
+            r.committed as i64,
+            r.solutions as i64,
+            r.max_depth as i64,
+            r.engine_seconds,
+            r.verdict.as_str(),
+            r.received_ms
+        ])?;
+        Ok(ResultId(self.c.last_insert_rowid()))
+    }
+
+    fn result_by_lease(&mut self, lease: LeaseId) -> StoreResult<Option<ResultRecord>> {
+        Ok(self
+            .c
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM results WHERE lease_id = ?"))?
+            .query_row([lease.to_string()], from_row)
+            .optional()?)
+    }
+
+    fn result(&mut self, id: ResultId) -> StoreResult<Option<ResultRecord>> {
+        Ok(self
+            .c
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM results WHERE id = ?"))?
+            .query_row([id.0], from_row)
+            .optional()?)
+    }
+
+    fn result_body(&mut self, id: ResultId) -> StoreResult<Option<UnitResult>> {
+        let body: Option<String> = self
+            .c
+            .prepare_cached("SELECT result_json FROM results WHERE id = ?")?
+            .query_row([id.0], |r| r.get(0))
+            .optional()?;
+        body.map(|b| ResultBody(b).decode()).transpose()
+    }
+
+    fn valid_results_of_unit(&mut self, unit: UnitId) -> StoreResult<Vec<ResultRecord>> {
+        let mut q = self.c.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM results WHERE unit_id = ? AND verdict != 'wrong' ORDER BY id"
+        ))?;
+        let rows = q.query_map([unit.0], from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn set_result_verdict(&mut self, id: ResultId, verdict: ResultVerdict) -> StoreResult<()> {
+        self.c
+            .prepare_cached("UPDATE results SET verdict = ? WHERE id = ?")?
+            .execute(params![verdict.as_str(), id.0])?;
+        Ok(())
+    }
+
+    fn accepted_bodies_of_job(&mut self, job: JobId) -> StoreResult<Vec<UnitResult>> {
+        let rows = self.strings(
+            "SELECT result_json FROM results WHERE job_id = ? AND verdict = 'accepted' ORDER BY unit_id",
+            [job.to_string()],
+        )?;
+        bodies(rows)
+    }
+
+    fn solution_bodies_of_job(&mut self, job: JobId, limit: usize) -> StoreResult<Vec<UnitResult>> {
+        let rows = self.strings(
+            "SELECT result_json FROM results WHERE job_id = ? AND verdict = 'accepted' AND solutions > 0 ORDER BY unit_id LIMIT ?",
+            params![job.to_string(), limit as i64],
+        )?;
+        bodies(rows)
+    }
+
+    fn deepest_body_of_job(&mut self, job: JobId) -> StoreResult<Option<UnitResult>> {
+        let rows = self.strings(
+            "SELECT result_json FROM results WHERE job_id = ? AND verdict = 'accepted' ORDER BY max_depth DESC, unit_id LIMIT 1",
+            [job.to_string()],
+        )?;
+        Ok(bodies(rows)?.pop())
+    }
+
+    fn rate_samples(&mut self, job: Option<JobId>, since_ms: i64) -> StoreResult<Vec<RateSample>> {
+        let mut q = self.c.prepare_cached(
+            "SELECT committed, engine_seconds, hostname, cpu_model, engine_kind FROM results \
+             WHERE verdict IN ('accepted', 'agree') AND engine_seconds >= 0.01 AND received_ms >= ?1 AND (?2 IS NULL OR job_id = ?2)",
+        )?;
+        let rows = q.query_map(params![since_ms, job.map(|j| j.to_string())], |r| {
+            Ok(RateSample {
+                committed: r.get::<_, i64>(0)? as u64,
+                engine_seconds: r.get(1)?,
+                hostname: r.get(2)?,
+                cpu_model: r.get(3)?,
+                engine_kind: parsed(r, 4)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn nodes_since(&mut self, job: Option<JobId>, since_ms: i64) -> StoreResult<NodesReceived> {
+        Ok(self.c.prepare_cached(
+            "SELECT COALESCE(SUM(committed), 0), COALESCE(SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END), 0) \
+             FROM results WHERE received_ms >= ?1 AND (?2 IS NULL OR job_id = ?2)",
+        )?
+        .query_row(params![since_ms, job.map(|j| j.to_string())], |r| {
+            Ok(NodesReceived {
+                raw: r.get::<_, i64>(0)? as u64,
+                verified: r.get::<_, i64>(1)? as u64,
+            })
+        })?)
+    }
+
+    fn results_since(&mut self, since_ms: i64) -> StoreResult<u64> {
+        let n: i64 = self
+            .c
+            .prepare_cached("SELECT COUNT(*) FROM results WHERE received_ms >= ?")?
+            .query_row([since_ms], |r| r.get(0))?;
+        Ok(n as u64)
+    }
+
+    fn result_minutes(&mut self, since_ms: i64) -> StoreResult<Vec<ResultMinute>> {
+        let mut q = self.c.prepare_cached(
+            "SELECT received_ms / 60000, SUM(committed), SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END), COUNT(*) \
+             FROM results WHERE received_ms >= ? GROUP BY received_ms / 60000 ORDER BY 1",
+        )?;
+        let rows = q.query_map([since_ms], |r| {
+            Ok(ResultMinute {
+                minute: r.get(0)?,
+                raw_nodes: r.get::<_, i64>(1)? as u64,
+                verified_nodes: r.get::<_, i64>(2)? as u64,
+                results: r.get::<_, i64>(3)? as u64,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn wrong_results(&mut self) -> StoreResult<u64> {
+        let n: i64 = self
+            .c
+            .prepare_cached("SELECT COUNT(*) FROM results WHERE verdict = 'wrong'")?
+            .query_row([], |r| r.get(0))?;
+        Ok(n as u64)
+    }
+
+    fn result_breakdown(&mut self, job: JobId) -> StoreResult<Vec<ResultBreakdown>> {
+        let mut q = self.c.prepare_cached(
+            "SELECT verdict, engine_kind, engine_build, COUNT(*), COALESCE(SUM(committed), 0) FROM results WHERE job_id = ? \
+             GROUP BY verdict, engine_kind, engine_build ORDER BY 1, 2, 3",
+        )?;
+        let rows = q.query_map([job.to_string()], |r| {
+            Ok(ResultBreakdown {
+                verdict: parsed(r, 0)?,
+                engine_kind: parsed(r, 1)?,
+                engine_build: r.get(2)?,
+                results: r.get::<_, i64>(3)? as u64,
+                nodes: r.get::<_, i64>(4)? as u64,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+}

@@ -1,0 +1,200 @@
+//! Units (`migrations/0001_init.sql`): batch creation, the leasable queue, counters and
+//! decisions.
+
+use e2fleet_engine::Unit;
+use e2fleet_proto::api::{JobId, UnitCounts, UnitId};
+use rusqlite::{OptionalExtension, Row, params};
+
+use super::codec::{encode_path, unit_at};
+use super::{SqliteTx, parsed};
+use crate::store::tx::{StoreResult, Units};
+use crate::store::{NewUnit, ResultId, UnitRecord, UnitState};
+
+/// The columns [`from_row`] reads, in order (`u.` for queries that alias units).
+const COLUMNS: &str = "id, job_id, prefix_json, cursor_json, parent_id, kind, quorum, needed, state, \
+     active_leases, results, accepted_result_id, created_ms";
+const U_COLUMNS: &str = "u.id, u.job_id, u.prefix_json, u.cursor_json, u.parent_id, u.kind, u.quorum, \
+     u.needed, u.state, u.active_leases, u.results, u.accepted_result_id, u.created_ms";
+
+/// Reads a row of [`COLUMNS`] (by position: a name lookup per field costs more than the
+/// query on the write path).
+fn from_row(r: &Row<'_>) -> rusqlite::Result<UnitRecord> {
+    Ok(UnitRecord {
+        id: UnitId(r.get(0)?),
+        job_id: parsed(r, 1)?,
+        unit: unit_at(r, 2, 3)?,
+        parent: r.get::<_, Option<i64>>(4)?.map(UnitId),
+        kind: parsed(r, 5)?,
+        quorum: r.get::<_, i64>(6)? as u32,
+        needed: r.get::<_, i64>(7)? as u32,
+        state: parsed(r, 8)?,
+        active_leases: r.get::<_, i64>(9)? as u32,
+        results: r.get::<_, i64>(10)? as u32,
+        accepted_result: r.get::<_, Option<i64>>(11)?.map(ResultId),
+        created_ms: r.get(12)?,
+    })
+}
+
+impl SqliteTx<'_> {
+    /// Moves a unit's counters and recomputes the state of one that is not done:
+    /// `open` while more runs are needed than are out, `busy` otherwise.
+    fn adjust(&mut self, id: UnitId, leases_delta: i64, results_delta: i64) -> StoreResult<()> {
+        self.c
+            .prepare_cached(
+                "UPDATE units SET active_leases = active_leases + ?1, results = results + ?2, \
+                   state = CASE WHEN state IN ('done', 'cancelled') THEN state \
+                                WHEN results + ?2 + active_leases + ?1 < needed THEN 'open' ELSE 'busy' END \
+                 WHERE id = ?3",
+            )?
+            .execute(params![leases_delta, results_delta, id.0])?;
+        Ok(())
+    }
+}
+
+impl Units for SqliteTx<'_> {
+    fn insert_units(&mut self, job: JobId, units: &[NewUnit], now_ms: i64) -> StoreResult<()> {
+        // one prepared statement executed per row: on the writer thread that is cheaper
+        // than building multi-row statements
+        let mut insert = self.c.prepare_cached(
+            "INSERT INTO units (job_id, prefix_json, cursor_json, parent_id, kind, quorum, needed, state, created_ms) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, 'open', ?7)",
+        )?;
+        let job = job.to_string();
+        for u in units {
+            insert.execute(params![
+                job,
+                encode_path(&u.unit.prefix),
+                encode_path(&u.unit.cursor),
+                u.parent.map(|p| p.0),
+                u.kind.as_str(),
+                u.quorum as i64,
+                now_ms
+            ])?;
+        }
+        Ok(())
+    }
+
+    fn unit(&mut self, id: UnitId) -> StoreResult<Option<UnitRecord>> {
+        Ok(self
+            .c
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM units WHERE id = ?"))?
+            .query_row([id.0], from_row)
+            .optional()?)
+    }
+
+    fn leasable_units(&mut self, hostname: &str, limit: usize) -> StoreResult<Vec<UnitRecord>> {
+        let mut q = self.c.prepare_cached(&format!(
+            "SELECT {U_COLUMNS} FROM units u JOIN jobs j ON j.id = u.job_id \
+             WHERE u.state = 'open' AND j.state = 'running' \
+               AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.unit_id = u.id AND l.hostname = ?1 AND l.state = 'active') \
+               AND NOT EXISTS (SELECT 1 FROM results r WHERE r.unit_id = u.id AND r.hostname = ?1 AND r.verdict != 'wrong') \
+             ORDER BY u.id LIMIT ?2"
+        ))?;
+        let rows = q.query_map(params![hostname, limit as i64], from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn splittable_unit(&mut self) -> StoreResult<Option<UnitRecord>> {
+        Ok(self
+            .c
+            .prepare_cached(&format!(
+                "SELECT {U_COLUMNS} FROM units u JOIN jobs j ON j.id = u.job_id \
+                 WHERE u.state = 'open' AND j.state = 'running' AND u.cursor_json != '[]' \
+                   AND u.active_leases = 0 AND u.results = 0 AND u.needed = 1 \
+                 ORDER BY u.id LIMIT 1"
+            ))?
+            .query_row([], from_row)
+            .optional()?)
+    }
+
+    fn set_unit_path(&mut self, id: UnitId, unit: &Unit) -> StoreResult<()> {
+        self.c
+            .prepare_cached("UPDATE units SET prefix_json = ?, cursor_json = ? WHERE id = ?")?
+            .execute(params![
+                encode_path(&unit.prefix),
+                encode_path(&unit.cursor),
+                id.0
+            ])?;
+        Ok(())
+    }
+
+    fn lease_taken(&mut self, id: UnitId) -> StoreResult<()> {
+        self.adjust(id, 1, 0)
+    }
+
+    fn lease_returned(&mut self, id: UnitId) -> StoreResult<()> {
+        self.adjust(id, -1, 0)
+    }
+
+    fn result_recorded(&mut self, id: UnitId, lease_was_active: bool) -> StoreResult<()> {
+        self.adjust(id, if lease_was_active { -1 } else { 0 }, 1)
+    }
+
+    fn mark_unit_done(&mut self, id: UnitId, result: ResultId) -> StoreResult<()> {
+        self.c
+            .prepare_cached("UPDATE units SET state = 'done', accepted_result_id = ? WHERE id = ?")?
+            .execute(params![result.0, id.0])?;
+        Ok(())
+    }
+
+    fn request_deciding_run(&mut self, id: UnitId, quorum: u32) -> StoreResult<()> {
+        self.c.prepare_cached(
+            "UPDATE units SET quorum = MAX(quorum, ?), needed = results + active_leases + 1, state = 'open' WHERE id = ?",
+        )?
+        .execute(params![quorum as i64, id.0])?;
+        Ok(())
+    }
+
+    fn unit_children(&mut self, parent: UnitId) -> StoreResult<Vec<UnitRecord>> {
+        let mut q = self
+            .c
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM units WHERE parent_id = ?"))?;
+        let rows = q.query_map([parent.0], from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn cancel_unit(&mut self, id: UnitId) -> StoreResult<()> {
+        self.c
+            .prepare_cached("UPDATE units SET state = 'cancelled' WHERE id = ?")?
+            .execute([id.0])?;
+        Ok(())
+    }
+
+    fn cancel_job_units(&mut self, job: JobId) -> StoreResult<()> {
+        self.c
+            .prepare_cached(
+                "UPDATE units SET state = 'cancelled' WHERE job_id = ? AND state IN ('open', 'busy')",
+            )?
+            .execute([job.to_string()])?;
+        Ok(())
+    }
+
+    fn job_has_unfinished_units(&mut self, job: JobId) -> StoreResult<bool> {
+        Ok(self
+            .c
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM units WHERE job_id = ? AND state IN ('open', 'busy'))",
+            )?
+            .query_row([job.to_string()], |r| r.get(0))?)
+    }
+
+    fn unit_counts(&mut self, job: JobId) -> StoreResult<UnitCounts> {
+        let mut q = self
+            .c
+            .prepare_cached("SELECT state, COUNT(*) FROM units WHERE job_id = ? GROUP BY state")?;
+        let rows = q.query_map([job.to_string()], |r| {
+            Ok((parsed::<UnitState>(r, 0)?, r.get::<_, i64>(1)? as u64))
+        })?;
+        let mut counts = UnitCounts::default();
+        for row in rows {
+            let (state, n) = row?;
+            match state {
+                UnitState::Open => counts.open = n,
+                UnitState::Busy => counts.leased = n,
+                UnitState::Done => counts.done = n,
+                UnitState::Cancelled => counts.cancelled = n,
+            }
+        }
+        Ok(counts)
+    }
+}

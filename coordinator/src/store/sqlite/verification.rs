@@ -1,0 +1,196 @@
+//! Verification (`migrations/0003_verification.sql`): hardware classes, suites and their
+//! units, suite results.
+
+use e2fleet_engine::UnitResult;
+use e2fleet_engine::suite::{SuiteExpected, SuiteUnit};
+use e2fleet_proto::api::HostInfo;
+use rusqlite::{OptionalExtension, Row, params};
+
+use super::{SqliteTx, conversion, parsed};
+use crate::store::tx::{StoreResult, Verifications};
+use crate::store::{
+    ClassRecord, NewVerification, ResultBody, SuiteUnitRecord, VerificationRecord, parse_json,
+};
+
+fn verification_from_row(r: &Row<'_>) -> rusqlite::Result<VerificationRecord> {
+    Ok(VerificationRecord {
+        id: r.get(0)?,
+        suite: r.get(1)?,
+        unit: r.get(2)?,
+        class_id: r.get(3)?,
+        hostname: r.get(4)?,
+        engine_build: r.get(5)?,
+        digest: r.get(6)?,
+        nodes: r.get::<_, i64>(7)? as u64,
+        engine_seconds: r.get(8)?,
+        received_ms: r.get(9)?,
+    })
+}
+
+fn spec_json(u: &SuiteUnit) -> String {
+    let mut spec = u.clone();
+    spec.expected = None;
+    serde_json::to_string(&spec).expect("suite units serialise")
+}
+
+impl Verifications for SqliteTx<'_> {
+    fn upsert_class(&mut self, id: &str, h: &HostInfo, now_ms: i64) -> StoreResult<()> {
+        self.c.prepare_cached(
+            "INSERT OR IGNORE INTO hw_classes (id, cpu_model, arch, os, rustc_version, target_features, engine_kind, engine_release, first_seen_ms) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )?
+        .execute(params![
+            id,
+            h.cpu_model,
+            h.arch,
+            h.os,
+            h.rustc_version,
+            h.target_features,
+            h.engine_kind.as_str(),
+            h.engine_release,
+            now_ms
+        ])?;
+        Ok(())
+    }
+
+    fn classes_of_suite(&mut self, suite: &str) -> StoreResult<Vec<ClassRecord>> {
+        let mut q = self.c.prepare_cached(
+            "SELECT id, cpu_model, arch, os, rustc_version, target_features, engine_kind, engine_release, first_seen_ms \
+             FROM hw_classes WHERE id IN (SELECT DISTINCT class_id FROM verifications WHERE suite = ?) ORDER BY first_seen_ms, id",
+        )?;
+        let rows = q.query_map([suite], |r| {
+            Ok(ClassRecord {
+                id: r.get(0)?,
+                cpu_model: r.get(1)?,
+                arch: r.get(2)?,
+                os: r.get(3)?,
+                rustc_version: r.get(4)?,
+                target_features: r.get(5)?,
+                engine_kind: parsed(r, 6)?,
+                engine_release: r.get(7)?,
+                first_seen_ms: r.get(8)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn replace_suite(
+        &mut self,
+        suite: &str,
+        units: &[SuiteUnitRecord],
+        now_ms: i64,
+    ) -> StoreResult<()> {
+        self.c
+            .prepare_cached("DELETE FROM suite_units WHERE suite = ?")?
+            .execute([suite])?;
+        self.c.prepare_cached("INSERT INTO suites (name, created_ms) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET created_ms = excluded.created_ms")?
+            .execute(params![suite, now_ms])?;
+        let mut insert = self.c.prepare_cached(
+            "INSERT INTO suite_units (suite, name, position, spec_json, expected_json, expected_source) VALUES (?, ?, ?, ?, ?, ?)",
+        )?;
+        for (position, u) in units.iter().enumerate() {
+            insert.execute(params![
+                suite,
+                u.name,
+                position as i64,
+                spec_json(&u.spec),
+                u.expected
+                    .as_ref()
+                    .map(|e| serde_json::to_string(e).expect("expected results serialise")),
+                u.expected_source
+            ])?;
+        }
+        Ok(())
+    }
+
+    fn suite_units(&mut self, suite: &str) -> StoreResult<Vec<SuiteUnitRecord>> {
+        let mut q = self.c.prepare_cached(
+            "SELECT name, spec_json, expected_json, expected_source FROM suite_units WHERE suite = ? ORDER BY position",
+        )?;
+        let rows = q.query_map([suite], |r| {
+            let spec: String = r.get(1)?;
+            let expected: Option<String> = r.get(2)?;
+            Ok(SuiteUnitRecord {
+                name: r.get(0)?,
+                spec: parse_json(&spec, "suite unit").map_err(|e| conversion(1, e.to_string()))?,
+                expected: expected
+                    .map(|e| parse_json::<SuiteExpected>(&e, "expected result"))
+                    .transpose()
+                    .map_err(|e| conversion(2, e.to_string()))?,
+                expected_source: r.get(3)?,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn suite_names(&mut self) -> StoreResult<Vec<String>> {
+        let mut q = self
+            .c
+            .prepare_cached("SELECT name FROM suites ORDER BY created_ms, name")?;
+        let rows = q.query_map([], |r| r.get(0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn set_expected(
+        &mut self,
+        suite: &str,
+        unit: &str,
+        expected: &SuiteExpected,
+        source: &str,
+    ) -> StoreResult<()> {
+        self.c.prepare_cached(
+            "UPDATE suite_units SET expected_json = ?, expected_source = ? WHERE suite = ? AND name = ? AND expected_json IS NULL",
+        )?
+        .execute(params![
+            serde_json::to_string(expected).expect("expected results serialise"),
+            source,
+            suite,
+            unit
+        ])?;
+        Ok(())
+    }
+
+    fn insert_verification(&mut self, v: &NewVerification) -> StoreResult<()> {
+        self.c.prepare_cached(
+            "INSERT INTO verifications (suite, unit, class_id, worker_id, hostname, engine_build, digest, result_json, nodes, engine_seconds, received_ms) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )?
+        .execute(params![
+            v.suite,
+            v.unit,
+            v.class_id,
+            v.worker_id.to_string(),
+            v.hostname,
+            v.engine_build,
+            v.digest,
+            v.body.0,
+            v.nodes as i64,
+            v.engine_seconds,
+            v.received_ms
+        ])?;
+        Ok(())
+    }
+
+    fn verifications_of_suite(&mut self, suite: &str) -> StoreResult<Vec<VerificationRecord>> {
+        let mut q = self.c.prepare_cached(
+            "SELECT id, suite, unit, class_id, hostname, engine_build, digest, nodes, engine_seconds, received_ms \
+             FROM verifications WHERE suite = ? ORDER BY id",
+        )?;
+        let rows = q.query_map([suite], verification_from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn verification_body(
+        &mut self,
+        suite: &str,
+        unit: &str,
+        digest: &str,
+    ) -> StoreResult<Option<UnitResult>> {
+        let body: Option<String> = self.c.prepare_cached(
+            "SELECT result_json FROM verifications WHERE suite = ? AND unit = ? AND digest = ? ORDER BY id LIMIT 1",
+        )?
+        .query_row([suite, unit, digest], |r| r.get(0))
+        .optional()?;
+        body.map(|b| ResultBody(b).decode()).transpose()
+    }
+}

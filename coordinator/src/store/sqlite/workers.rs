@@ -1,0 +1,169 @@
+//! Workers (`migrations/0001_init.sql`, `0003_verification.sql`): identities, tokens,
+//! liveness, errors and quarantine.
+
+use e2fleet_engine::engine::EngineKind;
+use e2fleet_proto::api::{HostInfo, WorkerId};
+use rusqlite::{OptionalExtension, Row, params};
+
+use super::{SqliteTx, parsed};
+use crate::store::WorkerRecord;
+use crate::store::tx::{StoreResult, Workers};
+
+/// The columns [`from_row`] reads, in order (`w.` prefixed).
+const COLUMNS: &str = "w.id, w.token_hash, w.hostname, w.cpu_model, w.cores, w.arch, w.os, \
+     w.rustc_version, w.worker_version, w.target_features, w.engine_kind, w.engine_build, w.class_id, \
+     w.registered_ms, w.last_seen_ms, w.per_core_rate, w.threads, w.units_done, w.errors, w.quarantined";
+
+/// Reads a row of [`COLUMNS`], then `leases_held` if `with_leases`.
+fn from_row(r: &Row<'_>, with_leases: bool) -> rusqlite::Result<WorkerRecord> {
+    let engine_kind: EngineKind = parsed(r, 10)?;
+    Ok(WorkerRecord {
+        id: parsed(r, 0)?,
+        token_hash: r.get(1)?,
+        host: HostInfo {
+            hostname: r.get(2)?,
+            cpu_model: r.get(3)?,
+            cores: r.get::<_, i64>(4)? as u32,
+            arch: r.get(5)?,
+            os: r.get(6)?,
+            rustc_version: r.get(7)?,
+            worker_version: r.get(8)?,
+            target_features: r.get(9)?,
+            engine_kind,
+            // the release is part of the class; the worker row keeps the last build
+            engine_release: String::new(),
+        },
+        engine_build: r.get(11)?,
+        class_id: r.get(12)?,
+        registered_ms: r.get(13)?,
+        last_seen_ms: r.get(14)?,
+        per_core_rate: r.get(15)?,
+        threads: r.get::<_, i64>(16)? as u32,
+        units_done: r.get::<_, i64>(17)? as u64,
+        errors: r.get::<_, i64>(18)? as u64,
+        quarantined: r.get(19)?,
+        leases_held: if with_leases {
+            r.get::<_, i64>(20)? as u64
+        } else {
+            0
+        },
+    })
+}
+
+impl Workers for SqliteTx<'_> {
+    fn upsert_worker(&mut self, w: &WorkerRecord) -> StoreResult<()> {
+        let h = &w.host;
+        self.c.prepare_cached(
+            "INSERT INTO workers (id, token_hash, hostname, cpu_model, cores, arch, os, rustc_version, worker_version, registered_ms, last_seen_ms, \
+               engine_kind, engine_build, target_features, class_id) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT(id) DO UPDATE SET token_hash = excluded.token_hash, hostname = excluded.hostname, cpu_model = excluded.cpu_model, \
+               cores = excluded.cores, arch = excluded.arch, os = excluded.os, rustc_version = excluded.rustc_version, \
+               worker_version = excluded.worker_version, last_seen_ms = excluded.last_seen_ms, engine_kind = excluded.engine_kind, \
+               engine_build = excluded.engine_build, target_features = excluded.target_features, class_id = excluded.class_id",
+        )?
+        .execute(params![
+            w.id.to_string(),
+            w.token_hash,
+            h.hostname,
+            h.cpu_model,
+            h.cores as i64,
+            h.arch,
+            h.os,
+            h.rustc_version,
+            h.worker_version,
+            w.registered_ms,
+            w.last_seen_ms,
+            h.engine_kind.as_str(),
+            w.engine_build,
+            h.target_features,
+            w.class_id
+        ])?;
+        Ok(())
+    }
+
+    fn worker(&mut self, id: WorkerId) -> StoreResult<Option<WorkerRecord>> {
+        Ok(self
+            .c
+            .prepare_cached(&format!("SELECT {COLUMNS} FROM workers w WHERE w.id = ?"))?
+            .query_row([id.to_string()], |r| from_row(r, false))
+            .optional()?)
+    }
+
+    fn worker_by_token_hash(&mut self, hash: &str) -> StoreResult<Option<WorkerRecord>> {
+        Ok(self
+            .c
+            .prepare_cached(&format!(
+                "SELECT {COLUMNS} FROM workers w WHERE w.token_hash = ?"
+            ))?
+            .query_row([hash], |r| from_row(r, false))
+            .optional()?)
+    }
+
+    fn list_workers(&mut self) -> StoreResult<Vec<WorkerRecord>> {
+        let mut q = self.c.prepare_cached(&format!(
+            "SELECT {COLUMNS}, (SELECT COUNT(*) FROM leases l WHERE l.worker_id = w.id AND l.state = 'active') \
+             FROM workers w ORDER BY w.hostname, w.id"
+        ))?;
+        let rows = q.query_map([], |r| from_row(r, true))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn worker_seen(
+        &mut self,
+        id: WorkerId,
+        now_ms: i64,
+        rate: Option<(f64, u32)>,
+        engine: Option<(EngineKind, &str)>,
+    ) -> StoreResult<Option<bool>> {
+        Ok(self.c.prepare_cached(
+            "UPDATE workers SET last_seen_ms = ?, per_core_rate = COALESCE(?, per_core_rate), threads = COALESCE(?, threads), \
+               engine_kind = COALESCE(?, engine_kind), engine_build = COALESCE(?, engine_build) WHERE id = ? \
+             RETURNING quarantined",
+        )?
+        .query_row(
+            params![
+                now_ms,
+                rate.map(|r| r.0),
+                rate.map(|r| r.1 as i64),
+                engine.map(|e| e.0.as_str()),
+                engine.map(|e| e.1),
+                id.to_string()
+            ],
+            |r| r.get(0),
+        )
+        .optional()?)
+    }
+
+    fn worker_unit_done(&mut self, id: WorkerId) -> StoreResult<()> {
+        self.c
+            .prepare_cached("UPDATE workers SET units_done = units_done + 1 WHERE id = ?")?
+            .execute([id.to_string()])?;
+        Ok(())
+    }
+
+    fn worker_error(&mut self, id: WorkerId, threshold: u64) -> StoreResult<bool> {
+        let id = id.to_string();
+        self.c
+            .prepare_cached("UPDATE workers SET errors = errors + 1 WHERE id = ?")?
+            .execute([&id])?;
+        let (hostname, errors): (String, i64) = self
+            .c
+            .prepare_cached("SELECT hostname, (SELECT SUM(errors) FROM workers w2 WHERE w2.hostname = w.hostname) FROM workers w WHERE id = ?")?
+            .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        if errors as u64 >= threshold {
+            self.c
+                .prepare_cached("UPDATE workers SET quarantined = 1 WHERE hostname = ?")?
+                .execute([&hostname])?;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    fn release_host(&mut self, hostname: &str) -> StoreResult<u64> {
+        Ok(self
+            .c
+            .prepare_cached("UPDATE workers SET quarantined = 0, errors = 0 WHERE hostname = ?")?
+            .execute([hostname])? as u64)
+    }
+}

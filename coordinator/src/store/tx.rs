@@ -1,0 +1,223 @@
+//! The store's operations, as the fleet logic sees them: named, synchronous, in domain
+//! terms. A write job ([`crate::store::Store::write`]) and a read
+//! ([`crate::store::Store::read`]) each get one `&mut dyn Tx`: everything it does happens
+//! in one transaction. Each backend implements the traits at its own edge.
+//!
+//! The traits are split by what they touch, so a reader finds "what can be done to a
+//! lease" in one place.
+
+use e2fleet_engine::UnitResult;
+use e2fleet_engine::suite::SuiteExpected;
+use e2fleet_proto::api::{
+    HostInfo, JobId, JobState, LeaseId, ResultVerdict, UnitCounts, UnitId, WorkerId,
+};
+
+use super::StoreError;
+use super::records::*;
+
+/// Shorthand for the store's results.
+pub type StoreResult<T> = Result<T, StoreError>;
+
+/// Jobs: creation, state and the running per-depth totals.
+pub trait Jobs {
+    /// Stores a new job.
+    fn insert_job(&mut self, job: &NewJob) -> StoreResult<()>;
+    /// One job, without its puzzle.
+    fn job(&mut self, id: JobId) -> StoreResult<Option<JobRecord>>;
+    /// Every job, newest first, without their puzzles.
+    fn list_jobs(&mut self) -> StoreResult<Vec<JobRecord>>;
+    /// What a job's search context is built from.
+    fn job_source(&mut self, id: JobId) -> StoreResult<Option<JobSource>>;
+    /// What the report path needs of a job.
+    fn job_head(&mut self, id: JobId) -> StoreResult<Option<JobHead>>;
+    /// Adds an accepted result's counts to the job's running totals.
+    fn add_accepted(&mut self, id: JobId, nodes: &[u64], solutions: u64) -> StoreResult<()>;
+    /// Takes an overturned result's counts back out of the job's running totals.
+    fn subtract_accepted(&mut self, id: JobId, nodes: &[u64], solutions: u64) -> StoreResult<()>;
+    /// Adds `count` prefix nodes at depth index `depth` (a split; negative: revoked).
+    fn add_split_nodes(&mut self, id: JobId, depth: usize, count: i64) -> StoreResult<()>;
+    /// Marks a running job complete or cancelled.
+    fn finish_job(
+        &mut self,
+        id: JobId,
+        state: JobState,
+        now_ms: i64,
+        conservation_ok: Option<bool>,
+    ) -> StoreResult<()>;
+    /// Re-opens a completed job (a late result disputes one of its units); `true` if it was.
+    fn reopen_job(&mut self, id: JobId) -> StoreResult<bool>;
+}
+
+/// Units: creation, the leasable queue, counters and decisions.
+pub trait Units {
+    /// Stores units of a job (all open).
+    fn insert_units(&mut self, job: JobId, units: &[NewUnit], now_ms: i64) -> StoreResult<()>;
+    /// One unit.
+    fn unit(&mut self, id: UnitId) -> StoreResult<Option<UnitRecord>>;
+    /// Up to `limit` open units of running jobs that `hostname` neither holds nor has a
+    /// valid result for, oldest first.
+    fn leasable_units(&mut self, hostname: &str, limit: usize) -> StoreResult<Vec<UnitRecord>>;
+    /// An open continuation nobody holds and no result names, to split for idle workers.
+    fn splittable_unit(&mut self) -> StoreResult<Option<UnitRecord>>;
+    /// Rewrites a unit's prefix and cursor (after a split).
+    fn set_unit_path(&mut self, id: UnitId, unit: &e2fleet_engine::Unit) -> StoreResult<()>;
+    /// A lease on the unit was handed out.
+    fn lease_taken(&mut self, id: UnitId) -> StoreResult<()>;
+    /// A lease on the unit ended without a result (expired, released, cancelled).
+    fn lease_returned(&mut self, id: UnitId) -> StoreResult<()>;
+    /// A valid result on the unit was recorded; `lease_was_active`: its lease was still out.
+    fn result_recorded(&mut self, id: UnitId, lease_was_active: bool) -> StoreResult<()>;
+    /// Marks a unit decided by `result`.
+    fn mark_unit_done(&mut self, id: UnitId, result: ResultId) -> StoreResult<()>;
+    /// Asks for one more run of a unit whose results disagree (also a done one: its
+    /// accepted result stays counted until a quorum decides otherwise).
+    fn request_deciding_run(&mut self, id: UnitId, quorum: u32) -> StoreResult<()>;
+    /// Units created from `parent` (continuations and split siblings).
+    fn unit_children(&mut self, parent: UnitId) -> StoreResult<Vec<UnitRecord>>;
+    /// Cancels a unit (revoked with a wrong result).
+    fn cancel_unit(&mut self, id: UnitId) -> StoreResult<()>;
+    /// Cancels every unfinished unit of a job.
+    fn cancel_job_units(&mut self, job: JobId) -> StoreResult<()>;
+    /// Whether the job has an open or busy unit.
+    fn job_has_unfinished_units(&mut self, job: JobId) -> StoreResult<bool>;
+    /// A job's units by state.
+    fn unit_counts(&mut self, job: JobId) -> StoreResult<UnitCounts>;
+}
+
+/// Leases: grants, expiry, extension, release.
+pub trait Leases {
+    /// Stores a new lease.
+    fn insert_lease(&mut self, lease: &LeaseRecord) -> StoreResult<()>;
+    /// One lease.
+    fn lease(&mut self, id: LeaseId) -> StoreResult<Option<LeaseRecord>>;
+    /// A lease with the unit it was granted on.
+    fn lease_with_unit(&mut self, id: LeaseId) -> StoreResult<Option<(LeaseRecord, UnitRecord)>>;
+    /// Marks active leases past their deadline expired; returns their units.
+    fn expire_overdue_leases(&mut self, now_ms: i64) -> StoreResult<Vec<UnitId>>;
+    /// Sets a lease's state.
+    fn set_lease_state(&mut self, id: LeaseId, state: LeaseState) -> StoreResult<()>;
+    /// Extends a worker's active lease; `false` if it is no longer active (or not its own).
+    fn extend_lease(
+        &mut self,
+        id: LeaseId,
+        worker: WorkerId,
+        deadline_ms: i64,
+    ) -> StoreResult<bool>;
+    /// Releases a worker's active lease; its unit if it was active.
+    fn release_lease(&mut self, id: LeaseId, worker: WorkerId) -> StoreResult<Option<UnitId>>;
+    /// Cancels the active leases of a job's units; how many.
+    fn cancel_job_leases(&mut self, job: JobId) -> StoreResult<usize>;
+    /// When a job's first unit was leased (work started).
+    fn first_lease_of_job(&mut self, job: JobId) -> StoreResult<Option<i64>>;
+    /// Leases created and expired since `since_ms`, per minute.
+    fn lease_minutes(&mut self, since_ms: i64) -> StoreResult<Vec<LeaseMinute>>;
+    /// Leases created and leases expired since `since_ms`.
+    fn lease_counts_since(&mut self, since_ms: i64) -> StoreResult<(u64, u64)>;
+}
+
+/// Results: every report, its digest and its verdict.
+pub trait Results {
+    /// Stores a result.
+    fn insert_result(&mut self, result: &NewResult) -> StoreResult<ResultId>;
+    /// The result reported on a lease.
+    fn result_by_lease(&mut self, lease: LeaseId) -> StoreResult<Option<ResultRecord>>;
+    /// One result.
+    fn result(&mut self, id: ResultId) -> StoreResult<Option<ResultRecord>>;
+    /// One result's body.
+    fn result_body(&mut self, id: ResultId) -> StoreResult<Option<UnitResult>>;
+    /// The valid (not wrong) results of a unit, in arrival order.
+    fn valid_results_of_unit(&mut self, unit: UnitId) -> StoreResult<Vec<ResultRecord>>;
+    /// Sets a result's verdict.
+    fn set_result_verdict(&mut self, id: ResultId, verdict: ResultVerdict) -> StoreResult<()>;
+    /// The bodies of a job's accepted results (for the conservation check).
+    fn accepted_bodies_of_job(&mut self, job: JobId) -> StoreResult<Vec<UnitResult>>;
+    /// The first `limit` accepted results of a job that carry solutions.
+    fn solution_bodies_of_job(&mut self, job: JobId, limit: usize) -> StoreResult<Vec<UnitResult>>;
+    /// The accepted result of a job that went deepest (earliest unit on ties).
+    fn deepest_body_of_job(&mut self, job: JobId) -> StoreResult<Option<UnitResult>>;
+    /// Per-core rate samples of accepted or agreeing results since `since_ms` with a
+    /// measurable run time; `job` narrows to one job.
+    fn rate_samples(&mut self, job: Option<JobId>, since_ms: i64) -> StoreResult<Vec<RateSample>>;
+    /// Nodes received since `since_ms`; `job` narrows to one job.
+    fn nodes_since(&mut self, job: Option<JobId>, since_ms: i64) -> StoreResult<NodesReceived>;
+    /// Results received since `since_ms`.
+    fn results_since(&mut self, since_ms: i64) -> StoreResult<u64>;
+    /// Results per minute since `since_ms`.
+    fn result_minutes(&mut self, since_ms: i64) -> StoreResult<Vec<ResultMinute>>;
+    /// Results marked wrong, ever.
+    fn wrong_results(&mut self) -> StoreResult<u64>;
+    /// A job's results per (verdict, engine kind, engine build).
+    fn result_breakdown(&mut self, job: JobId) -> StoreResult<Vec<ResultBreakdown>>;
+}
+
+/// Workers: identities, tokens, liveness, errors and quarantine.
+pub trait Workers {
+    /// Inserts a worker, or replaces a re-registering one's token and labels (its record
+    /// of errors and units stays).
+    fn upsert_worker(&mut self, worker: &WorkerRecord) -> StoreResult<()>;
+    /// One worker.
+    fn worker(&mut self, id: WorkerId) -> StoreResult<Option<WorkerRecord>>;
+    /// The worker a token hash belongs to.
+    fn worker_by_token_hash(&mut self, hash: &str) -> StoreResult<Option<WorkerRecord>>;
+    /// Every worker with the leases it holds, by host name.
+    fn list_workers(&mut self) -> StoreResult<Vec<WorkerRecord>>;
+    /// Records a call from a worker, with its rate and engine when given; whether it is
+    /// quarantined (`None`: no such worker).
+    fn worker_seen(
+        &mut self,
+        id: WorkerId,
+        now_ms: i64,
+        rate: Option<(f64, u32)>,
+        engine: Option<(e2fleet_engine::engine::EngineKind, &str)>,
+    ) -> StoreResult<Option<bool>>;
+    /// Counts a unit decided by a worker's result.
+    fn worker_unit_done(&mut self, id: WorkerId) -> StoreResult<()>;
+    /// Counts a wrong result against a worker; quarantines its host past `threshold`.
+    /// `true` when the host is now quarantined.
+    fn worker_error(&mut self, id: WorkerId, threshold: u64) -> StoreResult<bool>;
+    /// Lifts a host's quarantine and clears its errors; the workers released.
+    fn release_host(&mut self, hostname: &str) -> StoreResult<u64>;
+}
+
+/// Verification: hardware classes, suites and suite results.
+pub trait Verifications {
+    /// Stores a hardware class if it is new.
+    fn upsert_class(&mut self, id: &str, host: &HostInfo, now_ms: i64) -> StoreResult<()>;
+    /// Every class that ran some unit of `suite`, oldest first.
+    fn classes_of_suite(&mut self, suite: &str) -> StoreResult<Vec<ClassRecord>>;
+    /// Replaces a suite's units (earlier results stay, judged against the new units).
+    fn replace_suite(
+        &mut self,
+        suite: &str,
+        units: &[SuiteUnitRecord],
+        now_ms: i64,
+    ) -> StoreResult<()>;
+    /// A suite's units in order.
+    fn suite_units(&mut self, suite: &str) -> StoreResult<Vec<SuiteUnitRecord>>;
+    /// Every suite name.
+    fn suite_names(&mut self) -> StoreResult<Vec<String>>;
+    /// Fixes a unit's exact result, if it has none yet.
+    fn set_expected(
+        &mut self,
+        suite: &str,
+        unit: &str,
+        expected: &SuiteExpected,
+        source: &str,
+    ) -> StoreResult<()>;
+    /// Stores a verification result.
+    fn insert_verification(&mut self, v: &NewVerification) -> StoreResult<()>;
+    /// Every result of a suite, oldest first.
+    fn verifications_of_suite(&mut self, suite: &str) -> StoreResult<Vec<VerificationRecord>>;
+    /// The body of the first result of `unit` with `digest`.
+    fn verification_body(
+        &mut self,
+        suite: &str,
+        unit: &str,
+        digest: &str,
+    ) -> StoreResult<Option<UnitResult>>;
+}
+
+/// Everything a transaction can do.
+pub trait Tx: Jobs + Units + Leases + Results + Workers + Verifications {}
+
+impl<T: Jobs + Units + Leases + Results + Workers + Verifications> Tx for T {}

@@ -1,0 +1,439 @@
+//! The operators' read models: a job's status, the fleet summary, the worker list and the
+//! verification matrix. The coordinator builds them once (`e2fleet_coordinator::status`);
+//! the JSON API serves them with serde, gRPC as `e2fleet.v2` messages ([`crate::convert`]),
+//! `/metrics` reads the same values, and the CLI prints them.
+//!
+//! Two rates are kept apart everywhere: *per-core* (how fast one engine thread walks:
+//! committed nodes / engine seconds, a median over results) and *aggregate* (nodes per
+//! wall-clock second across the fleet). Neither is ever computed from the other.
+
+use std::collections::BTreeMap;
+
+use e2fleet_engine::Placement;
+use e2fleet_engine::engine::EngineKind;
+use serde::{Deserialize, Serialize};
+
+use super::ids::{JobId, WorkerId};
+use super::states::{JobState, ResultVerdict, Verdict, WorkerState};
+use super::work::HostInfo;
+
+/// Units of a job by state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitCounts {
+    /// Waiting to be leased.
+    pub open: u64,
+    /// Leased (every run it needs is out).
+    pub leased: u64,
+    /// Decided.
+    pub done: u64,
+    /// Cancelled (job cancelled, or revoked with a wrong result).
+    pub cancelled: u64,
+}
+
+/// The deepest accepted board of a job.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeepestBoard {
+    /// Its depth (0 when nothing was placed).
+    pub depth: usize,
+    /// Placements in fill order.
+    pub board: Vec<Placement>,
+}
+
+/// How much work is left, roughly.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Estimate {
+    /// Estimated nodes still to walk.
+    pub remaining_nodes: f64,
+    /// How the figure was made, and how far to trust it.
+    pub how: String,
+}
+
+/// Results of a job with one verdict and engine build.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ResultGroup {
+    /// The verdict.
+    pub verdict: ResultVerdict,
+    /// Engine kind.
+    pub engine_kind: EngineKind,
+    /// Engine build id.
+    pub engine_build: String,
+    /// Results.
+    pub results: u64,
+    /// Nodes they committed.
+    pub nodes: u64,
+}
+
+/// A job's status.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobStatus {
+    /// The job.
+    pub job_id: JobId,
+    /// Human name.
+    pub name: String,
+    /// Lifecycle state.
+    pub state: JobState,
+    /// Fill order spec.
+    pub order: String,
+    /// Free cells (depths of the tree).
+    pub depths: usize,
+    /// Split depth of the enumeration.
+    pub split_depth: usize,
+    /// Node budget per run.
+    pub budget: Option<u64>,
+    /// Runs per unit on different hosts.
+    pub replicas: u32,
+    /// Fraction of units run twice.
+    pub spot_check: f64,
+    /// Submission time, ms since the epoch.
+    pub created_ms: i64,
+    /// When it completed or was cancelled.
+    pub finished_ms: Option<i64>,
+    /// Units by state.
+    pub units: UnitCounts,
+    /// Exact nodes counted so far: enumeration + splits + accepted units.
+    pub nodes_total: u64,
+    /// The same per absolute depth.
+    pub nodes_by_depth: Vec<u64>,
+    /// Nodes of the enumeration to the split depth.
+    pub enumeration_nodes: u64,
+    /// Prefix nodes created by continuation splits.
+    pub split_nodes: u64,
+    /// Nodes of accepted unit results.
+    pub unit_nodes: u64,
+    /// Exact solutions so far.
+    pub solutions_count: u64,
+    /// The first solutions (capped), each a full board sorted by cell.
+    pub solutions: Vec<Vec<Placement>>,
+    /// The deepest accepted board.
+    pub deepest: DeepestBoard,
+    /// Conservation, checked at completion (`None` while running).
+    pub conservation_ok: Option<bool>,
+    /// Median committed nodes per engine-thread second of the job's results.
+    pub per_core_nodes_per_s: Option<f64>,
+    /// Verified nodes per wall-clock second across the fleet (last minute of work).
+    pub aggregate_nodes_per_s: f64,
+    /// All received nodes per wall-clock second (verified or not).
+    pub aggregate_raw_nodes_per_s: f64,
+    /// Remaining work, when it can be guessed.
+    pub estimate: Option<Estimate>,
+    /// Results by verdict and engine build.
+    pub results: Vec<ResultGroup>,
+}
+
+/// Workers by state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerCounts {
+    /// Every registered worker.
+    pub total: u64,
+    /// Seen recently, holding leases.
+    pub online: u64,
+    /// Seen recently, holding none.
+    pub idle: u64,
+    /// Not seen for two lease periods.
+    pub offline: u64,
+    /// Refused work after wrong results.
+    pub quarantined: u64,
+}
+
+impl WorkerCounts {
+    /// Counts one worker in `state`.
+    pub fn add(&mut self, state: WorkerState) {
+        self.total += 1;
+        match state {
+            WorkerState::Online => self.online += 1,
+            WorkerState::Idle => self.idle += 1,
+            WorkerState::Offline => self.offline += 1,
+            WorkerState::Quarantined => self.quarantined += 1,
+        }
+    }
+}
+
+/// What the fleet's aggregate rate means (served with it).
+pub const AGGREGATE_WHAT: &str =
+    "nodes received per wall-clock second across the whole fleet, last 60 s";
+/// What the per-core rate means (served with it).
+pub const PER_CORE_WHAT: &str =
+    "median over results of committed nodes / engine-thread seconds, last hour";
+
+/// The fleet's aggregate rate over the last minute.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AggregateRate {
+    /// What the figure means.
+    pub what: String,
+    /// All nodes received per second.
+    pub raw: f64,
+    /// Verified nodes received per second.
+    pub verified: f64,
+}
+
+/// One minute of the fleet's work.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct MinuteSample {
+    /// Start of the minute, ms since the epoch.
+    pub minute_unix_ms: i64,
+    /// All nodes received per second over the minute.
+    pub raw_nodes_per_s: f64,
+    /// Verified nodes received per second over the minute.
+    pub verified_nodes_per_s: f64,
+    /// Results received.
+    pub units_completed: u64,
+    /// Leases handed out.
+    pub leases_created: u64,
+    /// Leases that expired.
+    pub leases_expired: u64,
+}
+
+/// The median per-core rate of a group of results.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct RateGroup {
+    /// The group (a CPU model, an engine kind or a host).
+    pub key: String,
+    /// Results in the group.
+    pub results: u64,
+    /// Their median nodes per engine-thread second.
+    pub median_nodes_per_s: Option<f64>,
+}
+
+/// How fast one engine thread walks: never derived from the fleet's aggregate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct PerCoreRates {
+    /// What the figure means.
+    pub what: String,
+    /// Median over all results of the last hour.
+    pub overall: Option<f64>,
+    /// By CPU model.
+    pub by_cpu_model: Vec<RateGroup>,
+    /// By engine kind.
+    pub by_engine_kind: Vec<RateGroup>,
+    /// By host.
+    pub by_host: Vec<RateGroup>,
+}
+
+/// Unit events of the last minute.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UnitEvents {
+    /// Leases handed out.
+    pub leased: u64,
+    /// Results received.
+    pub completed: u64,
+    /// Leases that expired.
+    pub expired: u64,
+}
+
+/// The fleet summary.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FleetStatus {
+    /// Workers by state.
+    pub workers: WorkerCounts,
+    /// Nodes per wall-clock second across the fleet, last 60 s.
+    pub aggregate_nodes_per_s: AggregateRate,
+    /// One sample per minute of the last hour.
+    pub aggregate_series: Vec<MinuteSample>,
+    /// Per-core rates (one engine thread), last hour.
+    pub per_core_nodes_per_s: PerCoreRates,
+    /// Unit events of the last minute.
+    pub units_last_minute: UnitEvents,
+    /// Results marked wrong, ever.
+    pub wrong_results: u64,
+}
+
+/// One worker.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct WorkerStatus {
+    /// Worker id.
+    pub id: WorkerId,
+    /// What it says it is (labels), flattened into the JSON object.
+    #[serde(flatten)]
+    pub host: HostInfo,
+    /// Engine build of its last lease request.
+    pub engine_build: String,
+    /// Hardware class at its last registration.
+    pub class_id: String,
+    /// Registration time, ms since the epoch.
+    pub registered_ms: i64,
+    /// Last call, ms since the epoch.
+    pub last_seen_ms: i64,
+    /// Its own per-core rate from its last heartbeat.
+    pub per_core_rate: f64,
+    /// Engine threads from its last heartbeat.
+    pub threads: u32,
+    /// Units whose result it had accepted.
+    pub units_done: u64,
+    /// Wrong results counted against it.
+    pub errors: u64,
+    /// Quarantined (refused work).
+    pub quarantined: bool,
+    /// Active leases it holds.
+    pub leases_held: u64,
+    /// Its state.
+    pub state: WorkerState,
+}
+
+/// A suite unit's exact expected result, in short.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExpectedSummary {
+    /// Committed nodes.
+    pub committed: u64,
+    /// Solutions.
+    pub solutions_count: u64,
+    /// Digest of the whole result.
+    pub digest: String,
+}
+
+/// A suite unit as the matrix shows it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MatrixUnit {
+    /// Unit name.
+    pub name: String,
+    /// Built-in puzzle name.
+    pub puzzle: String,
+    /// Fill order spec.
+    pub order: String,
+    /// Depth of the unit's prefix.
+    pub prefix_depth: usize,
+    /// Which prefix of that depth.
+    pub prefix_index: usize,
+    /// Node budget.
+    pub budget: Option<u64>,
+    /// Counts toward the speed table.
+    pub speed: bool,
+    /// Its exact result, when known.
+    pub expected: Option<ExpectedSummary>,
+    /// Where the exact result came from ("given", or the classes that agreed).
+    pub expected_source: String,
+}
+
+/// One cell: a hardware class's latest result on one unit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MatrixCell {
+    /// The verdict.
+    pub verdict: Verdict,
+    /// Results the class submitted for the unit.
+    pub results: u64,
+    /// Nodes of the latest.
+    pub nodes: u64,
+    /// Median per-core rate of the class on the unit.
+    pub per_core_nodes_per_s: Option<f64>,
+    /// Engine build of the latest.
+    pub engine_build: String,
+    /// Hosts that ran it.
+    pub hosts: Vec<String>,
+    /// When the latest arrived, ms since the epoch.
+    pub last_ms: i64,
+}
+
+impl MatrixCell {
+    /// A unit the class has not run.
+    pub fn not_run() -> MatrixCell {
+        MatrixCell {
+            verdict: Verdict::NotRun,
+            results: 0,
+            nodes: 0,
+            per_core_nodes_per_s: None,
+            engine_build: String::new(),
+            hosts: Vec::new(),
+            last_ms: 0,
+        }
+    }
+}
+
+/// A hardware class and its row of the matrix.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct MatrixClass {
+    /// Class id.
+    pub id: String,
+    /// CPU model.
+    pub cpu_model: String,
+    /// Architecture.
+    pub arch: String,
+    /// Operating system.
+    pub os: String,
+    /// rustc.
+    pub rustc_version: String,
+    /// CPU features.
+    pub target_features: String,
+    /// Engine kind.
+    pub engine_kind: EngineKind,
+    /// Engine release.
+    pub engine_release: String,
+    /// First seen, ms since the epoch.
+    pub first_seen_ms: i64,
+    /// Disagrees with some unit: gets no real work.
+    pub flagged: bool,
+    /// Hosts of the class.
+    pub hosts: Vec<String>,
+    /// One cell per unit, by unit name.
+    pub cells: BTreeMap<String, MatrixCell>,
+    /// Median per-core rate over the suite's speed units.
+    pub speed_nodes_per_s: Option<f64>,
+}
+
+/// One row of the speed table: a class's per-core rate on the suite's speed units.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SpeedRow {
+    /// Class id.
+    pub class_id: String,
+    /// CPU model.
+    pub cpu_model: String,
+    /// Architecture.
+    pub arch: String,
+    /// rustc.
+    pub rustc_version: String,
+    /// Engine kind.
+    pub engine_kind: EngineKind,
+    /// Engine release.
+    pub engine_release: String,
+    /// Median per-core rate.
+    pub per_core_nodes_per_s: Option<f64>,
+}
+
+/// What the matrix shows (served with it).
+pub const MATRIX_WHAT: &str = "rows: hardware classes (CPU model, arch, OS, rustc, CPU features, engine kind and release); columns: suite units; a cell is the class's latest result: agrees / DISAGREES / pending (no expected result yet) / not run, with its per-core rate";
+
+/// The conformance matrix of a suite.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VerificationMatrix {
+    /// Suite name.
+    pub suite: String,
+    /// What the matrix shows.
+    pub what: String,
+    /// The suite's units, in order.
+    pub units: Vec<MatrixUnit>,
+    /// Hardware classes that ran some unit, oldest first.
+    pub classes: Vec<MatrixClass>,
+    /// Classes by per-core speed, fastest first.
+    pub speed_table: Vec<SpeedRow>,
+}
+
+impl VerificationMatrix {
+    /// Builds the speed table from the classes (fastest first, unmeasured last).
+    pub fn speed_table_of(classes: &[MatrixClass]) -> Vec<SpeedRow> {
+        let mut rows: Vec<SpeedRow> = classes
+            .iter()
+            .map(|c| SpeedRow {
+                class_id: c.id.clone(),
+                cpu_model: c.cpu_model.clone(),
+                arch: c.arch.clone(),
+                rustc_version: c.rustc_version.clone(),
+                engine_kind: c.engine_kind,
+                engine_release: c.engine_release.clone(),
+                per_core_nodes_per_s: c.speed_nodes_per_s,
+            })
+            .collect();
+        rows.sort_by(|a, b| {
+            let x = a.per_core_nodes_per_s.unwrap_or(-1.0);
+            let y = b.per_core_nodes_per_s.unwrap_or(-1.0);
+            y.total_cmp(&x)
+        });
+        rows
+    }
+}
+
+/// The median of `values` (the upper one of an even count), `None` when empty.
+pub fn median(mut values: Vec<f64>) -> Option<f64> {
+    if values.is_empty() {
+        return None;
+    }
+    values.sort_by(f64::total_cmp);
+    Some(values[values.len() / 2])
+}

@@ -1,0 +1,170 @@
+//! What workers and the coordinator exchange, as domain values: a worker's host labels,
+//! leases, job specs with self-tests, reports and their outcomes, verification results.
+
+use e2fleet_engine::engine::EngineKind;
+use e2fleet_engine::{Unit, UnitResult};
+use serde::{Deserialize, Serialize};
+
+use super::ids::{JobId, LeaseId, UnitId};
+use super::states::{ReportStatus, Verdict};
+
+/// What a worker machine says it is. Every field is a label the worker chooses: shown on
+/// the dashboard and used to group rates and hardware classes, never to decide trust.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HostInfo {
+    /// Host name.
+    pub hostname: String,
+    /// CPU model.
+    pub cpu_model: String,
+    /// Logical cores.
+    pub cores: u32,
+    /// CPU architecture.
+    pub arch: String,
+    /// Operating system.
+    pub os: String,
+    /// `rustc -V`, empty without rustc.
+    pub rustc_version: String,
+    /// Worker program version.
+    pub worker_version: String,
+    /// CPU features engines can use, comma-separated.
+    pub target_features: String,
+    /// Engine kind the worker runs.
+    pub engine_kind: EngineKind,
+    /// Engine release (generator + runtime + flags), the same for every puzzle.
+    pub engine_release: String,
+}
+
+/// A job to submit. Fields left `None` take the coordinator's defaults
+/// (`e2fleet_coordinator::fleet::policy`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct JobRequest {
+    /// Human name.
+    pub name: String,
+    /// The puzzle as site JSON.
+    pub puzzle_json: String,
+    /// Fill order spec.
+    pub order: Option<String>,
+    /// Split depth (else chosen from `target_units`).
+    pub split_depth: Option<usize>,
+    /// Wanted number of units.
+    pub target_units: Option<usize>,
+    /// Node budget per run.
+    pub budget: Option<u64>,
+    /// Runs per unit on different hosts (1 = no replication).
+    pub replicas: u32,
+    /// Fraction of units run twice.
+    pub spot_check: f64,
+}
+
+/// A submitted job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobCreated {
+    /// The job.
+    pub job_id: JobId,
+    /// Units created.
+    pub units: usize,
+    /// The split depth used.
+    pub split_depth: usize,
+}
+
+/// A leased unit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Lease {
+    /// Lease id: reports and heartbeats name it.
+    pub lease_id: LeaseId,
+    /// The unit.
+    pub unit_id: UnitId,
+    /// The unit's job.
+    pub job_id: JobId,
+    /// The unit's prefix and cursor.
+    pub unit: Unit,
+    /// Node budget for this run.
+    pub budget: Option<u64>,
+    /// Lease deadline, ms since the epoch.
+    pub deadline_ms: i64,
+}
+
+/// A unit with its exact expected result, for checking a new engine build.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SelfTest {
+    /// The unit.
+    pub unit: Unit,
+    /// Node budget per run.
+    pub budget: Option<u64>,
+    /// Its exact result.
+    pub expected: UnitResult,
+}
+
+/// A job's puzzle and order, and self-test units with known results.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobSpec {
+    /// The job.
+    pub job_id: JobId,
+    /// The puzzle as site JSON.
+    pub puzzle_json: String,
+    /// Fill order spec.
+    pub order: String,
+    /// Self-test units.
+    pub self_tests: Vec<SelfTest>,
+}
+
+/// One result, reported on its lease.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Report {
+    /// The lease.
+    pub lease_id: LeaseId,
+    /// The unit.
+    pub unit_id: UnitId,
+    /// The result.
+    pub result: UnitResult,
+    /// Engine-thread seconds.
+    pub engine_seconds: f64,
+    /// Engine kind.
+    pub engine_kind: EngineKind,
+    /// Engine build id.
+    pub engine_build: String,
+}
+
+/// What became of a report.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReportOutcome {
+    /// The outcome.
+    pub status: ReportStatus,
+    /// Human detail.
+    pub detail: String,
+}
+
+/// One verification unit's result from a worker.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SuiteResult {
+    /// Unit name.
+    pub unit: String,
+    /// The exact result.
+    pub result: UnitResult,
+    /// Engine-thread seconds.
+    pub engine_seconds: f64,
+    /// Engine build id (per puzzle).
+    pub engine_build: String,
+}
+
+/// The coordinator's verdict on one verification unit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct UnitVerdict {
+    /// Unit name.
+    pub unit: String,
+    /// The verdict.
+    pub verdict: Verdict,
+    /// What differs, for a disagreement.
+    pub detail: String,
+}
+
+/// The answer to a verification submission.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerificationOutcome {
+    /// The caller's hardware class.
+    pub class_id: String,
+    /// Per unit.
+    pub verdicts: Vec<UnitVerdict>,
+    /// The class disagrees with some unit: no real work until a fixed build agrees.
+    pub class_flagged: bool,
+}

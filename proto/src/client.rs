@@ -1,0 +1,202 @@
+//! How clients (workers, the admin CLI, tests) reach the coordinator: URL checks, the
+//! channel (`http://` in the clear, or `https://` trusting the system's roots or a given
+//! CA certificate), and requests carrying a bearer token.
+
+use std::path::Path;
+use std::time::Duration;
+
+use tonic::Request;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
+
+/// Checks a coordinator URL before anything connects to it: it must be `http://` or
+/// `https://` with a host. Returns what is wrong and what to write instead.
+pub fn check_url(url: &str) -> Result<(), String> {
+    let rest = if let Some(r) = url.strip_prefix("http://") {
+        r
+    } else if let Some(r) = url.strip_prefix("https://") {
+        r
+    } else if url.contains("://") {
+        return Err(format!(
+            "coordinator URL {url:?}: the scheme must be http:// or https://"
+        ));
+    } else {
+        return Err(format!(
+            "coordinator URL {url:?} has no scheme: write http://{url} (or https:// for a TLS coordinator)"
+        ));
+    };
+    let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+    if host.is_empty() {
+        return Err(format!("coordinator URL {url:?} has no host"));
+    }
+    if url.parse::<tonic::codegen::http::Uri>().is_err() {
+        return Err(format!("coordinator URL {url:?} is not a valid URL"));
+    }
+    Ok(())
+}
+
+/// An endpoint for `url`; `ca_cert` is a PEM file of certificates to trust for `https://`
+/// (the system's roots when `None`).
+pub fn endpoint(url: &str, ca_cert: Option<&Path>) -> Result<Endpoint, String> {
+    check_url(url)?;
+    let mut endpoint = Endpoint::from_shared(url.to_string())
+        .map_err(|e| format!("coordinator URL {url:?}: {e}"))?
+        .connect_timeout(Duration::from_secs(5))
+        .tcp_nodelay(true);
+    if url.starts_with("https://") {
+        let mut tls = ClientTlsConfig::new();
+        tls = match ca_cert {
+            Some(path) => {
+                let pem = std::fs::read(path).map_err(|e| {
+                    format!("cannot read the CA certificate {}: {e}", path.display())
+                })?;
+                tls.ca_certificate(Certificate::from_pem(pem))
+            }
+            None => tls.with_native_roots(),
+        };
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|e| format!("TLS setup for {url}: {e}"))?;
+    } else if ca_cert.is_some() {
+        return Err(format!(
+            "--ca-cert needs an https:// coordinator URL, and {url} is http://"
+        ));
+    }
+    Ok(endpoint)
+}
+
+/// A connection failure as one line: the URL, what failed (each distinct cause in the
+/// error's chain once, instead of "tcp connect error: tcp connect error: ..."), and the
+/// likely reason when it can be told.
+pub fn explain_connect_error(url: &str, e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = next {
+        let text = err.to_string();
+        // a layer that only repeats (or wraps) the text of its source adds nothing
+        if !text.is_empty()
+            && !parts
+                .iter()
+                .any(|p| p.contains(&text) || text.contains(p.as_str()))
+        {
+            parts.push(text);
+        } else if let Some(last) = parts.last_mut()
+            && text.len() > last.len()
+            && text.contains(last.as_str())
+        {
+            *last = text;
+        }
+        next = err.source();
+    }
+    let detail = parts.join(": ");
+    let lower = detail.to_lowercase();
+    let hint = if lower.contains("connection refused") {
+        "nothing is listening there: is the coordinator running, and is the port right?"
+    } else if lower.contains("invalidcontenttype")
+        || lower.contains("corrupt message")
+        || lower.contains("wrong version number")
+    {
+        "the TLS setting does not match: an https:// URL to a plain-HTTP coordinator (use http://), or the reverse"
+    } else if lower.contains("invalid peer certificate")
+        || lower.contains("unknownissuer")
+        || lower.contains("certificate")
+    {
+        "the coordinator's certificate is not trusted: pass its CA with --ca-cert (see docs/operator-guide.md, TLS)"
+    } else if lower.contains("dns")
+        || lower.contains("failed to lookup")
+        || lower.contains("name or service not known")
+    {
+        "the host name does not resolve"
+    } else if lower.contains("timed out") || lower.contains("deadline") {
+        "no answer in time: a firewall, or the wrong address"
+    } else if lower.contains("http2")
+        || lower.contains("frame with invalid size")
+        || lower.contains("invalid http")
+    {
+        "the other end does not speak gRPC (HTTP/2): is this the coordinator's port? an http:// URL to a TLS coordinator?"
+    } else {
+        ""
+    };
+    if hint.is_empty() {
+        format!("cannot reach the coordinator at {url}: {detail}")
+    } else {
+        format!("cannot reach the coordinator at {url}: {detail} ({hint})")
+    }
+}
+
+/// A request carrying `authorization: Bearer <token>` (a token that cannot be a header
+/// value is left out, and the coordinator answers UNAUTHENTICATED).
+pub fn authed<T>(token: &str, message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    if let Ok(value) = format!("Bearer {token}").parse() {
+        request.metadata_mut().insert("authorization", value);
+    }
+    request
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_are_checked_with_a_hint() {
+        assert!(check_url("http://127.0.0.1:7733").is_ok());
+        assert!(check_url("https://fleet.example.org").is_ok());
+        let e = check_url("127.0.0.1:7733").unwrap_err();
+        assert!(
+            e.contains("no scheme") && e.contains("http://127.0.0.1:7733"),
+            "{e}"
+        );
+        assert!(check_url("ftp://x").unwrap_err().contains("http://"));
+        assert!(check_url("http://").unwrap_err().contains("no host"));
+    }
+
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    #[test]
+    fn connection_errors_name_the_url_once_each_cause_and_a_hint() {
+        let e = Layer(
+            "transport error",
+            Some(Box::new(Layer(
+                "tcp connect error",
+                Some(Box::new(Layer(
+                    "tcp connect error",
+                    Some(Box::new(Layer("Connection refused (os error 111)", None))),
+                ))),
+            ))),
+        );
+        let text = explain_connect_error("http://127.0.0.1:9", &e);
+        assert_eq!(
+            text,
+            "cannot reach the coordinator at http://127.0.0.1:9: transport error: tcp connect error: \
+             Connection refused (os error 111) (nothing is listening there: is the coordinator running, and is the port right?)"
+        );
+        let tls = Layer(
+            "transport error",
+            Some(Box::new(Layer("InvalidContentType", None))),
+        );
+        assert!(explain_connect_error("https://x:1", &tls).contains("plain-HTTP coordinator"));
+    }
+
+    #[test]
+    fn authed_requests_carry_the_bearer_token() {
+        let r = authed("abc", ());
+        assert_eq!(r.metadata().get("authorization").unwrap(), "Bearer abc");
+        assert!(
+            authed("bad\ntoken", ())
+                .metadata()
+                .get("authorization")
+                .is_none()
+        );
+    }
+}

@@ -1,0 +1,264 @@
+//! The worker's side of the fleet API as typed calls: every wire message is converted at
+//! this edge, so `run` and `verify` handle leases, specs and outcomes as domain values.
+//! Calls answer `tonic::Status` so callers can tell transient failures (retry with
+//! backoff) from refusals; a malformed answer from the coordinator is `INTERNAL`.
+
+use std::path::Path;
+use std::time::Duration;
+
+use e2fleet_engine::engine::EngineKind;
+use e2fleet_engine::suite::SuiteUnit;
+use e2fleet_proto::api::{
+    HostInfo, JobId, JobSpec, Lease, LeaseId, Report, ReportOutcome, SuiteResult,
+    VerificationOutcome, WorkerId,
+};
+use e2fleet_proto::client::{authed, endpoint};
+use e2fleet_proto::convert::{WireError, engine_kind_to_wire, suite_unit_from_wire};
+use e2fleet_proto::v2;
+use e2fleet_proto::v2::worker_service_client::WorkerServiceClient;
+use tonic::transport::Channel;
+use tonic::{Code, Request, Status};
+
+/// How long one call may take before it is abandoned (and retried).
+const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+
+fn malformed(e: WireError) -> Status {
+    Status::internal(format!("malformed answer from the coordinator: {e}"))
+}
+
+/// Whether a failed call is worth retrying later (the coordinator is away, overloaded or
+/// restarting), as opposed to a refusal.
+pub fn is_transient(s: &Status) -> bool {
+    matches!(
+        s.code(),
+        Code::Unavailable
+            | Code::DeadlineExceeded
+            | Code::Unknown
+            | Code::Cancelled
+            | Code::Internal
+            | Code::ResourceExhausted
+    )
+}
+
+/// What registration hands back.
+#[derive(Clone, Debug)]
+pub struct Registration {
+    /// The worker's identity.
+    pub worker_id: WorkerId,
+    /// Its own token.
+    pub token: String,
+    /// Lease length; heartbeat well within it.
+    pub lease: Duration,
+}
+
+/// A channel to a coordinator and, once registered, the worker's token.
+#[derive(Clone)]
+pub struct Coordinator {
+    client: WorkerServiceClient<Channel>,
+    /// The worker token (empty until registered).
+    pub token: String,
+    /// The coordinator's URL, for messages.
+    pub url: String,
+}
+
+impl Coordinator {
+    /// A coordinator at `url`, connecting on first use (and again after a failure).
+    pub fn lazy(url: &str, ca_cert: Option<&Path>) -> Result<Coordinator, String> {
+        let channel = endpoint(url, ca_cert)?.connect_lazy();
+        Ok(Self::with_channel(url, channel))
+    }
+
+    /// A coordinator at `url`, connected now.
+    pub async fn connect(url: &str, ca_cert: Option<&Path>) -> Result<Coordinator, String> {
+        let channel = endpoint(url, ca_cert)?
+            .connect()
+            .await
+            .map_err(|e| e2fleet_proto::client::explain_connect_error(url, &e))?;
+        Ok(Self::with_channel(url, channel))
+    }
+
+    fn with_channel(url: &str, channel: Channel) -> Coordinator {
+        Coordinator {
+            client: WorkerServiceClient::new(channel)
+                .max_decoding_message_size(e2fleet_proto::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(e2fleet_proto::MAX_MESSAGE_BYTES),
+            token: String::new(),
+            url: url.to_string(),
+        }
+    }
+
+    fn req<T>(&self, message: T) -> Request<T> {
+        let mut r = authed(&self.token, message);
+        r.set_timeout(CALL_TIMEOUT);
+        r
+    }
+
+    /// Enrols with `enroll_token`, keeping `previous` when the coordinator still knows it;
+    /// the token is kept for every later call.
+    pub async fn register(
+        &mut self,
+        enroll_token: &str,
+        host: &HostInfo,
+        previous: Option<WorkerId>,
+    ) -> Result<Registration, Status> {
+        let mut request = Request::new(v2::RegisterWorkerRequest {
+            enroll_token: enroll_token.to_string(),
+            host: Some(host.into()),
+            previous_worker_id: previous.map(|p| p.to_string()).unwrap_or_default(),
+        });
+        request.set_timeout(CALL_TIMEOUT);
+        let r = self.client.register_worker(request).await?.into_inner();
+        let worker_id = r
+            .worker_id
+            .parse()
+            .map_err(|e: e2fleet_proto::api::BadId| malformed(e.into()))?;
+        self.token = r.worker_token.clone();
+        Ok(Registration {
+            worker_id,
+            token: r.worker_token,
+            lease: Duration::from_secs(r.lease_seconds.max(1) as u64),
+        })
+    }
+
+    /// A verification suite's units (all, or those this class has not run); (suite,
+    /// units, this worker's hardware class).
+    pub async fn suite(
+        &mut self,
+        suite: &str,
+        only_missing: bool,
+    ) -> Result<(String, Vec<SuiteUnit>, String), Status> {
+        let r = self
+            .client
+            .get_suite(self.req(v2::GetSuiteRequest {
+                suite: suite.to_string(),
+                only_missing,
+            }))
+            .await?
+            .into_inner();
+        let units = r.units.iter().map(suite_unit_from_wire).collect();
+        Ok((r.suite, units, r.class_id))
+    }
+
+    /// Submits verification results.
+    pub async fn submit_verification(
+        &mut self,
+        suite: &str,
+        results: &[SuiteResult],
+    ) -> Result<VerificationOutcome, Status> {
+        let r = self
+            .client
+            .submit_verification(self.req(v2::SubmitVerificationRequest {
+                suite: suite.to_string(),
+                results: results.iter().map(Into::into).collect(),
+            }))
+            .await?
+            .into_inner();
+        VerificationOutcome::try_from(&r).map_err(malformed)
+    }
+
+    /// A job's puzzle, order and self-tests.
+    pub async fn job_spec(&mut self, job: JobId) -> Result<JobSpec, Status> {
+        let r = self
+            .client
+            .get_job_spec(self.req(v2::GetJobSpecRequest {
+                job_id: job.to_string(),
+            }))
+            .await?
+            .into_inner();
+        JobSpec::try_from(&r).map_err(malformed)
+    }
+
+    /// Up to `max` units for an engine of `kind`; when none, how long to wait.
+    pub async fn lease(
+        &mut self,
+        max: usize,
+        kind: EngineKind,
+    ) -> Result<(Vec<Lease>, Duration), Status> {
+        let r = self
+            .client
+            .lease_units(self.req(v2::LeaseUnitsRequest {
+                max_units: max as u32,
+                engine_kind: engine_kind_to_wire(kind).into(),
+                engine_build: String::new(),
+            }))
+            .await?
+            .into_inner();
+        let leases = r
+            .leases
+            .iter()
+            .map(Lease::try_from)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(malformed)?;
+        Ok((leases, Duration::from_millis(r.retry_after_ms as u64)))
+    }
+
+    /// Keeps `held` leases (with their progress) alive; the new deadline and the leases
+    /// to stop.
+    pub async fn heartbeat(
+        &mut self,
+        held: &[(LeaseId, u64)],
+        per_core_rate: f64,
+        threads: u32,
+    ) -> Result<Vec<LeaseId>, Status> {
+        let r = self
+            .client
+            .heartbeat(
+                self.req(v2::HeartbeatRequest {
+                    leases: held
+                        .iter()
+                        .map(|(id, committed)| v2::LeaseProgress {
+                            lease_id: id.to_string(),
+                            committed: *committed,
+                        })
+                        .collect(),
+                    per_core_nodes_per_s: per_core_rate,
+                    threads,
+                }),
+            )
+            .await?
+            .into_inner();
+        r.stop_lease_ids
+            .iter()
+            .map(|s| s.parse::<LeaseId>().map_err(|e| malformed(e.into())))
+            .collect()
+    }
+
+    /// Reports one result.
+    pub async fn report(&mut self, report: &Report) -> Result<ReportOutcome, Status> {
+        let r = self
+            .client
+            .report_result(self.req(v2::ReportResultRequest::from(report)))
+            .await?
+            .into_inner();
+        ReportOutcome::try_from(&r).map_err(malformed)
+    }
+
+    /// Gives back unstarted leases; how many went back.
+    pub async fn release(&mut self, leases: &[LeaseId]) -> Result<u32, Status> {
+        let r = self
+            .client
+            .release_leases(self.req(v2::ReleaseLeasesRequest {
+                lease_ids: leases.iter().map(ToString::to_string).collect(),
+            }))
+            .await?
+            .into_inner();
+        Ok(r.released)
+    }
+
+    /// Tells the coordinator a build of a job's engine failed its self-test.
+    pub async fn build_failure(
+        &mut self,
+        job: JobId,
+        build: &str,
+        detail: &str,
+    ) -> Result<(), Status> {
+        self.client
+            .report_build_failure(self.req(v2::ReportBuildFailureRequest {
+                job_id: job.to_string(),
+                engine_build: build.to_string(),
+                detail: detail.to_string(),
+            }))
+            .await?;
+        Ok(())
+    }
+}

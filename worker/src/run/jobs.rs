@@ -1,0 +1,187 @@
+//! Getting ready to work: this hardware class's verification units, and for each job its
+//! spec, a local engine build (cached) and that build's self-test against units with
+//! known exact results. A build that fails its self-test is reported and never used (the
+//! reference engine takes its place).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use anyhow::Result;
+use e2fleet_engine::SearchSpec;
+use e2fleet_engine::search::{NoControl, RunOptions};
+use e2fleet_proto::REPORT_MAX_SOLUTIONS;
+use e2fleet_proto::api::{JobId, SelfTest, SuiteResult, Verdict};
+use tonic::Code;
+use tracing::{error, info, warn};
+
+use super::link::Link;
+use crate::engine_args::{EngineArgs, EngineChoice, EngineFactory};
+use crate::link::is_transient;
+
+/// A job the worker has prepared an engine for (or failed to).
+pub enum JobEngine {
+    /// Ready to run units.
+    Ready(Arc<EngineFactory>),
+    /// This worker cannot run the job (why).
+    Broken(String),
+}
+
+/// Whether a lease's job can run here.
+pub enum Prepared {
+    /// Its engine.
+    Ready(Arc<EngineFactory>),
+    /// Try again later (the coordinator is unreachable).
+    Later,
+    /// Never (the job's puzzle is invalid here).
+    Never,
+}
+
+/// Runs the verification units this hardware class has not run yet (the coordinator
+/// hands them out) with the engine real work would use, and submits them. A compiled
+/// build that disagrees is dropped for the reference engine (a new class, verified in
+/// turn); a class that still disagrees gets no real work from the coordinator, which
+/// says so on every lease request.
+pub async fn verify_class(
+    link: &mut Link,
+    engine: &mut EngineArgs,
+    hostname: Option<&str>,
+) -> Result<()> {
+    loop {
+        let (suite, units, class_id) = link.api.suite("", true).await?;
+        if units.is_empty() {
+            return Ok(());
+        }
+        info!(%suite, units = units.len(), %class_id, "running verification units for this hardware class");
+        let e = engine.clone();
+        let runs =
+            tokio::task::spawn_blocking(move || crate::verify::run_units(&units, &e)).await??;
+        let results: Vec<SuiteResult> = runs
+            .iter()
+            .map(crate::verify::UnitRun::submission)
+            .collect();
+        let answer = link.api.submit_verification(&suite, &results).await?;
+        for v in answer
+            .verdicts
+            .iter()
+            .filter(|v| v.verdict == Verdict::Disagrees)
+        {
+            error!(unit = %v.unit, detail = %v.detail, "this engine build disagrees with the verification suite");
+        }
+        if !answer.class_flagged {
+            info!(class_id = %answer.class_id, "hardware class verified");
+            return Ok(());
+        }
+        if engine.engine == EngineChoice::Reference {
+            error!(class_id = %answer.class_id, "this hardware class disagrees with the verification suite: the coordinator gives it no real work until a fixed build agrees");
+            return Ok(());
+        }
+        warn!(
+            "the compiled engine disagrees with the verification suite; using the reference engine"
+        );
+        engine.engine = EngineChoice::Reference;
+        link.host = crate::host::host_info(hostname, engine);
+        link.register().await?;
+    }
+}
+
+/// Checks a freshly built engine against units with known exact results.
+pub fn self_test(factory: &EngineFactory, tests: &[SelfTest]) -> Result<(), String> {
+    let mut engine = factory.make();
+    for (i, t) in tests.iter().enumerate() {
+        let options = RunOptions {
+            budget: t.budget,
+            max_solutions: REPORT_MAX_SOLUTIONS,
+        };
+        let got = engine
+            .run(&t.unit, options, &mut NoControl)
+            .map_err(|e| e.to_string())?;
+        if got != t.expected {
+            let depth = got
+                .nodes_by_depth
+                .iter()
+                .zip(&t.expected.nodes_by_depth)
+                .position(|(a, b)| a != b)
+                .map(|d| format!("first differing depth {}", d + 1))
+                .unwrap_or_else(|| "counts agree, cursor/solutions/deepest differ".into());
+            return Err(format!(
+                "self-test {i} disagrees with the known result ({depth})"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Fetches a job's spec, builds its engine and self-tests it (once per job).
+pub async fn prepare_job(
+    link: &mut Link,
+    jobs: &mut HashMap<JobId, JobEngine>,
+    job_id: JobId,
+    engine_args: &EngineArgs,
+) -> Prepared {
+    if let Some(j) = jobs.get(&job_id) {
+        return match j {
+            JobEngine::Ready(f) => Prepared::Ready(f.clone()),
+            JobEngine::Broken(why) => {
+                warn!(%job_id, %why, "skipping a unit of a job this worker cannot run");
+                Prepared::Never
+            }
+        };
+    }
+    if !link.up() {
+        return Prepared::Later;
+    }
+    let spec = match link.api.job_spec(job_id).await {
+        Ok(s) => s,
+        Err(s) => {
+            link.fail("job spec", &s);
+            return if is_transient(&s) || s.code() == Code::Unauthenticated {
+                Prepared::Later
+            } else {
+                Prepared::Never
+            };
+        }
+    };
+    let plan = match SearchSpec::from_site_json(&spec.puzzle_json, &spec.order) {
+        Ok(s) => s.plan,
+        Err(e) => {
+            error!(%job_id, error = %e, "the job's puzzle is invalid; refusing its units");
+            let _ = link
+                .api
+                .build_failure(job_id, "", &format!("invalid puzzle or order: {e}"))
+                .await;
+            jobs.insert(job_id, JobEngine::Broken(e.to_string()));
+            return Prepared::Never;
+        }
+    };
+    info!(%job_id, "preparing the engine for a new job (a compiled engine is built once per puzzle and cached)");
+    let args = engine_args.clone();
+    let tests = spec.self_tests.clone();
+    let plan_c = plan.clone();
+    let built = tokio::task::spawn_blocking(move || {
+        let factory = args.factory(&plan_c, false).map_err(|e| format!("{e:#}"))?;
+        let check = self_test(&factory, &tests);
+        Ok::<_, String>((factory, check))
+    })
+    .await
+    .unwrap_or_else(|e| Err(e.to_string()));
+    let factory = match built {
+        Ok((factory, Ok(()))) => {
+            let engine = factory.make();
+            info!(%job_id, engine = %engine.kind(), build = %engine.build_id(), "engine built and self-tested");
+            factory
+        }
+        Ok((factory, Err(why))) => {
+            let build = factory.make().build_id();
+            error!(%job_id, %build, %why, "engine build failed its self-test; it will not be used");
+            let _ = link.api.build_failure(job_id, &build, &why).await;
+            EngineFactory::reference(&plan)
+        }
+        Err(why) => {
+            warn!(%job_id, %why, "cannot build the compiled engine; using the reference engine");
+            EngineFactory::reference(&plan)
+        }
+    };
+    let factory = Arc::new(factory);
+    jobs.insert(job_id, JobEngine::Ready(factory.clone()));
+    Prepared::Ready(factory)
+}

@@ -1,0 +1,75 @@
+//! Living with the machine's owner: signals (SIGINT/SIGTERM stop with exact cursors, a
+//! second one exits; SIGUSR1/SIGUSR2 pause and resume), a lower CPU priority, and the
+//! status line shown when a person is watching.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::time::Duration;
+
+use tracing::info;
+
+/// Paused by SIGUSR1 (resumed by SIGUSR2).
+pub static PAUSED: AtomicBool = AtomicBool::new(false);
+
+/// Lowers this process's CPU priority by `n` (0 keeps it).
+pub fn set_nice(n: u8) {
+    if n == 0 {
+        return;
+    }
+    let pid = std::process::id().to_string();
+    let ok = std::process::Command::new("renice")
+        .args(["-n", &n.to_string(), "-p", &pid])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        info!("could not lower the priority (renice unavailable); running at normal priority");
+    }
+}
+
+/// A live status line when a person is watching (text logs on a terminal).
+pub fn status_line(text_logs: bool) -> Option<indicatif::ProgressBar> {
+    if !text_logs || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
+        return None;
+    }
+    let bar = indicatif::ProgressBar::new_spinner();
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}").ok()?,
+    );
+    bar.enable_steady_tick(Duration::from_millis(250));
+    Some(bar)
+}
+
+/// Counts stop signals into `signals` (the first stops, a second exits at once) and
+/// handles pause/resume.
+pub fn spawn_handler(signals: Arc<AtomicU8>) {
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut term), Ok(mut int), Ok(mut usr1), Ok(mut usr2)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::user_defined1()),
+            signal(SignalKind::user_defined2()),
+        ) else {
+            return;
+        };
+        loop {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+                _ = usr1.recv() => { PAUSED.store(true, Ordering::SeqCst); continue; }
+                _ = usr2.recv() => { PAUSED.store(false, Ordering::SeqCst); continue; }
+            }
+            if signals.fetch_add(1, Ordering::SeqCst) >= 1 {
+                eprintln!(
+                    "e2fleet-worker: second signal, exiting now (unsent results stay in the journal)"
+                );
+                std::process::exit(130);
+            }
+            eprintln!(
+                "e2fleet-worker: stopping; engines report their exact cursors (signal again to exit at once)"
+            );
+        }
+    });
+}
