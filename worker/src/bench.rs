@@ -3,15 +3,13 @@
 //! always reported with the count that proves what was walked.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
 use e2fleet_engine::formats::{LoadOptions, load_file};
-use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::RunOptions;
-use e2fleet_engine::{FillOrder, OrderSpec, Unit};
+use e2fleet_engine::{OrderSpec, Unit};
 use serde::Serialize;
 
 use crate::engine_args::EngineArgs;
@@ -70,8 +68,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
     for board in boards {
         let puzzle = load_file(&board, &LoadOptions::default())
             .with_context(|| format!("cannot load {}", board.display()))?;
-        let order = FillOrder::new(&puzzle, &args.order)?;
-        let plan = Arc::new(SearchPlan::new(&puzzle, &order));
+        let plan = e2fleet_engine::SearchSpec::new(puzzle, &args.order)?.plan;
         let started = Instant::now();
         let factory = args.engine.factory(&plan, false)?;
         let build_wall = started.elapsed();
@@ -94,15 +91,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 finished: r.finished(),
             });
         }
-        let mut rates: Vec<f64> = runs.iter().map(|r| r.nodes_per_s).collect();
-        rates.sort_by(f64::total_cmp);
+        let median =
+            e2fleet_proto::api::status::median(runs.iter().map(|r| r.nodes_per_s).collect())
+                .unwrap_or(0.0);
         let report = BoardReport {
             board: board.display().to_string(),
             engine: engine.kind().to_string(),
             engine_build: engine.build_id(),
             compile_s,
             compile_cached,
-            median_nodes_per_s: rates[rates.len() / 2],
+            median_nodes_per_s: median,
             runs,
         };
         if args.json {

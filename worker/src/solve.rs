@@ -14,7 +14,7 @@ use clap::Args;
 use e2fleet_engine::engine::{Engine, EngineKind};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{RunOptions, Walker};
-use e2fleet_engine::{FillOrder, OrderSpec, Placement, Puzzle, Unit, UnitResult};
+use e2fleet_engine::{OrderSpec, Placement, Puzzle, Unit, UnitResult};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
@@ -118,8 +118,8 @@ fn parse_resume(text: &str) -> Result<Unit> {
 /// Runs `solve`.
 pub fn run(args: SolveArgs) -> Result<()> {
     let puzzle = args.puzzle.load()?;
-    let order = FillOrder::new(&puzzle, &args.order).context("bad fill order")?;
-    let plan = Arc::new(SearchPlan::new(&puzzle, &order));
+    let spec = e2fleet_engine::SearchSpec::new(puzzle, &args.order).context("bad fill order")?;
+    let (puzzle, plan) = (&spec.puzzle, spec.plan.clone());
     let factory = args.engine.factory(&plan, !args.json)?;
     let unit = match &args.resume {
         Some(text) => parse_resume(text)?,
@@ -166,7 +166,7 @@ pub fn run(args: SolveArgs) -> Result<()> {
     let text = if args.json {
         format!("{}\n", serde_json::to_string(&report)?)
     } else {
-        human(&puzzle, &report)
+        human(puzzle, &report)
     };
     write_stdout(&text)
 }

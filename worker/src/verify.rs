@@ -199,13 +199,14 @@ pub fn run(args: VerifyArgs) -> Result<()> {
         .iter()
         .filter(|r| r.verdict == Verdict::Pending)
         .count();
-    let mut speed: Vec<f64> = reports
-        .iter()
-        .filter(|r| r.speed_unit)
-        .map(|r| r.nodes_per_s)
-        .collect();
-    speed.sort_by(f64::total_cmp);
-    let median = speed.get(speed.len() / 2).copied().unwrap_or(0.0);
+    let median = e2fleet_proto::api::status::median(
+        reports
+            .iter()
+            .filter(|r| r.speed_unit)
+            .map(|r| r.nodes_per_s)
+            .collect(),
+    )
+    .unwrap_or(0.0);
     let class_note = class
         .as_ref()
         .map(|(id, _)| format!(" (hardware class {id})"))

@@ -7,9 +7,16 @@
 //! prefix, resume from a cursor, stop after exactly `B` nodes and hand back the exact path,
 //! all without recursion.
 //!
+//! [`prefixes`] holds what the coordinator does with the same walker: enumerating a
+//! job's prefixes, splitting a waiting continuation, checking a path.
+//!
 //! Hot-loop shape: one candidate load, a sentinel compare, a byte load for the used test,
 //! a masked compare for the rare third/fourth dynamic side, then the commit. Budgets and
 //! stop requests share one counter compare per node ([`POLL_INTERVAL`]).
+
+mod prefixes;
+
+pub use prefixes::Split;
 
 use thiserror::Error;
 
@@ -397,108 +404,6 @@ impl<'p> Walker<'p> {
         })
     }
 
-    /// Enumerates every legal filling of the first `depth` cells below `prefix`, calling
-    /// `visit` with each; returns the nodes per depth (index 0 = depth 1) the enumeration
-    /// committed, which by COUNTING.md count toward the job total.
-    pub fn enumerate(
-        &mut self,
-        prefix: &[Placement],
-        depth: usize,
-        visit: &mut dyn FnMut(&[Placement]),
-    ) -> Result<Vec<u64>, UnitError> {
-        let depths = self.plan.len();
-        if depth > depths || prefix.len() > depth {
-            return Err(UnitError::TooDeep {
-                len: depth.max(prefix.len()),
-                depths,
-            });
-        }
-        self.reset();
-        self.descend(0, prefix, "prefix")?;
-        let mut nodes = vec![0u64; depths];
-        let mut deepest = 0;
-        let mut deepest_board = Vec::new();
-        let mut sink = Prefixes { visit };
-        if prefix.len() == depth {
-            visit_prefix(&mut sink, self, depth);
-        } else {
-            self.walk(
-                prefix.len(),
-                prefix.len(),
-                depth,
-                u64::MAX,
-                &mut nodes,
-                &mut deepest,
-                &mut deepest_board,
-                &mut sink,
-                &mut NoControl,
-            );
-        }
-        Ok(nodes)
-    }
-
-    /// The untried siblings of `placement` at `depth` given the board below it: every
-    /// candidate after it in canonical order that is legal now.
-    fn untried_siblings(&mut self, depth: usize) -> Vec<Placement> {
-        let mut out = Vec::new();
-        let mut i = self.cur[depth] as usize;
-        loop {
-            let c = self.plan.candidates[i];
-            if c == SENTINEL {
-                return out;
-            }
-            i += 1;
-            if self.used[candidate_piece(c)] == 0
-                && (c as u32 & self.steps[depth].mask) == self.expect[depth]
-            {
-                out.push(self.plan.placement(depth, c));
-            }
-        }
-    }
-
-    /// Splits a continuation at its shallowest cursor level (COUNTING.md): the untried
-    /// siblings of the first cursor placement become plain prefix units (their creator
-    /// counts each last placement as one node at depth `d + 1`), and what is left is the
-    /// continuation of `prefix + cursor[0]` with the rest of the cursor.
-    pub fn split_continuation(&mut self, unit: &Unit) -> Result<Split, UnitError> {
-        let depths = self.plan.len();
-        let floor = unit.prefix.len();
-        if floor + unit.cursor.len() > depths {
-            return Err(UnitError::TooDeep {
-                len: floor + unit.cursor.len(),
-                depths,
-            });
-        }
-        let Some((&first, rest)) = unit.cursor.split_first() else {
-            return Ok(Split {
-                remaining: unit.clone(),
-                siblings: Vec::new(),
-            });
-        };
-        self.reset();
-        self.descend(0, &unit.prefix, "prefix")?;
-        self.descend(floor, &[first], "cursor")?;
-        self.unplace(floor);
-        let siblings = self
-            .untried_siblings(floor)
-            .into_iter()
-            .map(|s| {
-                let mut prefix = unit.prefix.clone();
-                prefix.push(s);
-                Unit::prefix(prefix)
-            })
-            .collect();
-        let mut prefix = unit.prefix.clone();
-        prefix.push(first);
-        Ok(Split {
-            remaining: Unit {
-                prefix,
-                cursor: rest.to_vec(),
-            },
-            siblings,
-        })
-    }
-
     /// The board as placements (hints and placed cells), sorted by cell.
     fn full_board(&self, upto: usize) -> Vec<Placement> {
         let mut board = self.plan.hints.clone();
@@ -506,17 +411,6 @@ impl<'p> Walker<'p> {
         board.sort_by_key(|p| p.pos);
         board
     }
-}
-
-/// The result of [`Walker::split_continuation`].
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Split {
-    /// The continuation one level deeper (its cursor's first placement moved into the
-    /// prefix; already counted by the stopped run, so not counted again).
-    pub remaining: Unit,
-    /// New plain prefix units, one per untried sibling; each counts as one node at depth
-    /// `d + 1` for whoever creates it.
-    pub siblings: Vec<Unit>,
 }
 
 struct Solutions {
@@ -531,34 +425,5 @@ impl Leaf for Solutions {
         if self.boards.len() < self.cap {
             self.boards.push(walker.full_board(limit));
         }
-    }
-}
-
-struct Prefixes<'v> {
-    visit: &'v mut dyn FnMut(&[Placement]),
-}
-
-fn visit_prefix(sink: &mut Prefixes<'_>, walker: &Walker<'_>, limit: usize) {
-    let prefix = walker.placements(0, limit);
-    (sink.visit)(&prefix);
-}
-
-impl Leaf for Prefixes<'_> {
-    fn leaf(&mut self, walker: &Walker<'_>, limit: usize) {
-        visit_prefix(self, walker, limit);
-    }
-}
-
-impl Walker<'_> {
-    /// Checks that `path` is a legal filling of the first `path.len()` depths.
-    pub fn check_path(&mut self, path: &[Placement]) -> Result<(), UnitError> {
-        if path.len() > self.plan.len() {
-            return Err(UnitError::TooDeep {
-                len: path.len(),
-                depths: self.plan.len(),
-            });
-        }
-        self.reset();
-        self.descend(0, path, "prefix")
     }
 }
