@@ -191,6 +191,7 @@ async fn run() {
                         enroll_token: "enroll".into(),
                         host: Some(v2::HostInfo {
                             hostname: format!("sim-{i}"),
+                            engine_kind: v2::EngineKind::Reference.into(),
                             ..Default::default()
                         }),
                         previous_worker_id: String::new(),
