@@ -42,10 +42,7 @@ fn arg(name: &str, default: u64) -> u64 {
 }
 
 fn auth<T>(token: &str, m: T) -> Request<T> {
-    let mut r = Request::new(m);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    r
+    e2fleet_proto::client::authed(token, m)
 }
 
 fn pct(sorted: &[u64], p: f64) -> f64 {
@@ -86,15 +83,8 @@ fn renice_this_thread(nice: i32) {
 
 async fn run() {
     // a subscriber as the coordinator binary has one (without it, tracing hands every
-    // span to the `log` crate: work a real coordinator does not do). RUST_LOG=
-    // sqlx::query=debug logs every statement with its time (to find hot ones).
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // span to the `log` crate: work a real coordinator does not do)
+    e2fleet_proto::logs::init(e2fleet_proto::logs::LogFormat::Text, "warn");
     let workers = arg("--workers", 1000) as usize;
     let think = Duration::from_millis(arg("--think-ms", 100));
     let seconds = arg("--seconds", 20);

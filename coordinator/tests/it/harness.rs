@@ -168,10 +168,7 @@ impl Coordinator {
 }
 
 pub fn admin<T>(m: T) -> Request<T> {
-    let mut r = Request::new(m);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {ADMIN}").parse().unwrap());
-    r
+    e2fleet_proto::client::authed(ADMIN, m)
 }
 
 pub fn puzzle_path(rel: &str) -> PathBuf {
@@ -245,12 +242,7 @@ impl SimWorker {
     }
 
     pub fn req<T>(&self, m: T) -> Request<T> {
-        let mut r = Request::new(m);
-        r.metadata_mut().insert(
-            "authorization",
-            format!("Bearer {}", self.token).parse().unwrap(),
-        );
-        r
+        e2fleet_proto::client::authed(&self.token, m)
     }
 
     pub async fn lease(&mut self, n: u32) -> Result<Vec<v2::Lease>, Status> {

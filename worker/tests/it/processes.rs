@@ -474,10 +474,7 @@ async fn garbage_and_oversized_messages_are_refused_and_the_coordinator_goes_on(
 }
 
 fn with_token<T>(token: &str, message: T) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(message);
-    r.metadata_mut()
-        .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    r
+    e2fleet_proto::client::authed(token, message)
 }
 
 /// What no honest client sends: field 1 of `ReportResultRequest` (a string) as bytes.
