@@ -5,9 +5,12 @@
 #
 #   ./local-fleet.sh [PUZZLE] [extra submit flags, e.g. --units 200 --budget 100000000]
 #
-# Environment: E2FLEET_PORT (default 7733), E2FLEET_THREADS (default: all cores),
-# E2FLEET_KEEP=1 keeps the database and logs; E2FLEET_EXIT_WHEN_DONE=1 exits at the end
-# instead of keeping the dashboard up (the default when run from a terminal).
+# Environment (all optional):
+#   E2FLEET_PORT=7734           the coordinator's port (default 7733)
+#   E2FLEET_THREADS=N           engine threads (default: every core)
+#   E2FLEET_KEEP=1              keep the database and the logs afterwards
+#   E2FLEET_EXIT_WHEN_DONE=1    exit at the end instead of keeping the dashboard up (what a
+#                               run from a terminal does by default)
 set -euo pipefail
 cd "$(dirname "$0")"
 puzzle=${1:-puzzles/bench/bench-easy.json}
@@ -17,10 +20,14 @@ if [ ${#submit_flags[@]} -eq 0 ]; then
   submit_flags=(--units 100)
 fi
 port=${E2FLEET_PORT:-7733}
+if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+  echo "port $port is in use (another local fleet?): choose another, e.g. E2FLEET_PORT=$((port + 1)) $0 $*"
+  exit 1
+fi
 
-echo "building e2fleet (release)..."
-cargo build --release -q -p e2fleet-coordinator -p e2fleet-worker
-bin=target/release
+echo "building e2fleet (the first build takes ~5-7 minutes on 2 cores; \`cargo test\` reuses it)..."
+cargo build -p e2fleet-coordinator -p e2fleet-worker
+bin=target/debug
 
 work=$(mktemp -d -t e2fleet-local.XXXXXX)
 E2FLEET_ENROLL_TOKEN=$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')
@@ -71,7 +78,9 @@ echo "submitted $puzzle as job $job_id: $job"
 "$bin/e2fleet-worker" run ${E2FLEET_THREADS:+--threads "$E2FLEET_THREADS"} \
   --data-dir "$work/worker" --hostname local-worker --nice 0 >"$work/worker.log" 2>&1 &
 worker_pid=$!
-echo "worker started on $(nproc) cores (log: $work/worker.log)"
+echo "worker started on ${E2FLEET_THREADS:-$(nproc)} cores (log: $work/worker.log)"
+echo "  it first checks this machine against the verification suite and compiles the engine"
+echo "  for this puzzle: ~10 s the first time, cached after; units start moving then"
 
 "$bin/e2fleet-coordinator" job "$job_id" --watch
 echo

@@ -5,7 +5,7 @@ use std::path::Path;
 
 use e2fleet_proto::api::status::{FleetStatus, JobStatus, VerificationMatrix, WorkerStatus};
 use e2fleet_proto::api::{JobCreated, JobId, JobRequest};
-use e2fleet_proto::client::{authed, endpoint};
+use e2fleet_proto::client::{authed, endpoint, explain_connect_error, explain_status};
 use e2fleet_proto::convert::WireError;
 use e2fleet_proto::v2;
 use e2fleet_proto::v2::operator_service_client::OperatorServiceClient;
@@ -17,40 +17,19 @@ pub enum ClientError {
     /// The coordinator could not be reached.
     #[error("{0}")]
     Connect(String),
-    /// The coordinator refused or failed the call.
-    #[error("{}", describe(.0))]
-    Status(#[from] tonic::Status),
+    /// The coordinator refused or failed the call (the text names it and says why).
+    #[error("{0}")]
+    Call(String),
     /// The coordinator's answer does not make a valid value.
     #[error("malformed answer from the coordinator: {0}")]
     Wire(#[from] WireError),
-}
-
-/// A gRPC status as one line: what the coordinator said, without the code's boilerplate.
-fn describe(s: &tonic::Status) -> String {
-    use tonic::Code;
-    let what = match s.code() {
-        Code::Unauthenticated => "refused: wrong or missing admin token",
-        Code::NotFound => "not found",
-        Code::InvalidArgument => "invalid request",
-        Code::FailedPrecondition => "not possible now",
-        Code::PermissionDenied => "not allowed",
-        Code::Unavailable => "the coordinator is unavailable",
-        Code::Unimplemented => {
-            "the coordinator does not know this call (an older or newer protocol version: upgrade the side that is behind)"
-        }
-        _ => "the coordinator failed",
-    };
-    if s.message().is_empty() {
-        what.to_string()
-    } else {
-        format!("{what}: {}", s.message())
-    }
 }
 
 /// A connection to a coordinator's operator API with the admin token.
 pub struct Operator {
     client: OperatorServiceClient<Channel>,
     token: String,
+    url: String,
 }
 
 impl Operator {
@@ -64,12 +43,17 @@ impl Operator {
             .map_err(ClientError::Connect)?
             .connect()
             .await
-            .map_err(|e| ClientError::Connect(crate::client::connect_error(url, &e)))?;
+            .map_err(|e| ClientError::Connect(explain_connect_error(url, &e)))?;
         Ok(Operator {
             client: OperatorServiceClient::new(channel)
                 .max_decoding_message_size(e2fleet_proto::MAX_MESSAGE_BYTES),
             token: token.to_string(),
+            url: url.to_string(),
         })
+    }
+
+    fn failed(&self, s: tonic::Status) -> ClientError {
+        ClientError::Call(explain_status(&self.url, &s))
     }
 
     /// Submits a job.
@@ -77,7 +61,8 @@ impl Operator {
         let r = self
             .client
             .submit_job(authed(&self.token, v2::SubmitJobRequest::from(job)))
-            .await?
+            .await
+            .map_err(|s| self.failed(s))?
             .into_inner();
         Ok(JobCreated::try_from(&r)?)
     }
@@ -87,7 +72,8 @@ impl Operator {
         let r = self
             .client
             .list_jobs(authed(&self.token, v2::ListJobsRequest {}))
-            .await?
+            .await
+            .map_err(|s| self.failed(s))?
             .into_inner();
         Ok(r.jobs
             .iter()
@@ -105,7 +91,8 @@ impl Operator {
                     job_id: id.to_string(),
                 },
             ))
-            .await?
+            .await
+            .map_err(|s| self.failed(s))?
             .into_inner();
         Ok(JobStatus::try_from(&r)?)
     }
@@ -119,7 +106,8 @@ impl Operator {
                     job_id: id.to_string(),
                 },
             ))
-            .await?;
+            .await
+            .map_err(|s| self.failed(s))?;
         Ok(())
     }
 
@@ -128,7 +116,8 @@ impl Operator {
         let r = self
             .client
             .list_workers(authed(&self.token, v2::ListWorkersRequest {}))
-            .await?
+            .await
+            .map_err(|s| self.failed(s))?
             .into_inner();
         Ok(r.workers
             .iter()
@@ -141,7 +130,8 @@ impl Operator {
         let r = self
             .client
             .fleet_status(authed(&self.token, v2::FleetStatusRequest {}))
-            .await?
+            .await
+            .map_err(|s| self.failed(s))?
             .into_inner();
         Ok(FleetStatus::from(&r))
     }
@@ -156,7 +146,8 @@ impl Operator {
                     hostname: hostname.to_string(),
                 },
             ))
-            .await?
+            .await
+            .map_err(|s| self.failed(s))?
             .into_inner();
         Ok(r.released)
     }
@@ -176,7 +167,8 @@ impl Operator {
                     suite_json: json.to_string(),
                 },
             ))
-            .await?
+            .await
+            .map_err(|s| self.failed(s))?
             .into_inner();
         Ok((r.units, r.with_expected))
     }
@@ -191,13 +183,9 @@ impl Operator {
                     suite: suite.to_string(),
                 },
             ))
-            .await?
+            .await
+            .map_err(|s| self.failed(s))?
             .into_inner();
         Ok(VerificationMatrix::try_from(&r)?)
     }
-}
-
-/// A failed connection as one line: the URL, and the likely cause.
-pub fn connect_error(url: &str, e: &tonic::transport::Error) -> String {
-    e2fleet_proto::client::explain_connect_error(url, e)
 }

@@ -197,6 +197,30 @@ impl Puzzle {
     pub fn cell_name(&self, pos: usize) -> String {
         cell_name(self.width, pos)
     }
+    /// Pieces that repeat an earlier piece exactly or as a rotated copy: `(earlier,
+    /// later, turns)` with `rotate(pieces[earlier], turns) == pieces[later]`. Legal, but
+    /// almost always a data error: a puzzle with one usually has no solution.
+    pub fn duplicate_pieces(&self) -> Vec<(usize, usize, u8)> {
+        let mut seen: std::collections::HashMap<[Colour; 4], usize> =
+            std::collections::HashMap::new();
+        let mut out = Vec::new();
+        for (i, &p) in self.pieces.iter().enumerate() {
+            // the smallest of its rotations names the piece however it is turned
+            let key = (0..4).map(|r| rotate(p, r)).min().expect("four rotations");
+            match seen.get(&key) {
+                Some(&first) => {
+                    let turns = (0..4u8)
+                        .find(|&r| rotate(self.pieces[first], r) == p)
+                        .expect("same piece up to rotation");
+                    out.push((first, i, turns));
+                }
+                None => {
+                    seen.insert(key, i);
+                }
+            }
+        }
+        out
+    }
 }
 
 /// Rim sides and neighbours of cell `pos` on a `width` x `height` board.

@@ -91,13 +91,35 @@ impl SuiteExpected {
     }
 }
 
-/// The puzzles the built-in suite uses, embedded in the binary.
+/// Names of the built-in puzzles ([`builtin_puzzle`]).
+pub const BUILTIN_PUZZLES: &[&str] = &[
+    "brendan-set1-04x04",
+    "brendan-set1-05x05",
+    "brendan-set2-05x05",
+    "brendan-set1-06x04",
+    "brendan-set1-06x06",
+    "brendan-set1-07x07",
+    "brendan-set2-07x07",
+    "bench-easy",
+    "bench-easy-rows0-5",
+    "bench-easy-rows0-7",
+    "bench-hard",
+    "clue1",
+    "planted-10x10",
+    "e2-official",
+];
+
+/// The puzzles the built-in suite and `bench` use, embedded in the binary (so a worker
+/// binary alone can run them, from any directory).
 pub fn builtin_puzzle(name: &str) -> Option<&'static str> {
     Some(match name {
         "brendan-set1-04x04" => include_str!("../../puzzles/brendan/set1/pieces_04x04.txt"),
         "brendan-set1-05x05" => include_str!("../../puzzles/brendan/set1/pieces_05x05.txt"),
         "brendan-set2-05x05" => include_str!("../../puzzles/brendan/set2/pieces_05x05.txt"),
         "brendan-set1-06x04" => include_str!("../../puzzles/brendan/set1/pieces_06x04.txt"),
+        "brendan-set1-06x06" => include_str!("../../puzzles/brendan/set1/pieces_06x06.txt"),
+        "brendan-set1-07x07" => include_str!("../../puzzles/brendan/set1/pieces_07x07.txt"),
+        "brendan-set2-07x07" => include_str!("../../puzzles/brendan/set2/pieces_07x07.txt"),
         "bench-easy" => include_str!("../../puzzles/bench/bench-easy.json"),
         "bench-easy-rows0-5" => include_str!("../../puzzles/bench/bench-easy-rows0-5.json"),
         "bench-easy-rows0-7" => include_str!("../../puzzles/bench/bench-easy-rows0-7.json"),
@@ -107,6 +129,15 @@ pub fn builtin_puzzle(name: &str) -> Option<&'static str> {
         "e2-official" => include_str!("../../puzzles/e2/official.json"),
         _ => return None,
     })
+}
+
+/// A file name for a built-in puzzle's text (its extension tells the loader the format).
+pub fn builtin_label(name: &str, text: &str) -> String {
+    if text.trim_start().starts_with('{') {
+        format!("{name}.json")
+    } else {
+        format!("{name}.txt")
+    }
 }
 
 /// The default suite shipped with e2fleet.
@@ -126,12 +157,7 @@ pub struct Resolved {
 pub fn resolve(u: &SuiteUnit) -> Result<Resolved, String> {
     let text = builtin_puzzle(&u.puzzle)
         .ok_or_else(|| format!("unknown built-in puzzle {:?}", u.puzzle))?;
-    let name = if text.trim_start().starts_with('{') {
-        "suite.json"
-    } else {
-        "suite.txt"
-    };
-    let plan = SearchSpec::load(text, name, &u.order)
+    let plan = SearchSpec::load(text, &builtin_label(&u.puzzle, text), &u.order)
         .map_err(|e| e.to_string())?
         .plan;
     let mut found = None;

@@ -89,7 +89,11 @@ pub fn explain_connect_error(url: &str, e: &(dyn std::error::Error + 'static)) -
     }
     let detail = parts.join(": ");
     let lower = detail.to_lowercase();
-    let hint = if lower.contains("connection refused") {
+    let hint = if lower.contains("caused as end") || lower.contains("causedasendentity") {
+        "the coordinator's certificate is itself a CA certificate, which clients refuse as a server's own \
+         (a bare `openssl req -x509` makes one): use serve --tls-self-signed, or a server certificate \
+         signed by a CA (docs/operator-guide.md, TLS)"
+    } else if lower.contains("connection refused") {
         "nothing is listening there: is the coordinator running, and is the port right?"
     } else if lower.contains("invalidcontenttype")
         || lower.contains("corrupt message")
@@ -120,6 +124,41 @@ pub fn explain_connect_error(url: &str, e: &(dyn std::error::Error + 'static)) -
         format!("cannot reach the coordinator at {url}: {detail}")
     } else {
         format!("cannot reach the coordinator at {url}: {detail} ({hint})")
+    }
+}
+
+/// A failed call as one line naming the coordinator: a transport failure (the call never
+/// reached the coordinator's logic) is explained like a connection error; otherwise what
+/// the coordinator answered, in words, without gRPC's boilerplate.
+pub fn explain_status(url: &str, s: &tonic::Status) -> String {
+    use std::error::Error;
+    use tonic::Code;
+    if let Some(source) = s.source()
+        && matches!(
+            s.code(),
+            Code::Unknown | Code::Unavailable | Code::Internal | Code::Cancelled
+        )
+    {
+        return explain_connect_error(url, source);
+    }
+    let what = match s.code() {
+        Code::Unauthenticated => "refused: wrong or missing token",
+        Code::NotFound => "not found",
+        Code::InvalidArgument => "invalid request",
+        Code::FailedPrecondition => "not possible now",
+        Code::PermissionDenied => "not allowed",
+        Code::ResourceExhausted => "too much at once",
+        Code::Unavailable => "the coordinator is unavailable (busy or restarting); retry",
+        Code::Unimplemented => {
+            "the coordinator does not know this call: an older or newer protocol version (this program speaks e2fleet.v2); upgrade the side that is behind"
+        }
+        Code::DeadlineExceeded => "no answer in time",
+        _ => "the coordinator failed",
+    };
+    if s.message().is_empty() {
+        format!("{url}: {what}")
+    } else {
+        format!("{url}: {what}: {}", s.message())
     }
 }
 

@@ -7,19 +7,25 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use e2fleet_engine::formats::{LoadOptions, load_file};
+use e2fleet_engine::formats::{LoadOptions, load_file, parse_str};
 use e2fleet_engine::search::RunOptions;
+use e2fleet_engine::suite::{BUILTIN_PUZZLES, builtin_label, builtin_puzzle};
 use e2fleet_engine::{OrderSpec, Unit};
 use serde::Serialize;
 
 use crate::engine_args::EngineArgs;
 
+/// The boards `bench` runs when none is named: an easy and a hard 16x16 board, and a
+/// small board with few colours (Brendan Owen's set 1, 7x7), all built into the binary.
+pub const DEFAULT_BOARDS: [&str; 3] = ["bench-easy", "bench-hard", "brendan-set1-07x07"];
+
 /// Flags of `bench`.
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// Boards to run (default: puzzles/bench/bench-easy.json and bench-hard.json).
+    /// Boards to run: a built-in name (bench-easy, bench-hard, brendan-set1-07x07, ...;
+    /// default: those three) or a puzzle file.
     #[arg(long = "board")]
-    boards: Vec<PathBuf>,
+    boards: Vec<String>,
     /// Seconds of search per board and run.
     #[arg(long, default_value_t = 10.0)]
     seconds: f64,
@@ -55,19 +61,34 @@ struct Run {
     finished: bool,
 }
 
+/// A board by built-in name, else as a file.
+fn load_board(board: &str) -> Result<e2fleet_engine::Puzzle> {
+    if let Some(text) = builtin_puzzle(board) {
+        return Ok(parse_str(
+            text,
+            &builtin_label(board, text),
+            &LoadOptions::default(),
+        )?);
+    }
+    let path = PathBuf::from(board);
+    if !path.exists() {
+        anyhow::bail!(
+            "no built-in board and no file named {board:?} (built-in: {})",
+            BUILTIN_PUZZLES.join(", ")
+        );
+    }
+    load_file(&path, &LoadOptions::default()).with_context(|| format!("cannot load {board}"))
+}
+
 /// Runs `bench`.
 pub fn run(args: BenchArgs) -> Result<()> {
     let boards = if args.boards.is_empty() {
-        vec![
-            PathBuf::from("puzzles/bench/bench-easy.json"),
-            PathBuf::from("puzzles/bench/bench-hard.json"),
-        ]
+        DEFAULT_BOARDS.iter().map(|b| b.to_string()).collect()
     } else {
         args.boards.clone()
     };
     for board in boards {
-        let puzzle = load_file(&board, &LoadOptions::default())
-            .with_context(|| format!("cannot load {}", board.display()))?;
+        let puzzle = load_board(&board)?;
         let plan = e2fleet_engine::SearchSpec::new(puzzle, &args.order)?.plan;
         let started = Instant::now();
         let factory = args.engine.factory(&plan, false)?;
@@ -95,7 +116,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             e2fleet_proto::api::status::median(runs.iter().map(|r| r.nodes_per_s).collect())
                 .unwrap_or(0.0);
         let report = BoardReport {
-            board: board.display().to_string(),
+            board: board.clone(),
             engine: engine.kind().to_string(),
             engine_build: engine.build_id(),
             compile_s,

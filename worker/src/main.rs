@@ -5,7 +5,6 @@
 //!
 //! # Layout
 //! - `main.rs`: the command line (clap) and dispatch.
-//! - `puzzle_args.rs`: flags that say how to read a puzzle file.
 //! - `solve.rs`: the `solve` command, its JSON report and the human summary.
 //! - `bench.rs`: the `bench` command (per-core speed with exact counts).
 //! - `engine_args.rs`: flags that choose and build an engine.
@@ -19,16 +18,17 @@ mod bench;
 mod engine_args;
 mod host;
 mod link;
-mod puzzle_args;
 mod run;
 mod solve;
 mod verify;
 
 use clap::{Parser, Subcommand};
 
-/// e2fleet worker: exact edge-matching search on this machine.
+/// e2fleet worker: lends this machine's cores to an e2fleet fleet (`run`), checks its
+/// engine against exact results (`verify`), and walks puzzles on its own (`solve`,
+/// `bench`). Every count it reports is exact.
 #[derive(Parser)]
-#[command(version, about, long_about = None)]
+#[command(version)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -19,7 +19,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
 use crate::engine_args::{EngineArgs, EngineFactory};
-use crate::puzzle_args::PuzzleArgs;
+use e2fleet_engine::formats::PuzzleArgs;
 
 /// Flags of `solve`.
 #[derive(Args, Debug)]
@@ -117,7 +117,11 @@ fn parse_resume(text: &str) -> Result<Unit> {
 
 /// Runs `solve`.
 pub fn run(args: SolveArgs) -> Result<()> {
-    let puzzle = args.puzzle.load()?;
+    let loaded = args.puzzle.load().context("cannot load the puzzle")?;
+    for note in &loaded.notes {
+        eprintln!("note: {note}");
+    }
+    let puzzle = loaded.puzzle;
     let spec = e2fleet_engine::SearchSpec::new(puzzle, &args.order).context("bad fill order")?;
     let (puzzle, plan) = (&spec.puzzle, spec.plan.clone());
     let factory = args.engine.factory(&plan, !args.json)?;

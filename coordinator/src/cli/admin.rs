@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use e2fleet_coordinator::client::Operator;
-use e2fleet_engine::formats::{self, LoadOptions};
+use e2fleet_engine::formats;
 use e2fleet_proto::api::{JobId, JobRequest, JobState};
 
 use super::args::{AdminArgs, Command, SubmitArgs, VerifyCommand};
@@ -22,12 +22,17 @@ async fn connect(admin: &AdminArgs) -> Result<Operator> {
 }
 
 fn job_id(text: &str) -> Result<JobId> {
-    text.parse::<JobId>()
-        .with_context(|| "job ids look like 0f8fad5b-d9cb-469f-a165-70867728950e (see `jobs`)")
+    text.parse::<JobId>().map_err(|e| {
+        anyhow::anyhow!("{e}: job ids look like 0f8fad5b-d9cb-469f-a165-70867728950e (see `jobs`)")
+    })
 }
 
 async fn submit(args: SubmitArgs) -> Result<()> {
-    let puzzle = formats::load_file(&args.puzzle, &LoadOptions::default())?;
+    let loaded = args.puzzle.load()?;
+    for note in &loaded.notes {
+        eprintln!("note: {note}");
+    }
+    let (puzzle, notes) = (loaded.puzzle, loaded.notes);
     let request = JobRequest {
         name: args
             .name
@@ -42,10 +47,14 @@ async fn submit(args: SubmitArgs) -> Result<()> {
         spot_check: args.spot_check.unwrap_or(0.0),
     };
     let created = connect(&args.admin).await?.submit(&request).await?;
+    // (the loader already said what it saw in the file)
+    for w in created.warnings.iter().filter(|w| !notes.contains(w)) {
+        eprintln!("warning: {w}");
+    }
     if args.admin.json {
         outln!(
             "{}",
-            serde_json::json!({"job_id": created.job_id, "units": created.units, "split_depth": created.split_depth})
+            serde_json::json!({"job_id": created.job_id, "units": created.units, "split_depth": created.split_depth, "warnings": created.warnings})
         );
     } else {
         outln!(
@@ -115,7 +124,7 @@ pub async fn run(command: Command) -> Result<()> {
         Command::ReleaseHost { hostname, admin } => {
             let released = connect(&admin).await?.release_host(&hostname).await?;
             if released == 0 {
-                bail!("no worker has host name {hostname:?}");
+                bail!("no quarantined worker has host name {hostname:?} (see `workers`)");
             }
             outln!("released {released} worker(s) on {hostname}");
             Ok(())

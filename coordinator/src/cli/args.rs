@@ -3,11 +3,12 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use e2fleet_engine::formats::PuzzleArgs;
 use e2fleet_proto::logs::LogFormat;
 
 /// e2fleet coordinator: splits puzzles into units, leases them, adds results up exactly.
 #[derive(Parser)]
-#[command(version, about)]
+#[command(version)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]
@@ -109,8 +110,29 @@ pub struct ServeArgs {
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,
     /// Serve TLS with this certificate chain (PEM); needs --tls-key.
-    #[arg(long, env = "E2FLEET_TLS_CERT", requires = "tls_key")]
+    #[arg(
+        long,
+        env = "E2FLEET_TLS_CERT",
+        requires = "tls_key",
+        conflicts_with = "tls_self_signed"
+    )]
     pub tls_cert: Option<PathBuf>,
+    /// Serve TLS with the fleet's own CA, made once in --tls-dir: prints the CA file every
+    /// worker and admin command then passes as --ca-cert.
+    #[arg(long, env = "E2FLEET_TLS_SELF_SIGNED")]
+    pub tls_self_signed: bool,
+    /// Names the coordinator is reached by, for --tls-self-signed: host names and IP
+    /// addresses, comma-separated (default: this machine's host name, localhost, 127.0.0.1).
+    #[arg(
+        long,
+        env = "E2FLEET_TLS_NAME",
+        value_delimiter = ',',
+        requires = "tls_self_signed"
+    )]
+    pub tls_name: Vec<String>,
+    /// Where --tls-self-signed keeps its files (default: `tls/` next to the database).
+    #[arg(long, env = "E2FLEET_TLS_DIR", requires = "tls_self_signed")]
+    pub tls_dir: Option<PathBuf>,
     /// The private key of --tls-cert (PEM).
     #[arg(long, env = "E2FLEET_TLS_KEY", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
@@ -140,8 +162,9 @@ pub struct AdminArgs {
 /// Flags of `submit`.
 #[derive(clap::Args)]
 pub struct SubmitArgs {
-    /// Puzzle file (any supported format).
-    pub puzzle: PathBuf,
+    /// The puzzle and how to read it.
+    #[command(flatten)]
+    pub puzzle: PuzzleArgs,
     /// Job name (default: the puzzle's name).
     #[arg(long)]
     pub name: Option<String>,

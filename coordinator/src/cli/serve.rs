@@ -11,6 +11,60 @@ use tracing::info;
 use super::args::ServeArgs;
 use crate::outln;
 
+fn hostname() -> String {
+    std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "localhost".into())
+}
+
+/// The TLS configuration the flags ask for, and the names it serves (empty: no TLS, or
+/// certificates the operator brought).
+fn tls_config(
+    args: &ServeArgs,
+) -> Result<(
+    Option<std::sync::Arc<tokio_rustls::rustls::ServerConfig>>,
+    Vec<String>,
+)> {
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        let config = e2fleet_coordinator::tls::server_config(cert, key)
+            .map_err(|e| anyhow::anyhow!("TLS: {e}"))?;
+        return Ok((Some(config), Vec::new()));
+    }
+    if !args.tls_self_signed {
+        return Ok((None, Vec::new()));
+    }
+    let names = if args.tls_name.is_empty() {
+        vec![hostname(), "localhost".into(), "127.0.0.1".into()]
+    } else {
+        args.tls_name.clone()
+    };
+    let dir = args.tls_dir.clone().unwrap_or_else(|| {
+        args.db
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."))
+            .join("tls")
+    });
+    let files = e2fleet_coordinator::tls::self_signed(&dir, &names)
+        .map_err(|e| anyhow::anyhow!("TLS: {e}"))?;
+    if files.created {
+        outln!(
+            "made a TLS certificate for {} signed by the fleet's own CA ({})",
+            names.join(", "),
+            dir.display()
+        );
+    }
+    outln!(
+        "clients trust this coordinator with: --ca-cert {}",
+        files.ca.display()
+    );
+    let config = e2fleet_coordinator::tls::server_config(&files.cert, &files.key)
+        .map_err(|e| anyhow::anyhow!("TLS: {e}"))?;
+    Ok((Some(config), names))
+}
+
 /// Runs the coordinator until SIGINT or SIGTERM.
 pub async fn serve(args: ServeArgs) -> Result<()> {
     e2fleet_proto::logs::init(args.log_format, "info");
@@ -22,13 +76,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     if args.admin_token.is_none() {
         outln!("E2FLEET_ADMIN_TOKEN={admin_token}");
     }
-    let tls = match (&args.tls_cert, &args.tls_key) {
-        (Some(cert), Some(key)) => Some(
-            e2fleet_coordinator::tls::server_config(cert, key)
-                .map_err(|e| anyhow::anyhow!("TLS: {e}"))?,
-        ),
-        _ => None,
-    };
+    let (tls, tls_names) = tls_config(&args)?;
     let scheme = if tls.is_some() { "https" } else { "http" };
     let store = Store::open(&args.db).await?;
     let fleet = Arc::new(Fleet::new(
@@ -46,7 +94,14 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
     info!(%addr, db = %args.db.display(), "coordinator listening");
-    outln!("coordinator listening on {scheme}://{addr} (dashboard: {scheme}://{addr}/)");
+    // an unspecified address (0.0.0.0) is where it listens, not where anyone reaches it
+    let reach = if addr.ip().is_unspecified() {
+        let host = tls_names.first().cloned().unwrap_or_else(hostname);
+        format!("{host}:{}", addr.port())
+    } else {
+        addr.to_string()
+    };
+    outln!("coordinator listening on {scheme}://{addr} (dashboard: {scheme}://{reach}/)");
     // SIGINT (Ctrl-C) or SIGTERM (systemd, docker, Kubernetes): stop accepting, finish
     // the requests in flight; every write is a committed transaction either way
     let shutdown = async {

@@ -7,7 +7,7 @@ use e2fleet_engine::Unit;
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{NoControl, RunOptions, Walker};
 use e2fleet_proto::api::{JobCreated, JobId, JobRequest, JobSpec, JobState, SelfTest};
-use tracing::info;
+use tracing::{info, warn};
 
 use super::policy::{
     DEFAULT_ORDER, DEFAULT_TARGET_UNITS, MAX_REPLICAS, MAX_UNITS_PER_JOB, SELF_TEST_BUDGETS,
@@ -106,6 +106,10 @@ impl Fleet {
             })
             .collect();
         let count = new_units.len();
+        let warnings = e2fleet_engine::formats::duplicate_notes(&spec.puzzle);
+        for w in &warnings {
+            warn!(%job_id, warning = %w, "job submitted with a warning");
+        }
         self.store
             .write(move |tx| {
                 tx.insert_job(&job)?;
@@ -129,6 +133,7 @@ impl Fleet {
             job_id,
             units: count,
             split_depth: depth,
+            warnings,
         })
     }
 

@@ -62,12 +62,18 @@ fn job_status(tx: &mut dyn Tx, job: JobRecord, now: i64) -> Result<JobStatus, Fl
         solutions.extend(r.solutions);
     }
     solutions.truncate(SOLUTIONS_SHOWN);
+    // the deepest depth any node reached (the enumeration's too); its board is known when
+    // a unit's result reached it
+    let reached = total.iter().rposition(|&n| n > 0).map_or(0, |d| d + 1);
     let deepest = match tx.deepest_body_of_job(job.id)? {
-        Some(r) => DeepestBoard {
+        Some(r) if r.max_depth >= reached => DeepestBoard {
             depth: r.max_depth,
             board: r.deepest,
         },
-        None => DeepestBoard::default(),
+        _ => DeepestBoard {
+            depth: reached,
+            board: Vec::new(),
+        },
     };
     let samples = tx.rate_samples(Some(job.id), 0)?;
     let results = tx

@@ -175,7 +175,8 @@ pub trait Workers {
     /// Counts a wrong result against a worker; quarantines its host past `threshold`.
     /// `true` when the host is now quarantined.
     fn worker_error(&mut self, id: WorkerId, threshold: u64) -> StoreResult<bool>;
-    /// Lifts a host's quarantine and clears its errors; the workers released.
+    /// Lifts the quarantine of a host's quarantined workers and clears their errors; how
+    /// many were released.
     fn release_host(&mut self, hostname: &str) -> StoreResult<u64>;
 }
 

@@ -389,3 +389,49 @@ async fn a_late_report_on_a_unit_split_since_is_checked_against_the_split_unit()
     assert_eq!(doc["conservation_ok"], true);
     c.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_the_enumeration_finishes_shows_how_deep_it_got_and_its_warnings() {
+    use e2fleet_engine::formats::{LoadOptions, parse_str, to_site_json};
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    // Brendan's 4x4 with its last piece replaced by a copy of the one before, split at
+    // its last depth: the enumeration itself walks the whole tree
+    let text = std::fs::read_to_string(puzzle_path("brendan/set1/pieces_04x04.txt")).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    let last = lines.len() - 1;
+    lines[last] = lines[last - 1];
+    let puzzle = parse_str(&lines.join("\n"), "dup.txt", &LoadOptions::default()).unwrap();
+    let created = c
+        .operator()
+        .await
+        .submit_job(admin(v2::SubmitJobRequest {
+            name: "dup".into(),
+            puzzle_json: to_site_json(&puzzle),
+            split_depth: 16,
+            replicas: 1,
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        created.warnings[0].contains("piece 15 is an exact copy of piece 14"),
+        "{:?}",
+        created.warnings
+    );
+    let doc = c.job(&created.job_id).await;
+    let reached = doc["nodes_by_depth"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rposition(|n| n.as_u64().unwrap() > 0)
+        .unwrap()
+        + 1;
+    assert_eq!(reached, 16, "the repeated piece still allows full boards");
+    assert_eq!(
+        doc["deepest"]["depth"], 16,
+        "not 0: the enumeration got there before any unit ran"
+    );
+    c.stop().await;
+}

@@ -48,5 +48,6 @@ pub(crate) fn parse(text: &str, name: &str) -> Result<RawPuzzle, LoadErrorKind> 
         piece_lines,
         default_colours: ColourMap::Blackwood,
         default_offset: 2,
+        notes: Vec::new(),
     })
 }

@@ -70,5 +70,6 @@ pub(crate) fn parse(text: &str, name: &str) -> Result<RawPuzzle, LoadErrorKind> 
         piece_lines,
         default_colours: ColourMap::Identity,
         default_offset: 0,
+        notes: Vec::new(),
     })
 }

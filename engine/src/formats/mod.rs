@@ -16,6 +16,8 @@
 // Load errors carry the file name and a precise cause; they are cold and small in number.
 #![allow(clippy::result_large_err)]
 
+#[cfg(feature = "cli")]
+mod args;
 mod blackwood;
 mod csv16;
 mod puz;
@@ -31,6 +33,8 @@ use thiserror::Error;
 use crate::model::{Colour, MAX_COLOUR, Placement, Puzzle, rotate};
 use crate::validate::ValidationError;
 
+#[cfg(feature = "cli")]
+pub use args::PuzzleArgs;
 pub use site_json::to_site_json;
 
 /// Largest puzzle file accepted, in bytes.
@@ -217,6 +221,51 @@ pub(crate) struct RawPuzzle {
     /// The format's own colour map and rotation offset, if it has one.
     pub default_colours: ColourMap,
     pub default_offset: u8,
+    /// What the reader had to assume (said to the user, see [`Loaded::notes`]).
+    pub notes: Vec<String>,
+}
+
+/// A loaded puzzle and what the loader had to assume or noticed on the way: a board size
+/// inferred from the piece count, a format that does not say how its colours are
+/// numbered, repeated pieces. Commands print the notes; nothing is guessed silently.
+#[derive(Clone, Debug)]
+pub struct Loaded {
+    /// The puzzle.
+    pub puzzle: Puzzle,
+    /// One sentence each.
+    pub notes: Vec<String>,
+}
+
+/// The notes about repeated pieces (exact or rotated copies) of a puzzle.
+pub fn duplicate_notes(puzzle: &Puzzle) -> Vec<String> {
+    let duplicates = puzzle.duplicate_pieces();
+    let mut notes: Vec<String> = duplicates
+        .iter()
+        .take(10)
+        .map(|&(first, later, turns)| {
+            if turns == 0 {
+                format!("piece {later} is an exact copy of piece {first}")
+            } else {
+                format!(
+                    "piece {later} is piece {first} turned {turns} quarter turn{}",
+                    if turns == 1 { "" } else { "s" }
+                )
+            }
+        })
+        .collect();
+    if duplicates.len() > 10 {
+        notes.push(format!(
+            "... and {} more repeated pieces",
+            duplicates.len() - 10
+        ));
+    }
+    if !duplicates.is_empty() {
+        notes.push(
+            "repeated pieces are legal (the official clue puzzles have some), but in a hand-made or converted file they usually mean a data error and a puzzle with no solution: check the file"
+                .into(),
+        );
+    }
+    notes
 }
 
 /// Guesses the format from the name and content.
@@ -263,6 +312,11 @@ pub fn load_file(path: &Path, options: &LoadOptions) -> Result<Puzzle, LoadError
 
 /// Parses puzzle bytes; `label` names the source in errors and becomes the default name.
 pub fn parse_bytes(bytes: &[u8], label: &str, options: &LoadOptions) -> Result<Puzzle, LoadError> {
+    parse_str(check_bytes(bytes, label)?, label, options)
+}
+
+/// The bytes as text, if they can be a puzzle file at all (size, no binary data).
+fn check_bytes<'b>(bytes: &'b [u8], label: &str) -> Result<&'b str, LoadError> {
     let fail = |kind| LoadError {
         file: label.to_string(),
         kind,
@@ -273,16 +327,35 @@ pub fn parse_bytes(bytes: &[u8], label: &str, options: &LoadOptions) -> Result<P
     if let Some(offset) = bytes.iter().position(|&b| b == 0) {
         return Err(fail(LoadErrorKind::Binary { offset }));
     }
-    let text = std::str::from_utf8(bytes).map_err(|e| {
+    std::str::from_utf8(bytes).map_err(|e| {
         fail(LoadErrorKind::Binary {
             offset: e.valid_up_to(),
         })
+    })
+}
+
+/// Reads and parses a puzzle file, with what the loader had to assume ([`Loaded`]).
+pub fn load_file_noted(path: &Path, options: &LoadOptions) -> Result<Loaded, LoadError> {
+    let label = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|e| LoadError {
+        file: label.clone(),
+        kind: e.into(),
     })?;
-    parse_str(text, label, options)
+    let text = check_bytes(&bytes, &label)?;
+    parse_str_noted(text, &label, options)
 }
 
 /// Parses puzzle text; `label` names the source in errors and becomes the default name.
 pub fn parse_str(text: &str, label: &str, options: &LoadOptions) -> Result<Puzzle, LoadError> {
+    parse_str_noted(text, label, options).map(|l| l.puzzle)
+}
+
+/// [`parse_str`] with what the loader had to assume ([`Loaded`]).
+pub fn parse_str_noted(
+    text: &str,
+    label: &str,
+    options: &LoadOptions,
+) -> Result<Loaded, LoadError> {
     let fail = |kind| LoadError {
         file: label.to_string(),
         kind,
@@ -300,7 +373,7 @@ pub fn parse_str(text: &str, label: &str, options: &LoadOptions) -> Result<Puzzl
         .and_then(|s| s.to_str())
         .unwrap_or(label)
         .to_string();
-    let raw = match format {
+    let mut raw = match format {
         Format::SiteJson => site_json::parse(text, &stem),
         Format::Csv16 => csv16::parse(text, &stem),
         Format::Text => text::parse(text, &stem, options.size),
@@ -308,7 +381,18 @@ pub fn parse_str(text: &str, label: &str, options: &LoadOptions) -> Result<Puzzl
         Format::Blackwood => blackwood::parse(text, &stem),
     }
     .map_err(fail)?;
-    finish(raw, options).map_err(fail)
+    if format == Format::Puz && options.colours.is_none() && options.rotation_offset.is_none() {
+        raw.notes.push(
+            "a .puz file does not say how its colours are numbered or how its pieces are turned: \
+             read with its numbers as they are and no turn (the Eternity II files in puzzles/e2/ \
+             need --colours blackwood --rot-offset 2; pass --colours identity to silence this)"
+                .into(),
+        );
+    }
+    let mut notes = std::mem::take(&mut raw.notes);
+    let puzzle = finish(raw, options).map_err(fail)?;
+    notes.extend(duplicate_notes(&puzzle));
+    Ok(Loaded { puzzle, notes })
 }
 
 fn finish(raw: RawPuzzle, options: &LoadOptions) -> Result<Puzzle, LoadErrorKind> {

@@ -119,6 +119,7 @@ pub(crate) fn parse(text: &str, stem: &str) -> Result<RawPuzzle, LoadErrorKind> 
         piece_lines: Vec::new(),
         default_colours: ColourMap::Identity,
         default_offset: 0,
+        notes: Vec::new(),
     })
 }
 

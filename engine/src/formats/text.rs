@@ -32,6 +32,7 @@ pub(crate) fn parse(
             });
         }
     }
+    let mut notes = Vec::new();
     let (width, height) = match size.or(header) {
         Some(s) => s,
         None => {
@@ -40,11 +41,15 @@ pub(crate) fn parse(
                 return Err(LoadErrorKind::Syntax {
                     line: 1,
                     message: format!(
-                        "{} pieces do not make a square board and there is no `W H` header line; add one or pass the size",
+                        "{} pieces do not make a square board and there is no `W H` header line; add one, or pass --size WxH (W = columns)",
                         pieces.len()
                     ),
                 });
             }
+            notes.push(format!(
+                "no `W H` header line: read as a {side}x{side} board ({} pieces); pass --size WxH if it is another shape",
+                pieces.len()
+            ));
             (side, side)
         }
     };
@@ -57,5 +62,6 @@ pub(crate) fn parse(
         piece_lines,
         default_colours: ColourMap::Identity,
         default_offset: 0,
+        notes,
     })
 }

@@ -143,3 +143,63 @@ fn brendan_solutions_verify() {
         verify_board(&puzzle, &board, true).unwrap();
     }
 }
+
+#[test]
+fn the_loader_says_what_it_assumed_and_names_repeated_pieces() {
+    use e2fleet_engine::formats::{load_file_noted, parse_str_noted};
+    // the real set has no repeated piece; neither has any shipped puzzle
+    assert!(load("e2/official.json").duplicate_pieces().is_empty());
+    // a .puz file: colours and turns are assumed, and said
+    let puz = load_file_noted(&puzzle_path("e2/e2.puz"), &LoadOptions::default()).unwrap();
+    assert!(
+        puz.notes
+            .iter()
+            .any(|n| n.contains("--colours blackwood --rot-offset 2")),
+        "{:?}",
+        puz.notes
+    );
+    let told = LoadOptions {
+        colours: Some(ColourMap::Blackwood),
+        rotation_offset: Some(2),
+        ..LoadOptions::default()
+    };
+    assert!(
+        load_file_noted(&puzzle_path("e2/e2.puz"), &told)
+            .unwrap()
+            .notes
+            .is_empty()
+    );
+    // a header-less square text: its size is assumed, and said
+    let text = "0 1 1 0\n0 1 1 1\n0 0 1 1\n1 1 1 0\n1 1 1 1\n1 0 1 1\n1 1 0 0\n1 1 0 1\n1 0 0 1\n";
+    let loaded = parse_str_noted(text, "tiny.txt", &LoadOptions::default()).unwrap();
+    assert!(
+        loaded.notes[0].contains("read as a 3x3 board"),
+        "{:?}",
+        loaded.notes
+    );
+    // Brendan's 3x3 has none; with edge piece 7 replaced by a copy of edge piece 6 turned
+    // once, and edge piece 5 by an exact copy of piece 4, both are named, with the turn
+    let text = std::fs::read_to_string(puzzle_path("brendan/set1/pieces_03x03.txt")).unwrap();
+    let clean = parse_str_noted(&text, "b.txt", &LoadOptions::default()).unwrap();
+    assert!(clean.notes.is_empty(), "{:?}", clean.notes);
+    let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+    let p = clean.puzzle.pieces();
+    let turned = e2fleet_engine::model::rotate(p[6], 1);
+    lines[1 + 7] = format!("{} {} {} {}", turned[0], turned[1], turned[2], turned[3]);
+    lines[1 + 5] = lines[1 + 4].clone();
+    let loaded = parse_str_noted(&lines.join("\n"), "dup.txt", &LoadOptions::default()).unwrap();
+    assert_eq!(loaded.puzzle.duplicate_pieces(), vec![(4, 5, 0), (6, 7, 1)]);
+    assert!(
+        loaded
+            .notes
+            .iter()
+            .any(|n| n == "piece 5 is an exact copy of piece 4")
+    );
+    assert!(
+        loaded
+            .notes
+            .iter()
+            .any(|n| n == "piece 7 is piece 6 turned 1 quarter turn")
+    );
+    assert!(loaded.notes.iter().any(|n| n.contains("data error")));
+}

@@ -57,7 +57,7 @@ pub struct JobRequest {
 }
 
 /// A submitted job.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct JobCreated {
     /// The job.
     pub job_id: JobId,
@@ -65,6 +65,8 @@ pub struct JobCreated {
     pub units: usize,
     /// The split depth used.
     pub split_depth: usize,
+    /// What the operator should know about the job (repeated pieces, ...).
+    pub warnings: Vec<String>,
 }
 
 /// A leased unit.

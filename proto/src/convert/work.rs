@@ -80,6 +80,7 @@ impl From<&JobCreated> for v2::SubmitJobResponse {
             job_id: c.job_id.to_string(),
             units: c.units as u64,
             split_depth: c.split_depth as u32,
+            warnings: c.warnings.clone(),
         }
     }
 }
@@ -91,6 +92,7 @@ impl TryFrom<&v2::SubmitJobResponse> for JobCreated {
             job_id: id_from_wire(&r.job_id)?,
             units: r.units as usize,
             split_depth: r.split_depth as usize,
+            warnings: r.warnings.clone(),
         })
     }
 }

@@ -15,6 +15,16 @@ use tonic::Code;
 use tracing::{error, info, warn};
 
 use super::link::Link;
+use super::signals::Console;
+
+/// A site-JSON puzzle's width and height (for messages).
+fn spec_size(json: &str) -> (u64, u64) {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap_or_default();
+    (
+        v["width"].as_u64().unwrap_or(0),
+        v["height"].as_u64().unwrap_or(0),
+    )
+}
 use crate::engine_args::{EngineArgs, EngineChoice, EngineFactory};
 use crate::link::is_transient;
 
@@ -45,12 +55,17 @@ pub async fn verify_class(
     link: &mut Link,
     engine: &mut EngineArgs,
     hostname: Option<&str>,
+    console: &Console,
 ) -> Result<()> {
     loop {
         let (suite, units, class_id) = link.api.suite("", true).await?;
         if units.is_empty() {
             return Ok(());
         }
+        console.say(&format!(
+            "checking this machine and engine build (hardware class {class_id}) against {} verification units with exact results; once per class, a few seconds (compiles their engines the first time)",
+            units.len()
+        ));
         info!(%suite, units = units.len(), %class_id, "running verification units for this hardware class");
         let e = engine.clone();
         let runs =
@@ -68,7 +83,7 @@ pub async fn verify_class(
             error!(unit = %v.unit, detail = %v.detail, "this engine build disagrees with the verification suite");
         }
         if !answer.class_flagged {
-            info!(class_id = %answer.class_id, "hardware class verified");
+            console.say(&format!("hardware class {} verified", answer.class_id));
             return Ok(());
         }
         if engine.engine == EngineChoice::Reference {
@@ -117,6 +132,7 @@ pub async fn prepare_job(
     jobs: &mut HashMap<JobId, JobEngine>,
     job_id: JobId,
     engine_args: &EngineArgs,
+    console: &Console,
 ) -> Prepared {
     if let Some(j) = jobs.get(&job_id) {
         return match j {
@@ -153,7 +169,14 @@ pub async fn prepare_job(
             return Prepared::Never;
         }
     };
-    info!(%job_id, "preparing the engine for a new job (a compiled engine is built once per puzzle and cached)");
+    if engine_args.engine != EngineChoice::Reference {
+        console.say(&format!(
+            "compiling the engine for job {job_id} ({}x{} puzzle, order {}): ~1-2 s the first time, cached after",
+            spec_size(&spec.puzzle_json).0,
+            spec_size(&spec.puzzle_json).1,
+            spec.order
+        ));
+    }
     let args = engine_args.clone();
     let tests = spec.self_tests.clone();
     let plan_c = plan.clone();
@@ -168,6 +191,10 @@ pub async fn prepare_job(
         Ok((factory, Ok(()))) => {
             let engine = factory.make();
             info!(%job_id, engine = %engine.kind(), build = %engine.build_id(), "engine built and self-tested");
+            console.say(&format!(
+                "engine for job {job_id} ready ({} engine, self-tested against exact results)",
+                engine.kind()
+            ));
             factory
         }
         Ok((factory, Err(why))) => {

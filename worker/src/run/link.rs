@@ -97,7 +97,8 @@ impl Link {
         let jitter = rand::rng().random_range(0.75..1.25);
         let wait = Duration::from_millis((base as f64 * jitter) as u64);
         self.next_try = Instant::now() + wait;
-        warn!(what, coordinator = %self.api.url, code = ?s.code(), message = s.message(), retry_in_ms = wait.as_millis() as u64, "waiting for the coordinator");
+        let why = e2fleet_proto::client::explain_status(&self.api.url, s);
+        warn!(what, code = ?s.code(), retry_in_ms = wait.as_millis() as u64, "waiting for the coordinator: {why}");
     }
 
     /// Registers (again), keeping this worker's id, and saves the identity (`0600`).

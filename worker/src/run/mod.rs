@@ -185,9 +185,17 @@ async fn run_async(args: RunArgs) -> Result<()> {
         args.data_dir.join("identity.json"),
     );
     join(&mut link).await?;
+    let console = signals::Console::new(args.log_format == LogFormat::Text);
 
     let mut engine_args = args.engine.clone();
-    if let Err(e) = verify_class(&mut link, &mut engine_args, args.hostname.as_deref()).await {
+    if let Err(e) = verify_class(
+        &mut link,
+        &mut engine_args,
+        args.hostname.as_deref(),
+        &console,
+    )
+    .await
+    {
         warn!(error = %format!("{e:#}"), "could not run the verification units now");
     }
 
@@ -222,7 +230,6 @@ async fn run_async(args: RunArgs) -> Result<()> {
     let mut stopping = false;
     let mut stop_started = Instant::now();
     let mut paused = false;
-    let status = signals::status_line(args.log_format == LogFormat::Text);
     // leases whose job engine is not ready yet (spec not fetched, coordinator away):
     // kept and heartbeated, never dropped
     let mut waiting: Vec<Lease> = Vec::new();
@@ -351,7 +358,8 @@ async fn run_async(args: RunArgs) -> Result<()> {
         if !waiting.is_empty() && link.up() && !stopping {
             let mut still = Vec::new();
             for lease in waiting.drain(..) {
-                match prepare_job(&mut link, &mut jobs, lease.job_id, &engine_args).await {
+                match prepare_job(&mut link, &mut jobs, lease.job_id, &engine_args, &console).await
+                {
                     Prepared::Ready(engine) => executor.push(Task { lease, engine }),
                     Prepared::Later => still.push(lease),
                     Prepared::Never => {}
@@ -390,9 +398,9 @@ async fn run_async(args: RunArgs) -> Result<()> {
             }
         }
 
-        if let Some(bar) = &status {
+        {
             let (q, r) = executor.load();
-            bar.set_message(format!(
+            console.status(format!(
                 "{} | {r}/{} engines busy, {} queued | {units_reported} units reported | {:.1} M placements/s per core | {}",
                 if paused { "paused" } else if stopping { "stopping" } else { "running" },
                 executor.threads(),

@@ -28,17 +28,44 @@ pub fn set_nice(n: u8) {
     }
 }
 
-/// A live status line when a person is watching (text logs on a terminal).
-pub fn status_line(text_logs: bool) -> Option<indicatif::ProgressBar> {
-    if !text_logs || !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
-        return None;
+/// What a person watching sees: a live status line on a terminal (text logs), and the
+/// moments worth a line of their own (verifying this machine, compiling an engine) —
+/// printed above the status line there, logged otherwise.
+pub struct Console {
+    bar: Option<indicatif::ProgressBar>,
+}
+
+impl Console {
+    /// A console; the status line only when `text_logs` go to a terminal.
+    pub fn new(text_logs: bool) -> Console {
+        let bar = (text_logs && std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .then(|| {
+                let bar = indicatif::ProgressBar::new_spinner();
+                let style =
+                    indicatif::ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}")
+                        .ok()?;
+                bar.set_style(style);
+                bar.enable_steady_tick(Duration::from_millis(250));
+                Some(bar)
+            })
+            .flatten();
+        Console { bar }
     }
-    let bar = indicatif::ProgressBar::new_spinner();
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} {elapsed_precise} {msg}").ok()?,
-    );
-    bar.enable_steady_tick(Duration::from_millis(250));
-    Some(bar)
+
+    /// A moment worth a line of its own.
+    pub fn say(&self, message: &str) {
+        match &self.bar {
+            Some(bar) => bar.println(format!("e2fleet-worker: {message}")),
+            None => info!("{message}"),
+        }
+    }
+
+    /// Replaces the status line (nothing without a terminal).
+    pub fn status(&self, message: String) {
+        if let Some(bar) = &self.bar {
+            bar.set_message(message);
+        }
+    }
 }
 
 /// Counts stop signals into `signals` (the first stops, a second exits at once) and

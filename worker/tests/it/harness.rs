@@ -215,19 +215,19 @@ pub fn worker_with(
     Proc(cmd.spawn().unwrap())
 }
 
-/// The coordinator binary next to the worker binary (built on demand when this crate's
-/// tests run alone).
+/// The coordinator binary next to the worker binary, brought up to date once per test
+/// run (`cargo test --workspace` has built it already; `-p e2fleet-worker` alone has not,
+/// and an old binary would test old code).
 pub fn coordinator_bin() -> PathBuf {
-    let bin =
-        PathBuf::from(env!("CARGO_BIN_EXE_e2fleet-worker")).with_file_name("e2fleet-coordinator");
-    if !bin.exists() {
+    static BUILT: std::sync::Once = std::sync::Once::new();
+    BUILT.call_once(|| {
         let status = Command::new(env!("CARGO"))
-            .args(["build", "-p", "e2fleet-coordinator"])
+            .args(["build", "-q", "-p", "e2fleet-coordinator"])
             .status()
             .unwrap();
         assert!(status.success());
-    }
-    bin
+    });
+    PathBuf::from(env!("CARGO_BIN_EXE_e2fleet-worker")).with_file_name("e2fleet-coordinator")
 }
 
 /// The admin token of coordinator processes started by [`serve`].
@@ -235,6 +235,12 @@ pub const ADMIN: &str = "admin";
 
 /// Starts the coordinator binary (3 s leases); returns it and its URL.
 pub fn serve(db: &Path, listen: &str, extra: &[&str]) -> (Proc, String) {
+    let (proc, url, _) = serve_lines(db, listen, extra);
+    (proc, url)
+}
+
+/// [`serve`], also returning what the coordinator printed before it listened.
+pub fn serve_lines(db: &Path, listen: &str, extra: &[&str]) -> (Proc, String, Vec<String>) {
     use std::io::{BufRead, BufReader};
     let mut child = Command::new(coordinator_bin())
         .args(["serve", "--listen", listen, "--lease-seconds", "3"])
@@ -249,6 +255,7 @@ pub fn serve(db: &Path, listen: &str, extra: &[&str]) -> (Proc, String) {
         .unwrap();
     let stdout = child.stdout.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
+    let mut before = Vec::new();
     let addr = loop {
         let line = lines
             .next()
@@ -257,8 +264,9 @@ pub fn serve(db: &Path, listen: &str, extra: &[&str]) -> (Proc, String) {
         if let Some(rest) = line.strip_prefix("coordinator listening on ") {
             break rest.split_whitespace().next().unwrap().to_string();
         }
+        before.push(line);
     };
-    (Proc(child), addr)
+    (Proc(child), addr, before)
 }
 
 /// Runs an admin subcommand of the coordinator binary with `--json`.

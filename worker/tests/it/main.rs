@@ -2,7 +2,9 @@
 //! exact totals, SIGKILL and lease expiry, SIGTERM with cursors, the coordinator going
 //! away and coming back, journal replay, and a build that fails its self-test.
 
+mod first_hour;
 mod harness;
 mod processes;
 mod scenarios;
+mod tls;
 mod verify;

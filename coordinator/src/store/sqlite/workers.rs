@@ -163,7 +163,9 @@ impl Workers for SqliteTx<'_> {
     fn release_host(&mut self, hostname: &str) -> StoreResult<u64> {
         Ok(self
             .c
-            .prepare_cached("UPDATE workers SET quarantined = 0, errors = 0 WHERE hostname = ?")?
+            .prepare_cached(
+                "UPDATE workers SET quarantined = 0, errors = 0 WHERE hostname = ? AND quarantined = 1",
+            )?
             .execute([hostname])? as u64)
     }
 }

@@ -1,14 +1,13 @@
-//! Command-line flags that say how to read a puzzle file, shared by every subcommand.
+//! The command-line flags that say how to read a puzzle file, one set for every command
+//! that reads one (`e2fleet-worker solve`, `e2fleet-coordinator submit`, ...). Only with
+//! the `cli` feature (clap).
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
-use clap::Args;
-use e2fleet_engine::Puzzle;
-use e2fleet_engine::formats::{self, ColourMap, Format, LoadOptions};
+use super::{ColourMap, Format, LoadError, LoadOptions, Loaded, load_file_noted};
 
 /// Where the puzzle is and how to read it.
-#[derive(Args, Debug, Clone)]
+#[derive(clap::Args, Debug, Clone)]
 pub struct PuzzleArgs {
     /// Puzzle file: site JSON, 16-bit CSV, e2pieces/Brendan text, .puz or Blackwood list.
     pub puzzle: PathBuf,
@@ -37,14 +36,18 @@ fn parse_size(text: &str) -> Result<(usize, usize), String> {
 }
 
 impl PuzzleArgs {
-    /// Loads and validates the puzzle.
-    pub fn load(&self) -> Result<Puzzle> {
-        let options = LoadOptions {
+    /// The loader options these flags say.
+    pub fn options(&self) -> LoadOptions {
+        LoadOptions {
             format: self.format,
             colours: self.colours.clone(),
             rotation_offset: self.rot_offset,
             size: self.size,
-        };
-        formats::load_file(&self.puzzle, &options).context("cannot load the puzzle")
+        }
+    }
+
+    /// Loads and validates the puzzle, with what the loader had to assume.
+    pub fn load(&self) -> Result<Loaded, LoadError> {
+        load_file_noted(&self.puzzle, &self.options())
     }
 }

@@ -1,0 +1,157 @@
+//! What a newcomer meets in the first hour, as a newcomer would meet it: the real
+//! binaries, run from outside the repository where that matters.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::harness::{ADMIN, coordinator_bin, puzzle_path, serve};
+
+fn worker_bin() -> &'static str {
+    env!("CARGO_BIN_EXE_e2fleet-worker")
+}
+
+#[test]
+fn a_coordinator_url_without_a_scheme_is_refused_at_once_with_the_fix() {
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let out = Command::new(worker_bin())
+        .args(["run", "--coordinator", "127.0.0.1:7733", "--token", "t"])
+        .arg("--data-dir")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(started.elapsed() < Duration::from_secs(10), "it retried");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("has no scheme") && err.contains("http://127.0.0.1:7733"),
+        "{err}"
+    );
+    // and the admin CLI says the same
+    let out = Command::new(coordinator_bin())
+        .args([
+            "jobs",
+            "--coordinator",
+            "localhost:7733",
+            "--admin-token",
+            ADMIN,
+        ])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("has no scheme"));
+}
+
+#[test]
+fn bench_runs_its_built_in_boards_from_any_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(worker_bin())
+        .args([
+            "bench",
+            "--seconds",
+            "0.05",
+            "--runs",
+            "1",
+            "--engine",
+            "reference",
+            "--json",
+        ])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let boards: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let names: Vec<&str> = boards
+        .iter()
+        .map(|b| b["board"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["bench-easy", "bench-hard", "brendan-set1-07x07"]);
+    assert!(
+        boards
+            .iter()
+            .all(|b| b["median_nodes_per_s"].as_f64().unwrap() > 0.0)
+    );
+    let out = Command::new(worker_bin())
+        .args(["bench", "--board", "no-such-board", "--seconds", "0.05"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("built-in: "));
+}
+
+/// Runs `submit` on the coordinator binary; (success, stdout, stderr).
+fn submit(url: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(coordinator_bin())
+        .arg("submit")
+        .args(args)
+        .args(["--coordinator", url, "--admin-token", ADMIN, "--json"])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn submit_takes_the_loader_flags_and_says_what_it_had_to_assume() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_c, url) = serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
+    let path = |rel: &str| puzzle_path(rel).to_str().unwrap().to_string();
+    // a header-less 12x6 text: refused without its size, with the flag to give it
+    let clue2 = path("clues/clue2.txt");
+    let (ok, _, err) = submit(&url, &[&clue2, "--split-depth", "2"]);
+    assert!(!ok);
+    assert!(err.contains("--size WxH"), "{err}");
+    let (ok, out, _) = submit(&url, &[&clue2, "--size", "12x6", "--split-depth", "2"]);
+    assert!(ok);
+    assert!(out.contains("\"job_id\""), "{out}");
+    // a .puz file does not say how its colours are numbered: it says so
+    let puz = path("e2/e2.puz");
+    let (ok, _, err) = submit(&url, &[&puz, "--split-depth", "1"]);
+    assert!(ok);
+    assert!(err.contains("--colours blackwood --rot-offset 2"), "{err}");
+    let (ok, _, err) = submit(
+        &url,
+        &[
+            &puz,
+            "--colours",
+            "blackwood",
+            "--rot-offset",
+            "2",
+            "--split-depth",
+            "1",
+        ],
+    );
+    assert!(ok);
+    assert!(!err.contains("note:"), "{err}");
+    // a repeated piece is named
+    let text = std::fs::read_to_string(puzzle_path("brendan/set1/pieces_04x04.txt")).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    let last = lines.len() - 1;
+    lines[last] = lines[last - 1];
+    let dup = dir.path().join("dup.txt");
+    std::fs::write(&dup, lines.join("\n")).unwrap();
+    let (ok, out, err) = submit(&url, &[dup.to_str().unwrap(), "--split-depth", "2"]);
+    assert!(ok);
+    assert!(
+        err.contains("piece 15 is an exact copy of piece 14"),
+        "{err}"
+    );
+    let doc: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    assert!(
+        doc["warnings"][0]
+            .as_str()
+            .unwrap()
+            .contains("piece 15 is an exact copy of piece 14"),
+        "the coordinator says it too: {doc}"
+    );
+}
