@@ -107,8 +107,9 @@ async fn run() {
                 FleetConfig {
                     lease: Duration::from_secs(300),
                     quarantine_after: 3,
-                    enroll_token: "enroll".into(),
-                    admin_token: "admin".into(),
+                    trust: Default::default(),
+                    enroll_token: "enroll-load-bench-0123".into(),
+                    admin_token: "admin-load-bench-0123".into(),
                 },
                 system_clock(),
             ));
@@ -178,13 +179,14 @@ async fn run() {
             batch.push(tokio::spawn(async move {
                 client
                     .register_worker(v2::RegisterWorkerRequest {
-                        enroll_token: "enroll".into(),
+                        enroll_token: "enroll-load-bench-0123".into(),
                         host: Some(v2::HostInfo {
                             hostname: format!("sim-{i}"),
                             engine_kind: v2::EngineKind::Reference.into(),
                             ..Default::default()
                         }),
                         previous_worker_id: String::new(),
+                        previous_worker_token: String::new(),
                     })
                     .await
                     .unwrap()

@@ -3,8 +3,10 @@
 
 use std::path::Path;
 
-use e2fleet_proto::api::status::{FleetStatus, JobStatus, VerificationMatrix, WorkerStatus};
-use e2fleet_proto::api::{JobCreated, JobId, JobRequest};
+use e2fleet_proto::api::status::{
+    AccountStatus, FleetStatus, JobStatus, VerificationMatrix, WorkerStatus,
+};
+use e2fleet_proto::api::{JobCreated, JobId, JobRequest, WorkerId};
 use e2fleet_proto::client::{authed, endpoint, explain_connect_error, explain_status};
 use e2fleet_proto::convert::WireError;
 use e2fleet_proto::v2;
@@ -150,6 +152,92 @@ impl Operator {
             .map_err(|s| self.failed(s))?
             .into_inner();
         Ok(r.released)
+    }
+
+    /// Lifts one worker identity's quarantine.
+    pub async fn release_worker(&mut self, id: WorkerId) -> Result<(), ClientError> {
+        self.client
+            .release_worker(authed(
+                &self.token,
+                v2::ReleaseWorkerRequest {
+                    worker_id: id.to_string(),
+                },
+            ))
+            .await
+            .map_err(|s| self.failed(s))?;
+        Ok(())
+    }
+
+    /// Issues a volunteer account; (its name, its enrolment token).
+    pub async fn add_account(&mut self, name: &str) -> Result<(String, String), ClientError> {
+        let r = self
+            .client
+            .add_account(authed(
+                &self.token,
+                v2::AddAccountRequest {
+                    name: name.to_string(),
+                },
+            ))
+            .await
+            .map_err(|s| self.failed(s))?
+            .into_inner();
+        Ok((r.account, r.enroll_token))
+    }
+
+    /// Every account.
+    pub async fn accounts(&mut self) -> Result<Vec<AccountStatus>, ClientError> {
+        let r = self
+            .client
+            .list_accounts(authed(&self.token, v2::ListAccountsRequest {}))
+            .await
+            .map_err(|s| self.failed(s))?
+            .into_inner();
+        Ok(r.accounts
+            .iter()
+            .map(AccountStatus::try_from)
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Revokes a volunteer account.
+    pub async fn revoke_account(&mut self, name: &str) -> Result<(), ClientError> {
+        self.client
+            .revoke_account(authed(
+                &self.token,
+                v2::RevokeAccountRequest {
+                    name: name.to_string(),
+                },
+            ))
+            .await
+            .map_err(|s| self.failed(s))?;
+        Ok(())
+    }
+
+    /// Lifts an account's quarantine.
+    pub async fn release_account(&mut self, name: &str) -> Result<(), ClientError> {
+        self.client
+            .release_account(authed(
+                &self.token,
+                v2::ReleaseAccountRequest {
+                    name: name.to_string(),
+                },
+            ))
+            .await
+            .map_err(|s| self.failed(s))?;
+        Ok(())
+    }
+
+    /// Lifts a hardware class's flag.
+    pub async fn unflag_class(&mut self, class: &str) -> Result<(), ClientError> {
+        self.client
+            .unflag_class(authed(
+                &self.token,
+                v2::UnflagClassRequest {
+                    class_id: class.to_string(),
+                },
+            ))
+            .await
+            .map_err(|s| self.failed(s))?;
+        Ok(())
     }
 
     /// Stores a verification suite; (units, units with an expected result).

@@ -93,18 +93,19 @@ impl Coordinator {
         r
     }
 
-    /// Enrols with `enroll_token`, keeping `previous` when the coordinator still knows it;
-    /// the token is kept for every later call.
+    /// Enrols with `enroll_token`, keeping `previous` (an identity and its current token)
+    /// when the coordinator still knows it; the new token is kept for every later call.
     pub async fn register(
         &mut self,
         enroll_token: &str,
         host: &HostInfo,
-        previous: Option<WorkerId>,
+        previous: Option<(WorkerId, &str)>,
     ) -> Result<Registration, Status> {
         let mut request = Request::new(v2::RegisterWorkerRequest {
             enroll_token: enroll_token.to_string(),
             host: Some(host.into()),
-            previous_worker_id: previous.map(|p| p.to_string()).unwrap_or_default(),
+            previous_worker_id: previous.map(|p| p.0.to_string()).unwrap_or_default(),
+            previous_worker_token: previous.map(|p| p.1.to_string()).unwrap_or_default(),
         });
         request.set_timeout(CALL_TIMEOUT);
         let r = self.client.register_worker(request).await?.into_inner();

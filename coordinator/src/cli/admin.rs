@@ -6,9 +6,9 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use e2fleet_coordinator::client::Operator;
 use e2fleet_engine::formats;
-use e2fleet_proto::api::{JobId, JobRequest, JobState};
+use e2fleet_proto::api::{JobId, JobRequest, JobState, WorkerId};
 
-use super::args::{AdminArgs, Command, SubmitArgs, VerifyCommand};
+use super::args::{AccountCommand, AdminArgs, Command, SubmitArgs, VerifyCommand};
 use super::print;
 use crate::{out, outln};
 
@@ -63,6 +63,45 @@ async fn submit(args: SubmitArgs) -> Result<()> {
             created.units,
             created.split_depth
         );
+    }
+    Ok(())
+}
+
+async fn account(action: AccountCommand) -> Result<()> {
+    match action {
+        AccountCommand::Add { name, admin } => {
+            let (account, token) = connect(&admin).await?.add_account(&name).await?;
+            if admin.json {
+                outln!(
+                    "{}",
+                    serde_json::json!({"account": account, "token": token})
+                );
+            } else {
+                outln!(
+                    "account {account} added; its volunteers' workers enrol with this token (shown once, keep it):\n{token}"
+                );
+            }
+        }
+        AccountCommand::List(admin) => {
+            let accounts = connect(&admin).await?.accounts().await?;
+            if admin.json {
+                outln!("{}", serde_json::to_string(&accounts)?);
+            } else {
+                for a in &accounts {
+                    outln!("{}", print::account(a));
+                }
+            }
+        }
+        AccountCommand::Revoke { name, admin } => {
+            connect(&admin).await?.revoke_account(&name).await?;
+            outln!(
+                "account {name} revoked: its workers get no more work, and its results no other account confirmed no longer count"
+            );
+        }
+        AccountCommand::Release { name, admin } => {
+            connect(&admin).await?.release_account(&name).await?;
+            outln!("account {name} released from quarantine");
+        }
     }
     Ok(())
 }
@@ -127,6 +166,22 @@ pub async fn run(command: Command) -> Result<()> {
                 bail!("no quarantined worker has host name {hostname:?} (see `workers`)");
             }
             outln!("released {released} worker(s) on {hostname}");
+            Ok(())
+        }
+        Command::ReleaseWorker { id, admin } => {
+            let worker: WorkerId = id
+                .parse()
+                .map_err(|e| anyhow::anyhow!("{e}: worker ids are listed by `workers`"))?;
+            connect(&admin).await?.release_worker(worker).await?;
+            outln!("worker {worker} released");
+            Ok(())
+        }
+        Command::Account { action } => account(action).await,
+        Command::Verify {
+            action: VerifyCommand::Unflag { class, admin },
+        } => {
+            connect(&admin).await?.unflag_class(&class).await?;
+            outln!("hardware class {class} unflagged: its disagreements so far no longer count");
             Ok(())
         }
         Command::Verify {

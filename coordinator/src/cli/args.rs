@@ -45,17 +45,58 @@ pub enum Command {
         #[command(flatten)]
         admin: AdminArgs,
     },
-    /// Lift a host's quarantine.
+    /// Lift the quarantine of the workers with this host label (an operator's
+    /// convenience: host names are what workers say, so prefer `release-worker`).
     ReleaseHost {
         /// Host name.
         hostname: String,
         #[command(flatten)]
         admin: AdminArgs,
     },
+    /// Lift one worker identity's quarantine.
+    ReleaseWorker {
+        /// The worker id (see `workers`).
+        id: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Volunteer accounts: each has its own enrolment token, trust and credit.
+    Account {
+        #[command(subcommand)]
+        action: AccountCommand,
+    },
     /// Verification suites and the conformance matrix of hardware classes.
     Verify {
         #[command(subcommand)]
         action: VerifyCommand,
+    },
+}
+
+/// `account` subcommands.
+#[derive(Subcommand)]
+pub enum AccountCommand {
+    /// Issue a volunteer account and print its enrolment token (shown once).
+    Add {
+        /// Its name: 1-64 letters, digits, '.', '_' or '-'.
+        name: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Every account with its trust, credit and workers.
+    List(AdminArgs),
+    /// Revoke an account: its workers get no work, its unconfirmed results stop counting.
+    Revoke {
+        /// The account.
+        name: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Lift an account's quarantine.
+    Release {
+        /// The account.
+        name: String,
+        #[command(flatten)]
+        admin: AdminArgs,
     },
 }
 
@@ -71,6 +112,14 @@ pub enum VerifyCommand {
         /// Suite name (default: the file name without extension).
         #[arg(long)]
         name: Option<String>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Lift a hardware class's flag (after its build was fixed): its disagreements so far
+    /// stop counting.
+    Unflag {
+        /// The class id (see `verify matrix`).
+        class: String,
         #[command(flatten)]
         admin: AdminArgs,
     },
@@ -103,9 +152,19 @@ pub struct ServeArgs {
     /// Lease length in seconds.
     #[arg(long, env = "E2FLEET_LEASE_SECONDS", default_value_t = 60)]
     pub lease_seconds: u64,
-    /// Wrong results after which a host is quarantined.
+    /// Wrong results after which a worker identity is quarantined.
     #[arg(long, env = "E2FLEET_QUARANTINE_AFTER", default_value_t = 3)]
     pub quarantine_after: u64,
+    /// Consecutive results another account confirmed before a volunteer account's results
+    /// count alone.
+    #[arg(long, env = "E2FLEET_TRUST_AFTER", default_value_t = 10)]
+    pub trust_after: u64,
+    /// Fraction of a trusted volunteer account's results still run by another account.
+    #[arg(long, env = "E2FLEET_TRUSTED_RECHECK", default_value_t = 0.05)]
+    pub trusted_recheck: f64,
+    /// Wrong results of a volunteer account's workers before the account is quarantined.
+    #[arg(long, env = "E2FLEET_ACCOUNT_QUARANTINE_AFTER", default_value_t = 5)]
+    pub account_quarantine_after: u64,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,

@@ -4,7 +4,9 @@ use std::fmt::Write;
 use std::time::Duration;
 
 use e2fleet_proto::api::Verdict;
-use e2fleet_proto::api::status::{FleetStatus, JobStatus, VerificationMatrix, WorkerStatus};
+use e2fleet_proto::api::status::{
+    AccountStatus, FleetStatus, JobStatus, VerificationMatrix, WorkerStatus,
+};
 
 use crate::outln;
 
@@ -69,10 +71,29 @@ pub fn progress(j: &JobStatus, elapsed: Duration) -> String {
     )
 }
 
+/// One account as a line.
+pub fn account(a: &AccountStatus) -> String {
+    let standing = if a.revoked_ms.is_some() {
+        "REVOKED".to_string()
+    } else if a.quarantined {
+        "QUARANTINED".to_string()
+    } else if a.trusted {
+        "trusted".to_string()
+    } else {
+        format!("earning trust ({} confirmed in a row)", a.confirmed_streak)
+    };
+    format!(
+        "{:<20} {:<10} {:<36} {:>4} workers  {:>8} confirmed results  {:>16} confirmed nodes  {} errors",
+        a.id, a.kind, standing, a.workers, a.confirmed_results, a.confirmed_nodes, a.errors
+    )
+}
+
 /// One worker as a line.
 pub fn worker(w: &WorkerStatus) -> String {
     format!(
-        "{:<20} {:<12} {:<28} cores {:>3}  {:>8} units  {} errors  {:.1} M/s per core  {}",
+        "{}  {:<16} {:<20} {:<12} {:<28} cores {:>3}  {:>8} units  {} errors  {:.1} M/s per core  {}",
+        w.id,
+        w.account,
         w.host.hostname,
         w.state,
         w.host.cpu_model,

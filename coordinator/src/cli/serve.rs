@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use e2fleet_coordinator::fleet::{Fleet, FleetConfig, random_token, system_clock};
+use e2fleet_coordinator::fleet::{Fleet, FleetConfig, TrustPolicy, random_token, system_clock};
 use e2fleet_coordinator::store::Store;
 use tracing::info;
 
@@ -78,17 +78,20 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     }
     let (tls, tls_names) = tls_config(&args)?;
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let store = Store::open(&args.db).await?;
-    let fleet = Arc::new(Fleet::new(
-        store,
-        FleetConfig {
-            lease: Duration::from_secs(args.lease_seconds.max(1)),
-            quarantine_after: args.quarantine_after.max(1),
-            enroll_token,
-            admin_token,
+    let config = FleetConfig {
+        lease: Duration::from_secs(args.lease_seconds.max(1)),
+        quarantine_after: args.quarantine_after.max(1),
+        enroll_token,
+        admin_token,
+        trust: TrustPolicy {
+            trust_after: args.trust_after,
+            recheck: args.trusted_recheck,
+            account_quarantine_after: args.account_quarantine_after.max(1),
         },
-        system_clock(),
-    ));
+    };
+    config.validate().map_err(anyhow::Error::msg)?;
+    let store = Store::open(&args.db).await?;
+    let fleet = Arc::new(Fleet::new(store, config, system_clock()));
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;

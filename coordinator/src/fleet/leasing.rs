@@ -10,10 +10,10 @@ use e2fleet_engine::search::Walker;
 use e2fleet_proto::api::{Lease, LeaseId};
 use tracing::{info, instrument, warn};
 
-use super::policy::{MAX_LEASES_PER_CALL, MAX_LEASES_PER_REQUEST};
+use super::policy::{MAX_LEASES_PER_CALL, MAX_LEASES_PER_REQUEST, lease_cap};
 use super::{Fleet, FleetError, LeasedUnit};
 use crate::store::{
-    LeaseRecord, LeaseState, NewUnit, StoreError, Tx, UnitKind, UnitRecord, WorkerRecord,
+    LeaseRecord, LeaseState, Leasing, NewUnit, StoreError, Tx, UnitKind, UnitRecord, WorkerRecord,
 };
 
 impl Fleet {
@@ -33,7 +33,12 @@ impl Fleet {
         engine: Option<(EngineKind, &str)>,
     ) -> Result<Vec<Lease>, FleetError> {
         let max = max.clamp(1, MAX_LEASES_PER_REQUEST);
-        if let Some(reason) = self.flagged_reason(&worker.class_id).await? {
+        if !self.lease_limits.allow(&worker.id, &worker.account_id) {
+            return Err(FleetError::TooMany(
+                "too many lease requests; slow down (retry with backoff)".into(),
+            ));
+        }
+        if let Some(reason) = self.flagged_reason(worker).await? {
             return Err(FleetError::FailedPrecondition(format!(
                 "no real work for hardware class {}: {reason}; run a fixed build (e2fleet-worker verify --coordinator ...)",
                 worker.class_id
@@ -69,7 +74,26 @@ impl Fleet {
         if quarantined.is_none_or(|q| q) {
             return Ok(Vec::new());
         }
-        let mut rows = tx.leasable_units(&worker.host.hostname, max)?;
+        let Some(account) = tx.account(&worker.account_id)? else {
+            return Ok(Vec::new());
+        };
+        if !account.active() {
+            return Ok(Vec::new());
+        }
+        // at most about two units per engine thread out at once, whatever it asks for
+        let held = tx.active_leases_of_worker(worker.id)?;
+        let cap = lease_cap(worker.threads, worker.host.cores);
+        let max = max.min(cap.saturating_sub(held) as usize);
+        if max == 0 {
+            return Ok(Vec::new());
+        }
+        let who = Leasing {
+            worker: worker.id,
+            account: &worker.account_id,
+            trusted: self.trusted(&account),
+            live_parties: self.live_parties(tx, now)?,
+        };
+        let mut rows = tx.leasable_units(&who, max)?;
         if rows.len() < max {
             // idle capacity: split a waiting continuation into sibling prefixes
             // (a unit that cannot be split is logged and left as it is: this path has
@@ -79,7 +103,7 @@ impl Fleet {
                     // read the units again even when no sibling was made: the split
                     // still moved the unit's first cursor step into its prefix, and a
                     // lease must hand out the unit as it is stored (it may be in `rows`)
-                    Ok(_) => rows = tx.leasable_units(&worker.host.hostname, max)?,
+                    Ok(_) => rows = tx.leasable_units(&who, max)?,
                     Err(FleetError::Store(e @ (StoreError::Sqlite(_) | StoreError::Db(_)))) => {
                         return Err(e.into());
                     }
@@ -95,6 +119,7 @@ impl Fleet {
                 id: LeaseId::random(),
                 unit_id: row.id,
                 worker_id: worker.id,
+                account_id: worker.account_id.clone(),
                 hostname: worker.host.hostname.clone(),
                 budget,
                 created_ms: now,

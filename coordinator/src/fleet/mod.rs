@@ -36,6 +36,7 @@ use e2fleet_proto::api::{JobId, LeaseId, SelfTest};
 
 use crate::store::{JobSource, Store, StoreError, WorkerRecord};
 
+mod accounts;
 mod checks;
 mod leasing;
 pub mod policy;
@@ -68,6 +69,9 @@ pub enum FleetError {
     /// The request is valid but the state forbids it.
     #[error("failed precondition: {0}")]
     FailedPrecondition(String),
+    /// Too many requests from this caller: retry later, with backoff.
+    #[error("too many requests: {0}")]
+    TooMany(String),
     /// The store failed.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -78,12 +82,67 @@ pub enum FleetError {
 pub struct FleetConfig {
     /// How long a lease lasts without a heartbeat.
     pub lease: Duration,
-    /// Errors after which a host is quarantined.
+    /// Wrong results after which a worker identity is quarantined.
     pub quarantine_after: u64,
-    /// The token workers enrol with.
+    /// The operator's own enrolment token (the `operator` account).
     pub enroll_token: String,
     /// The token operator calls need.
     pub admin_token: String,
+    /// How volunteers' results earn and lose trust.
+    pub trust: TrustPolicy,
+}
+
+/// Shortest enrolment or admin token the coordinator starts with.
+pub const MIN_TOKEN_LEN: usize = 16;
+
+impl FleetConfig {
+    /// Checks what an operator chose: tokens long enough to resist guessing, sane numbers.
+    pub fn validate(&self) -> Result<(), String> {
+        for (name, token) in [
+            ("enrolment token", &self.enroll_token),
+            ("admin token", &self.admin_token),
+        ] {
+            if token.trim().len() < MIN_TOKEN_LEN {
+                return Err(format!(
+                    "the {name} has {} characters; it needs at least {MIN_TOKEN_LEN} (an empty or short token can be guessed): `openssl rand -hex 16` makes one",
+                    token.trim().len()
+                ));
+            }
+        }
+        if self.enroll_token == self.admin_token {
+            return Err("the enrolment token and the admin token must differ (every volunteer of the operator's account knows the enrolment token)".into());
+        }
+        if !(0.0..=1.0).contains(&self.trust.recheck) {
+            return Err("the trusted recheck fraction must be within 0..=1".into());
+        }
+        Ok(())
+    }
+}
+
+/// How a volunteer account's results earn trust (BOINC's adaptive replication, per
+/// account): until it has `trust_after` consecutive results confirmed by another account,
+/// its results count only when another account agrees; after, they count alone, but a
+/// random `recheck` fraction is still run by another account, and one wrong result
+/// restarts the count. An account whose identities collect `account_quarantine_after`
+/// wrong results is quarantined as a whole.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TrustPolicy {
+    /// Consecutive confirmed results before an account's results count alone.
+    pub trust_after: u64,
+    /// Fraction of a trusted account's results still run by another account.
+    pub recheck: f64,
+    /// Wrong results of an account's identities before the account is quarantined.
+    pub account_quarantine_after: u64,
+}
+
+impl Default for TrustPolicy {
+    fn default() -> TrustPolicy {
+        TrustPolicy {
+            trust_after: 10,
+            recheck: 0.05,
+            account_quarantine_after: 5,
+        }
+    }
 }
 
 /// Puts a clock behind the fleet so tests can move time.
@@ -142,8 +201,8 @@ pub struct Fleet {
     /// Token hash -> worker, for authentication without a query per call. Only identity
     /// fields are used from it; quarantine is always read from the store.
     tokens: Mutex<HashMap<String, WorkerRecord>>,
-    /// Hardware class -> why it gets no real work; `None` = recompute.
-    flagged: Mutex<Option<HashMap<String, String>>>,
+    /// Which classes and identities get no real work; `None` = recompute.
+    flagged: Mutex<Option<verification::Flags>>,
     /// When the lease path last expired overdue leases (ms).
     last_expiry_ms: AtomicI64,
     /// Lease id -> (job, budget, unit) of the units handed out, so a report is verified
@@ -152,6 +211,10 @@ pub struct Fleet {
     leased: Mutex<HashMap<LeaseId, LeasedUnit>>,
     /// The default verification suite is stored.
     default_suite_ready: AtomicBool,
+    /// (when counted, ms; live independent parties), see [`Fleet::live_parties`].
+    live: Mutex<(i64, u32)>,
+    /// Lease calls per worker identity and per volunteer account (see [`policy`]).
+    pub(crate) lease_limits: policy::LeaseLimits,
 }
 
 impl Fleet {
@@ -167,7 +230,28 @@ impl Fleet {
             last_expiry_ms: AtomicI64::new(i64::MIN / 2),
             leased: Mutex::new(HashMap::new()),
             default_suite_ready: AtomicBool::new(false),
+            live: Mutex::new((i64::MIN / 2, 0)),
+            lease_limits: policy::LeaseLimits::new(),
         }
+    }
+
+    /// Independent parties with a live worker (counted at most every
+    /// [`policy::LIVE_PARTIES_EVERY_MS`]): volunteer accounts plus operator identities.
+    pub(crate) fn live_parties(
+        &self,
+        tx: &mut dyn crate::store::Tx,
+        now: i64,
+    ) -> Result<u32, FleetError> {
+        {
+            let live = self.live.lock().expect("live parties");
+            if (now - live.0).abs() < policy::LIVE_PARTIES_EVERY_MS {
+                return Ok(live.1);
+            }
+        }
+        let since = now - 2 * self.config.lease.as_millis() as i64;
+        let n = tx.live_parties(since)?;
+        *self.live.lock().expect("live parties") = (now, n);
+        Ok(n)
     }
 
     /// The configuration.

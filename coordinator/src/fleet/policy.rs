@@ -22,6 +22,67 @@ pub const MAX_LEASES_PER_REQUEST: usize = 256;
 /// Most leases one heartbeat or release may name (the rest are ignored).
 pub const MAX_LEASES_PER_CALL: usize = 1024;
 
+/// How long a count of live parties is reused, ms.
+pub const LIVE_PARTIES_EVERY_MS: i64 = 2_000;
+
+/// Most active leases a worker identity may hold: about two per engine thread it reported
+/// (one running, one queued) plus slack; at least [`MIN_LEASES_HELD`], at most
+/// [`MAX_LEASES_HELD`] whatever it claims.
+pub fn lease_cap(threads: u32, cores: u32) -> u64 {
+    let threads = if threads > 0 { threads } else { cores.max(1) } as u64;
+    (2 * threads + 2).clamp(MIN_LEASES_HELD, MAX_LEASES_HELD)
+}
+
+/// Fewest leases any identity may hold.
+pub const MIN_LEASES_HELD: u64 = 4;
+/// Most leases one identity may hold.
+pub const MAX_LEASES_HELD: u64 = 64;
+
+/// Lease calls one identity may make per second (and in a burst).
+pub const LEASES_PER_SECOND_PER_WORKER: u32 = 20;
+/// Lease calls one volunteer account's identities may make per second, together (the
+/// operator's own fleet is not limited: it is the operator's).
+pub const LEASES_PER_SECOND_PER_ACCOUNT: u32 = 400;
+
+/// In-memory rate limits on lease calls: one bucket per identity, one per volunteer
+/// account.
+pub struct LeaseLimits {
+    per_worker: governor::DefaultKeyedRateLimiter<e2fleet_proto::api::WorkerId>,
+    per_account: governor::DefaultKeyedRateLimiter<e2fleet_proto::api::AccountId>,
+}
+
+impl LeaseLimits {
+    /// The limits of [`LEASES_PER_SECOND_PER_WORKER`] and [`LEASES_PER_SECOND_PER_ACCOUNT`].
+    pub fn new() -> LeaseLimits {
+        let quota = |n: u32| {
+            governor::Quota::per_second(std::num::NonZeroU32::new(n).expect("positive"))
+                .allow_burst(std::num::NonZeroU32::new(2 * n).expect("positive"))
+        };
+        LeaseLimits {
+            per_worker: governor::RateLimiter::keyed(quota(LEASES_PER_SECOND_PER_WORKER)),
+            per_account: governor::RateLimiter::keyed(quota(LEASES_PER_SECOND_PER_ACCOUNT)),
+        }
+    }
+
+    /// Whether this lease call may go ahead now.
+    pub fn allow(
+        &self,
+        worker: &e2fleet_proto::api::WorkerId,
+        account: &e2fleet_proto::api::AccountId,
+    ) -> bool {
+        if self.per_worker.check_key(worker).is_err() {
+            return false;
+        }
+        account.is_operator() || self.per_account.check_key(account).is_ok()
+    }
+}
+
+impl Default for LeaseLimits {
+    fn default() -> LeaseLimits {
+        LeaseLimits::new()
+    }
+}
+
 /// Self-test budgets: a few slices of the tree, each continuing where the last stopped.
 pub const SELF_TEST_BUDGETS: [u64; 3] = [5_000, 50_000, 200_000];
 

@@ -1,81 +1,187 @@
-//! Deciding a unit from its valid results: accept when a quorum of identical results
-//! (equal digests) exists, confirm replicas, overturn an accepted result a larger quorum
-//! contradicts (revoking everything created from it), or ask for a deciding run.
+//! Deciding a unit from its valid results: accept when enough independent results agree
+//! (equal digests), confirm replicas, overturn an accepted result a stronger group
+//! contradicts (revoking everything created from it), or ask for one more run.
+//!
+//! # Independence
+//! Results are grouped by *party*: a volunteer account is one party however many worker
+//! identities it registers; the operator vouches for its own machines, so each operator
+//! identity is a party of its own (a single-owner fleet cross-checks across its machines
+//! with no flags). A group of agreeing results is accepted when it has
+//! - at least `quorum` worker identities, and
+//! - at least `min(quorum, live parties)` parties — "R different accounts where the fleet
+//!   has them, else R different identities" — and at least 2 parties when none of its
+//!   results is *trusted* (an untrusted volunteer result never counts alone, whatever
+//!   the fleet looks like).
+//!
+//! Losers are wrong: each loser's identity and account collect an error; an account
+//! quarantined by them loses every result no other party confirmed ([`Fleet::void_account`]).
+//! Volunteer results confirmed by another party earn their account trust and credit.
+
+use std::collections::BTreeSet;
 
 use e2fleet_engine::{Unit, UnitResult};
-use e2fleet_proto::api::{ReportOutcome, ReportStatus, ResultVerdict};
+use e2fleet_proto::api::{AccountId, ReportOutcome, ReportStatus, ResultVerdict};
 use tracing::warn;
 
 use super::policy::quorum_for;
 use super::{Fleet, FleetError};
-use crate::store::{JobHead, NewUnit, ResultRecord, Tx, UnitKind, UnitRecord};
+use crate::store::{
+    AccountNeed, JobHead, MoreRuns, NewUnit, ResultRecord, Standing, Tx, UnitKind, UnitRecord,
+};
+
+/// Who a result speaks for (see the module docs).
+fn party(r: &ResultRecord) -> String {
+    if r.account_id.is_operator() {
+        format!("operator/{}", r.worker_id)
+    } else {
+        format!("account/{}", r.account_id)
+    }
+}
+
+/// A group of agreeing results.
+struct Group<'r> {
+    digest: &'r str,
+    results: Vec<&'r ResultRecord>,
+}
+
+impl Group<'_> {
+    fn parties(&self) -> usize {
+        self.results
+            .iter()
+            .map(|r| party(r))
+            .collect::<BTreeSet<_>>()
+            .len()
+    }
+
+    fn identities(&self) -> usize {
+        self.results
+            .iter()
+            .map(|r| r.worker_id)
+            .collect::<BTreeSet<_>>()
+            .len()
+    }
+
+    fn trusted(&self) -> bool {
+        self.results.iter().any(|r| r.standing == Standing::Trusted)
+    }
+
+    /// Parties it needs to be accepted at `quorum` when `live` parties are about.
+    fn parties_needed(&self, quorum: u32, live: u32) -> usize {
+        let wanted = quorum.min(live.max(1)) as usize;
+        if self.trusted() {
+            wanted
+        } else {
+            wanted.max(2)
+        }
+    }
+}
 
 impl Fleet {
     /// Looks at all valid results of a unit and accepts, confirms, overturns or asks for
-    /// a deciding run. `mine` is the result just recorded, `result` its body.
+    /// one more run. `mine` is the result just recorded, `result` its body; `live` the
+    /// parties with a live worker; `recheck`: a trusted volunteer result drawn for a
+    /// recheck by another account.
     pub(super) fn decide(
         &self,
         tx: &mut dyn Tx,
         (job, unit): (&JobHead, &UnitRecord),
         (mine, result): (&ResultRecord, &UnitResult),
+        (live, recheck): (u32, bool),
         now: i64,
     ) -> Result<ReportOutcome, FleetError> {
         // `unit` was read before this report's counters changed: its quorum, accepted
         // result and path are what decide uses, and those are still current
         let valid = tx.valid_results_of_unit(unit.id)?;
-        let mut groups: Vec<(&str, Vec<&ResultRecord>)> = Vec::new();
+        let mut groups: Vec<Group<'_>> = Vec::new();
         for r in &valid {
-            match groups.iter_mut().find(|(d, _)| *d == r.digest) {
-                Some((_, g)) => g.push(r),
-                None => groups.push((&r.digest, vec![r])),
+            match groups.iter_mut().find(|g| g.digest == r.digest) {
+                Some(g) => g.results.push(r),
+                None => groups.push(Group {
+                    digest: &r.digest,
+                    results: vec![r],
+                }),
             }
         }
         let disputed = groups.len() > 1;
-        let quorum = if disputed {
+        let mut quorum = if disputed {
             unit.quorum.max(2)
         } else {
             unit.quorum
         };
-        // the largest group wins; on a tie, the one whose first result came first
-        let (best_digest, best) = groups
+        // a trusted volunteer's result, drawn for a recheck: another account runs it too
+        if recheck && valid.len() == 1 && !mine.account_id.is_operator() {
+            quorum = quorum.max(2);
+        }
+        // the strongest group: most parties, then most identities, then the first to arrive
+        let best = groups
             .iter()
-            .max_by(|a, b| a.1.len().cmp(&b.1.len()).then(b.1[0].id.cmp(&a.1[0].id)))
-            .map(|(d, g)| (d.to_string(), g.clone()))
+            .max_by(|a, b| {
+                (a.parties(), a.identities())
+                    .cmp(&(b.parties(), b.identities()))
+                    .then(b.results[0].id.cmp(&a.results[0].id))
+            })
             .expect("the new result is valid");
+        let (parties, needed) = (best.parties(), best.parties_needed(quorum, live));
         let current = match unit.accepted_result {
             Some(id) => tx.result(id)?,
             None => None,
         };
-        if (best.len() as u32) < quorum {
-            tx.request_deciding_run(unit.id, quorum)?;
+        if best.identities() < quorum as usize || parties < needed {
+            let account_need = if parties >= needed {
+                AccountNeed::None
+            } else if best.trusted() {
+                AccountNeed::Preferred
+            } else {
+                AccountNeed::Required
+            };
+            tx.request_run(
+                unit.id,
+                &MoreRuns {
+                    quorum,
+                    account_need,
+                    disputed,
+                },
+            )?;
+            let waiting = match account_need {
+                AccountNeed::Required => "; the next run must come from another account",
+                AccountNeed::Preferred => "; the next run from another account where there is one",
+                AccountNeed::None => "",
+            };
             return Ok(ReportOutcome {
                 status: if disputed {
                     ReportStatus::Mismatch
                 } else {
                     ReportStatus::PendingCheck
                 },
-                detail: format!("{} of {quorum} agreeing results", best.len()),
+                detail: format!(
+                    "{} agreeing of {quorum} ({parties} of {needed} independent parties){waiting}",
+                    best.identities()
+                ),
             });
         }
+        let best_digest = best.digest.to_string();
+        let best_results: Vec<&ResultRecord> = best.results.clone();
         // a quorum exists: losers are wrong
-        for (digest, group) in &groups {
-            if *digest == best_digest {
-                continue;
-            }
-            for r in group {
+        let mut quarantined_accounts: Vec<AccountId> = Vec::new();
+        for group in groups.iter().filter(|g| g.digest != best_digest) {
+            for r in &group.results {
                 tx.set_result_verdict(r.id, ResultVerdict::Wrong)?;
                 if tx.worker_error(r.worker_id, self.config.quarantine_after)? {
-                    warn!(worker_id = %r.worker_id, hostname = %r.hostname, "host quarantined after wrong results");
+                    warn!(worker_id = %r.worker_id, account = %r.account_id, "worker quarantined after wrong results");
+                }
+                if tx.account_error(&r.account_id, self.config.trust.account_quarantine_after)? {
+                    warn!(account = %r.account_id, "account quarantined after wrong results of its workers");
+                    quarantined_accounts.push(r.account_id.clone());
                 }
             }
         }
-        let winner = best[0];
+        let winner = best_results[0];
         let accepted_id = match &current {
             Some(c) if c.digest == best_digest => c.id,
             other => {
                 if let Some(old) = other {
                     warn!(unit_id = %unit.id, "accepted result overturned by a quorum");
-                    self.revoke(tx, unit, old)?;
+                    self.revoke(tx, unit, old, ResultVerdict::Wrong)?;
                 }
                 // the new result is in hand: no need to read it back
                 let read;
@@ -89,12 +195,24 @@ impl Fleet {
                 winner.id
             }
         };
-        for r in &best {
+        for r in &best_results {
             if r.id != accepted_id {
                 tx.set_result_verdict(r.id, ResultVerdict::Agree)?;
             }
         }
         tx.mark_unit_done(unit.id, accepted_id)?;
+        // volunteer results another party agreed with earn their account trust and credit
+        if parties >= 2 {
+            let mut credited = BTreeSet::new();
+            for r in best_results.iter().filter(|r| !r.account_id.is_operator()) {
+                if credited.insert(r.account_id.clone()) {
+                    tx.account_confirmed(&r.account_id, r.committed)?;
+                }
+            }
+        }
+        for account in quarantined_accounts {
+            self.void_account(tx, &account, now)?;
+        }
         let status = if mine.digest != best_digest {
             ReportStatus::Wrong
         } else if mine.id == accepted_id {
@@ -104,7 +222,10 @@ impl Fleet {
         };
         Ok(ReportOutcome {
             status,
-            detail: format!("{} agreeing of quorum {quorum}", best.len()),
+            detail: format!(
+                "{} agreeing of quorum {quorum}, {parties} independent parties",
+                best_results.len()
+            ),
         })
     }
 
@@ -140,17 +261,22 @@ impl Fleet {
         Ok(())
     }
 
-    /// Takes an accepted result back out of the totals, with everything created from it.
-    fn revoke(
+    /// Takes an accepted result back out of the totals, with everything created from it;
+    /// the result gets `verdict` (wrong when a quorum overturned it, void when its account
+    /// lost its standing). A wrong one counts against its worker.
+    pub(super) fn revoke(
         &self,
         tx: &mut dyn Tx,
         unit: &UnitRecord,
         r: &ResultRecord,
+        verdict: ResultVerdict,
     ) -> Result<(), FleetError> {
         let result = tx.result_body(r.id)?.expect("accepted result is stored");
         tx.subtract_accepted(unit.job_id, &result.nodes_by_depth, result.solutions_count)?;
-        tx.set_result_verdict(r.id, ResultVerdict::Wrong)?;
-        let _ = tx.worker_error(r.worker_id, self.config.quarantine_after)?;
+        tx.set_result_verdict(r.id, verdict)?;
+        if verdict == ResultVerdict::Wrong {
+            let _ = tx.worker_error(r.worker_id, self.config.quarantine_after)?;
+        }
         let mut stack: Vec<UnitRecord> = tx
             .unit_children(unit.id)?
             .into_iter()
@@ -168,7 +294,7 @@ impl Fleet {
                     &accepted.nodes_by_depth,
                     accepted.solutions_count,
                 )?;
-                tx.set_result_verdict(id, ResultVerdict::Wrong)?;
+                tx.set_result_verdict(id, verdict)?;
             }
             tx.cancel_unit(child.id)?;
             stack.extend(tx.unit_children(child.id)?);

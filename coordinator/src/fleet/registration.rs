@@ -1,14 +1,21 @@
-//! Worker identities: enrolment, per-worker tokens (stored hashed), authentication of
-//! every worker and operator call, and lifting a host's quarantine.
+//! Worker identities: enrolment (an enrolment token names an account), per-worker tokens
+//! (stored hashed), re-registration (only with the identity's current token), and the
+//! authentication of every worker and operator call.
+//!
+//! A worker *is* its server-assigned id and its secret. Its host name, CPU and fingerprint
+//! are labels: shown, grouped by, never trusted.
 
 use rand::RngCore;
 use sha2::{Digest, Sha256};
 use tracing::info;
 
-use e2fleet_proto::api::{HostInfo, WorkerId};
+use e2fleet_proto::api::{AccountId, AccountKind, HostInfo, WorkerId};
 
 use super::{Fleet, FleetError};
-use crate::store::WorkerRecord;
+use crate::store::{AccountRecord, WorkerRecord};
+
+/// Longest label (host name, CPU model, versions, ...) a worker may send, in bytes.
+pub const MAX_LABEL_BYTES: usize = 256;
 
 /// Lowercase hex SHA-256.
 pub(crate) fn sha256_hex(data: &[u8]) -> String {
@@ -34,6 +41,31 @@ pub(crate) fn constant_time_eq(a: &str, b: &str) -> bool {
             == 0
 }
 
+/// Checks the labels a worker sends: each at most [`MAX_LABEL_BYTES`], a host name given.
+pub(crate) fn check_labels(host: &HostInfo) -> Result<(), FleetError> {
+    if host.hostname.is_empty() {
+        return Err(FleetError::InvalidArgument("host.hostname is empty".into()));
+    }
+    for (field, value) in [
+        ("hostname", &host.hostname),
+        ("cpu_model", &host.cpu_model),
+        ("arch", &host.arch),
+        ("os", &host.os),
+        ("rustc_version", &host.rustc_version),
+        ("worker_version", &host.worker_version),
+        ("target_features", &host.target_features),
+        ("engine_release", &host.engine_release),
+    ] {
+        if value.len() > MAX_LABEL_BYTES {
+            return Err(FleetError::InvalidArgument(format!(
+                "host.{field} is {} bytes; the limit is {MAX_LABEL_BYTES}",
+                value.len()
+            )));
+        }
+    }
+    Ok(())
+}
+
 impl Fleet {
     /// Checks the admin token.
     pub fn check_admin(&self, token: Option<&str>) -> Result<(), FleetError> {
@@ -44,13 +76,29 @@ impl Fleet {
         }
     }
 
-    /// Checks an enrolment token (before anything else of a registration is read).
-    pub fn check_enrollment(&self, token: &str) -> Result<(), FleetError> {
-        if constant_time_eq(token, &self.config.enroll_token) {
-            Ok(())
-        } else {
-            Err(FleetError::Unauthenticated("wrong enrolment token".into()))
+    /// The account an enrolment token belongs to (before anything else of a
+    /// registration is read): the operator's, or an active volunteer account's.
+    pub async fn enrollment_account(&self, token: &str) -> Result<AccountRecord, FleetError> {
+        let operator = constant_time_eq(token, &self.config.enroll_token);
+        let hash = sha256_hex(token.as_bytes());
+        let account = self
+            .store
+            .read(move |tx| {
+                if operator {
+                    tx.account(&AccountId::operator())
+                } else {
+                    tx.account_by_token_hash(&hash)
+                }
+            })
+            .await?
+            .ok_or_else(|| FleetError::Unauthenticated("wrong enrolment token".into()))?;
+        if account.revoked_ms.is_some() {
+            return Err(FleetError::Unauthenticated(format!(
+                "the account {} of this enrolment token was revoked",
+                account.id
+            )));
         }
+        Ok(account)
     }
 
     /// The worker a bearer token belongs to.
@@ -62,13 +110,25 @@ impl Fleet {
             return Ok(w.clone());
         }
         let lookup = hash.clone();
-        let worker = self
+        let (worker, account) = self
             .store
-            .read(move |tx| tx.worker_by_token_hash(&lookup))
+            .read(move |tx| {
+                let Some(worker) = tx.worker_by_token_hash(&lookup)? else {
+                    return Ok::<_, FleetError>(None);
+                };
+                let account = tx.account(&worker.account_id)?;
+                Ok(Some((worker, account)))
+            })
             .await?
             .ok_or_else(|| {
                 FleetError::Unauthenticated("unknown worker token; register again".into())
             })?;
+        if account.is_none_or(|a| a.revoked_ms.is_some()) {
+            return Err(FleetError::Unauthenticated(format!(
+                "the account {} of this worker was revoked",
+                worker.account_id
+            )));
+        }
         self.tokens
             .lock()
             .expect("token cache")
@@ -76,24 +136,23 @@ impl Fleet {
         Ok(worker)
     }
 
-    /// Enrols a worker; returns its id and its own token.
+    /// Enrols a worker with an enrolment token; returns its id and its own token. Keeping
+    /// an earlier identity (`previous`) needs that identity's current token: an id alone
+    /// proves nothing.
     pub async fn register_worker(
         &self,
         enroll_token: &str,
         host: HostInfo,
-        previous: Option<WorkerId>,
+        previous: Option<(WorkerId, String)>,
     ) -> Result<(WorkerId, String), FleetError> {
-        self.check_enrollment(enroll_token)?;
-        if host.hostname.is_empty() || host.hostname.len() > 255 {
-            return Err(FleetError::InvalidArgument(
-                "hostname must be 1..=255 bytes".into(),
-            ));
-        }
+        let account = self.enrollment_account(enroll_token).await?;
+        check_labels(&host)?;
         let token = random_token();
         let now = self.now();
         let class_id = super::verification::class_id(&host);
         let record = WorkerRecord {
             id: WorkerId::random(),
+            account_id: account.id.clone(),
             token_hash: sha256_hex(token.as_bytes()),
             engine_build: host.engine_release.clone(),
             host,
@@ -107,13 +166,24 @@ impl Fleet {
             quarantined: false,
             leases_held: 0,
         };
-        let id = self
+        let (id, hostname) = self
             .store
             .write(move |tx| {
                 let mut record = record;
-                if let Some(prev) = previous
-                    && tx.worker(prev)?.is_some()
+                if let Some((prev, prev_token)) = previous
+                    && let Some(old) = tx.worker(prev)?
                 {
+                    let proof = sha256_hex(prev_token.as_bytes());
+                    if !constant_time_eq(&proof, &old.token_hash) {
+                        return Err(FleetError::PermissionDenied(format!(
+                            "worker {prev} is registered; keeping it needs its current token (a worker that lost it registers as a new worker)"
+                        )));
+                    }
+                    if old.account_id != record.account_id {
+                        return Err(FleetError::PermissionDenied(format!(
+                            "worker {prev} belongs to another account"
+                        )));
+                    }
                     record.id = prev;
                 }
                 tx.upsert_class(&record.class_id, &record.host, now)?;
@@ -121,24 +191,18 @@ impl Fleet {
                 Ok::<_, FleetError>((record.id, record.host.hostname))
             })
             .await?;
-        let (id, hostname) = id;
         // a re-registration replaces the worker's token: forget the old one
         self.tokens
             .lock()
             .expect("token cache")
             .retain(|_, w| w.id != id);
-        info!(worker_id = %id, %hostname, "worker registered");
+        info!(worker_id = %id, account = %account.id, %hostname, "worker registered");
         Ok((id, token))
     }
 
-    /// Lifts a host's quarantine; the workers released.
-    pub async fn release_host(&self, hostname: &str) -> Result<u64, FleetError> {
-        let host = hostname.to_string();
-        let n = self
-            .store
-            .write(move |tx| Ok::<_, FleetError>(tx.release_host(&host)?))
-            .await?;
-        info!(%hostname, released = n, "host released");
-        Ok(n)
+    /// Whether results from this account count alone.
+    pub(crate) fn trusted(&self, account: &AccountRecord) -> bool {
+        account.kind == AccountKind::Operator
+            || account.confirmed_streak >= self.config.trust.trust_after
     }
 }

@@ -13,7 +13,8 @@ use tracing::{instrument, warn};
 use super::checks::check_result;
 use super::{Fleet, FleetError, LeasedUnit, finish_if_done};
 use crate::store::{
-    LeaseState, NewResult, ResultBody, ResultId, ResultRecord, Tx, UnitState, WorkerRecord,
+    LeaseState, NewResult, ResultBody, ResultId, ResultRecord, Standing, Tx, UnitState,
+    WorkerRecord,
 };
 
 /// A report verified before its write, with what it was verified against.
@@ -35,10 +36,15 @@ impl Fleet {
         let digest = result_digest(&report.result);
         let body = ResultBody::encode(&report.result);
         let pre = self.precheck(&report).await?;
+        // drawn here, from the CSPRNG: whether a trusted volunteer's result is run again
+        // by another account (nobody can tell in advance which ones are)
+        let recheck = rand::random::<f64>() < self.config.trust.recheck;
         let (fleet, worker) = (self.clone(), worker.clone());
         let outcome = self
             .store
-            .write(move |tx| fleet.report_tx(tx, &worker, report, (digest, body), pre, now))
+            .write(move |tx| {
+                fleet.report_tx(tx, &worker, report, (digest, body), (pre, recheck), now)
+            })
             .await?;
         tracing::info!(status = %outcome.status, "result reported");
         Ok(outcome)
@@ -85,7 +91,7 @@ impl Fleet {
         worker: &WorkerRecord,
         report: Report,
         (digest, body): (String, ResultBody),
-        pre: Option<Prechecked>,
+        (pre, recheck): (Option<Prechecked>, bool),
         now: i64,
     ) -> Result<ReportOutcome, FleetError> {
         let lease = tx
@@ -126,8 +132,26 @@ impl Fleet {
                 check_result(&ctx, &unit.unit, lease.budget, &report.result)
             }
         };
+        let account = tx.account(&worker.account_id)?;
         let lease_was_active = lease.state == LeaseState::Active;
         tx.set_lease_state(lease.id, LeaseState::Reported)?;
+        let Some(account) = account.filter(|a| a.active()) else {
+            if lease_was_active {
+                tx.lease_returned(unit.id)?;
+            }
+            return Ok(ReportOutcome {
+                status: ReportStatus::Rejected,
+                detail: format!(
+                    "the account {} is revoked or quarantined: its results do not count",
+                    worker.account_id
+                ),
+            });
+        };
+        let standing = if self.trusted(&account) {
+            Standing::Trusted
+        } else {
+            Standing::Untrusted
+        };
         if unit.state == UnitState::Cancelled || job.state == JobState::Cancelled {
             if lease_was_active {
                 tx.lease_returned(unit.id)?;
@@ -143,6 +167,8 @@ impl Fleet {
             unit_id: unit.id,
             lease_id: lease.id,
             worker_id: worker.id,
+            account_id: worker.account_id.clone(),
+            standing,
             hostname: worker.host.hostname.clone(),
             cpu_model: worker.host.cpu_model.clone(),
             engine_kind: report.engine_kind,
@@ -173,12 +199,19 @@ impl Fleet {
                 tx.lease_returned(unit.id)?;
             }
             let quarantined = tx.worker_error(worker.id, self.config.quarantine_after)?;
+            if tx.account_error(
+                &worker.account_id,
+                self.config.trust.account_quarantine_after,
+            )? {
+                warn!(account = %worker.account_id, "account quarantined after wrong results of its workers");
+                self.void_account(tx, &worker.account_id, now)?;
+            }
             return Ok(ReportOutcome {
                 status: ReportStatus::Rejected,
                 detail: format!(
                     "{why}{}",
                     if quarantined {
-                        "; host quarantined"
+                        "; worker quarantined"
                     } else {
                         ""
                     }
@@ -190,7 +223,14 @@ impl Fleet {
             id: result_id,
             ..record
         };
-        let outcome = self.decide(tx, (&job, &unit), (&mine, &report.result), now)?;
+        let live = self.live_parties(tx, now)?;
+        let outcome = self.decide(
+            tx,
+            (&job, &unit),
+            (&mine, &report.result),
+            (live, recheck && standing == Standing::Trusted),
+            now,
+        )?;
         if outcome.status == ReportStatus::Mismatch && tx.reopen_job(unit.job_id)? {
             warn!(job_id = %unit.job_id, unit_id = %unit.id, "a late result disputes a completed job; re-opened for a deciding run");
         }

@@ -22,7 +22,9 @@ use e2fleet_engine::unit::result_digest;
 use e2fleet_proto::api::status::{
     ExpectedSummary, MATRIX_WHAT, MatrixCell, MatrixClass, MatrixUnit, VerificationMatrix, median,
 };
-use e2fleet_proto::api::{HostInfo, SuiteResult, UnitVerdict, Verdict, VerificationOutcome};
+use e2fleet_proto::api::{
+    AccountId, HostInfo, SuiteResult, UnitVerdict, Verdict, VerificationOutcome, WorkerId,
+};
 use tracing::{info, warn};
 
 use super::registration::sha256_hex;
@@ -80,13 +82,96 @@ fn suite_records(units: &[SuiteUnit]) -> Vec<SuiteUnitRecord> {
         .collect()
 }
 
-/// Latest result per (class, unit) among `rows` (oldest first).
-fn latest(rows: &[VerificationRecord]) -> BTreeMap<(String, String), &VerificationRecord> {
+/// Latest result per (class, identity, unit) among `rows` (oldest first), leaving out
+/// those from before their class was last unflagged.
+fn latest<'r>(
+    rows: &'r [VerificationRecord],
+    unflagged: &HashMap<String, i64>,
+) -> BTreeMap<(String, WorkerId, String), &'r VerificationRecord> {
     let mut out = BTreeMap::new();
     for r in rows {
-        out.insert((r.class_id.clone(), r.unit.clone()), r);
+        if unflagged
+            .get(&r.class_id)
+            .is_some_and(|&t| r.received_ms < t)
+        {
+            continue;
+        }
+        out.insert((r.class_id.clone(), r.worker_id, r.unit.clone()), r);
     }
     out
+}
+
+/// Which hardware classes and identities get no real work, and why.
+///
+/// A class is flagged when identities of at least two accounts (or one of the
+/// operator's) have a latest result that disagrees with an exact result: one volunteer
+/// cannot flag a class by registering with its labels and lying. A lone disagreement
+/// marks only the identity that made it. An operator lifts a class's flag with
+/// `verify unflag CLASS` (earlier disagreements stop counting).
+pub struct Flags {
+    /// Class -> (unit -> why).
+    classes: HashMap<String, BTreeMap<String, String>>,
+    /// (identity, class) -> why.
+    identities: HashMap<(WorkerId, String), String>,
+}
+
+impl Flags {
+    /// Reads every suite's results.
+    fn compute(tx: &mut dyn crate::store::Tx) -> Result<Flags, FleetError> {
+        let unflagged: HashMap<String, i64> = tx.class_unflags()?.into_iter().collect();
+        let mut against: HashMap<(String, String), (BTreeSet<AccountId>, String)> = HashMap::new();
+        let mut identities = HashMap::new();
+        for suite in tx.suite_names()? {
+            let expected: BTreeMap<String, String> = tx
+                .suite_units(&suite)?
+                .into_iter()
+                .filter_map(|u| Some((u.name, u.expected?.digest)))
+                .collect();
+            let rows = tx.verifications_of_suite(&suite)?;
+            for ((class, worker, unit), r) in latest(&rows, &unflagged) {
+                if expected.get(&unit).is_some_and(|d| *d != r.digest) {
+                    let why = format!(
+                        "its result on verification unit {suite}/{unit} differs from the exact result"
+                    );
+                    identities
+                        .entry((worker, class.clone()))
+                        .or_insert_with(|| format!("this worker's own {why}"));
+                    against
+                        .entry((class, format!("{suite}/{unit}")))
+                        .or_insert_with(|| (BTreeSet::new(), why))
+                        .0
+                        .insert(r.account_id.clone());
+                }
+            }
+        }
+        let mut classes: HashMap<String, BTreeMap<String, String>> = HashMap::new();
+        for ((class, unit), (accounts, why)) in against {
+            if accounts.len() >= 2 || accounts.iter().any(AccountId::is_operator) {
+                classes.entry(class).or_default().insert(unit, why);
+            }
+        }
+        Ok(Flags {
+            classes,
+            identities,
+        })
+    }
+
+    /// Why `worker` gets no real work, if it does not.
+    fn reason(&self, worker: &WorkerRecord) -> Option<String> {
+        if let Some(units) = self.classes.get(&worker.class_id) {
+            return units.values().next().cloned();
+        }
+        self.identities
+            .get(&(worker.id, worker.class_id.clone()))
+            .cloned()
+    }
+
+    /// Whether a class is flagged on a unit (`suite/unit`).
+    fn class_flagged_on(&self, class: &str, unit: &str) -> bool {
+        self.classes
+            .get(class)
+            .is_some_and(|u| u.contains_key(unit))
+    }
 }
 
 impl Fleet {
@@ -264,6 +349,7 @@ impl Fleet {
                 unit: r.unit.clone(),
                 class_id: worker.class_id.clone(),
                 worker_id: worker.id,
+                account_id: worker.account_id.clone(),
                 hostname: worker.host.hostname.clone(),
                 engine_build: r.engine_build.clone(),
                 digest: result_digest(&r.result),
@@ -288,15 +374,24 @@ impl Fleet {
                         fixed.insert(r.name, e);
                         continue;
                     }
+                    // the first digest two classes share, reported by two accounts (or
+                    // the operator): one volunteer's two fake classes fix nothing
                     let mut classes: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+                    let mut accounts: BTreeMap<&str, BTreeSet<&AccountId>> = BTreeMap::new();
                     let mut order: Vec<&str> = Vec::new();
                     for v in all.iter().filter(|v| v.unit == r.name) {
                         if !classes.contains_key(v.digest.as_str()) {
                             order.push(&v.digest);
                         }
                         classes.entry(&v.digest).or_default().insert(&v.class_id);
+                        accounts.entry(&v.digest).or_default().insert(&v.account_id);
                     }
-                    if let Some(digest) = order.into_iter().find(|d| classes[d].len() >= 2) {
+                    let independent = |d: &&str| {
+                        classes[d].len() >= 2
+                            && (accounts[d].len() >= 2
+                                || accounts[d].iter().all(|a| a.is_operator()))
+                    };
+                    if let Some(digest) = order.into_iter().find(independent) {
                         let result = tx
                             .verification_body(&s, &r.name, digest)?
                             .expect("a result with this digest exists");
@@ -332,7 +427,7 @@ impl Fleet {
                 }
             })
             .collect();
-        let class_flagged = self.flagged_reason(&worker.class_id).await?.is_some();
+        let class_flagged = self.flagged_reason(worker).await?.is_some();
         if class_flagged {
             warn!(class_id = %worker.class_id, hostname = %worker.host.hostname, "hardware class disagrees with a verification unit: no real work for it");
         }
@@ -347,38 +442,33 @@ impl Fleet {
         *self.flagged.lock().expect("flagged cache") = None;
     }
 
-    /// Why a hardware class gets no real work, if it does not: its latest result on some
-    /// suite unit differs from the unit's exact result.
-    pub async fn flagged_reason(&self, class_id: &str) -> Result<Option<String>, FleetError> {
-        if class_id.is_empty() {
+    /// Lifts a class's flag: its disagreements so far no longer count (a new one flags it
+    /// again).
+    pub async fn unflag_class(&self, class_id: &str) -> Result<(), FleetError> {
+        let (class, now) = (class_id.to_string(), self.now());
+        self.store
+            .write(move |tx| Ok::<_, FleetError>(tx.unflag_class(&class, now)?))
+            .await?;
+        self.invalidate_flagged();
+        info!(class_id, "hardware class unflagged");
+        Ok(())
+    }
+
+    /// Why a worker gets no real work, if it does not: its hardware class disagrees with
+    /// an exact result (see [`Flags`]), or its own latest result does.
+    pub async fn flagged_reason(
+        &self,
+        worker: &WorkerRecord,
+    ) -> Result<Option<String>, FleetError> {
+        if worker.class_id.is_empty() {
             return Ok(None);
         }
-        if let Some(map) = self.flagged.lock().expect("flagged cache").as_ref() {
-            return Ok(map.get(class_id).cloned());
+        if let Some(flags) = self.flagged.lock().expect("flagged cache").as_ref() {
+            return Ok(flags.reason(worker));
         }
-        let map = self
-            .store
-            .read(|tx| {
-                let mut map = HashMap::new();
-                for suite in tx.suite_names()? {
-                    let expected: BTreeMap<String, String> = tx
-                        .suite_units(&suite)?
-                        .into_iter()
-                        .filter_map(|u| Some((u.name, u.expected?.digest)))
-                        .collect();
-                    for ((class, unit), r) in latest(&tx.verifications_of_suite(&suite)?) {
-                        if expected.get(&unit).is_some_and(|d| *d != r.digest) {
-                            map.entry(class).or_insert_with(|| {
-                                format!("its result on verification unit {suite}/{unit} differs from the exact result")
-                            });
-                        }
-                    }
-                }
-                Ok::<_, FleetError>(map)
-            })
-            .await?;
-        let answer = map.get(class_id).cloned();
-        *self.flagged.lock().expect("flagged cache") = Some(map);
+        let flags = self.store.read(|tx| Flags::compute(tx)).await?;
+        let answer = flags.reason(worker);
+        *self.flagged.lock().expect("flagged cache") = Some(flags);
         Ok(answer)
     }
 
@@ -389,13 +479,15 @@ impl Fleet {
         let suite = suite_name(suite).to_string();
         let units = self.suite(&suite).await?;
         let s = suite.clone();
-        let (classes, rows, workers) = self
+        let (classes, rows, workers, flags, unflagged) = self
             .store
             .read(move |tx| {
                 Ok::<_, FleetError>((
                     tx.classes_of_suite(&s)?,
                     tx.verifications_of_suite(&s)?,
                     tx.list_workers()?,
+                    Flags::compute(tx)?,
+                    tx.class_unflags()?.into_iter().collect::<HashMap<_, _>>(),
                 ))
             })
             .await?;
@@ -403,27 +495,38 @@ impl Fleet {
         for w in workers {
             hosts.entry(w.class_id).or_default().insert(w.host.hostname);
         }
-        let latest = latest(&rows);
+        let latest = latest(&rows, &unflagged);
         let mut class_rows = Vec::new();
         for class in &classes {
             let mut cells = BTreeMap::new();
-            let mut flagged = false;
             let mut speed_rates = Vec::new();
             for u in &units {
                 let mine: Vec<&VerificationRecord> = rows
                     .iter()
                     .filter(|r| r.class_id == class.id && r.unit == u.name)
                     .collect();
-                let Some(last) = latest.get(&(class.id.clone(), u.name.clone())) else {
+                let Some(last) = mine.last() else {
                     cells.insert(u.name.clone(), MatrixCell::not_run());
                     continue;
                 };
+                // the class's judgement: disagrees when its flag says so; agrees when
+                // some identity's latest result agrees (a lone liar flags only itself)
+                let latest_of_class = latest
+                    .iter()
+                    .filter(|((c, _, unit), _)| *c == class.id && *unit == u.name)
+                    .map(|(_, r)| *r);
                 let verdict = match &u.expected {
                     None => Verdict::Pending,
-                    Some(e) if e.digest == last.digest => Verdict::Agrees,
+                    Some(_)
+                        if flags.class_flagged_on(&class.id, &format!("{suite}/{}", u.name)) =>
+                    {
+                        Verdict::Disagrees
+                    }
+                    Some(e) if latest_of_class.clone().any(|r| r.digest == e.digest) => {
+                        Verdict::Agrees
+                    }
                     Some(_) => Verdict::Disagrees,
                 };
-                flagged |= verdict == Verdict::Disagrees;
                 let rate = median(
                     mine.iter()
                         .filter(|r| r.engine_seconds > 0.0)
@@ -459,7 +562,7 @@ impl Fleet {
                 engine_kind: class.engine_kind,
                 engine_release: class.engine_release.clone(),
                 first_seen_ms: class.first_seen_ms,
-                flagged,
+                flagged: flags.classes.contains_key(&class.id),
                 hosts: hosts
                     .get(&class.id)
                     .map(|h| h.iter().cloned().collect())

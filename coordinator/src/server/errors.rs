@@ -28,6 +28,11 @@ pub fn classify(e: &FleetError) -> (Code, StatusCode, String) {
         FleetError::FailedPrecondition(m) => {
             (Code::FailedPrecondition, StatusCode::CONFLICT, m.clone())
         }
+        FleetError::TooMany(m) => (
+            Code::ResourceExhausted,
+            StatusCode::TOO_MANY_REQUESTS,
+            m.clone(),
+        ),
         FleetError::Store(StoreError::Busy) => {
             warn!("store busy: a request was refused (load shed)");
             (

@@ -53,12 +53,18 @@ impl WorkerService for WorkerApi {
         request: Request<v2::RegisterWorkerRequest>,
     ) -> Result<Response<v2::RegisterWorkerResponse>, Status> {
         let r = request.into_inner();
+        // the enrolment token first: nothing else of a stranger's request is looked at
         self.0
-            .check_enrollment(&r.enroll_token)
+            .enrollment_account(&r.enroll_token)
+            .await
             .map_err(status_of)?;
         let host: HostInfo = wire(HostInfo::try_from(&r.host.unwrap_or_default()))?;
         // an id that does not parse names no earlier identity: a new one is made
-        let previous = r.previous_worker_id.parse::<WorkerId>().ok();
+        let previous = r
+            .previous_worker_id
+            .parse::<WorkerId>()
+            .ok()
+            .map(|id| (id, r.previous_worker_token.clone()));
         let (worker_id, worker_token) = self
             .0
             .register_worker(&r.enroll_token, host, previous)
@@ -318,6 +324,85 @@ impl OperatorService for OperatorApi {
         Ok(Response::new(v2::ListWorkersResponse {
             workers: workers.iter().map(Into::into).collect(),
         }))
+    }
+
+    #[instrument(skip_all)]
+    async fn release_worker(
+        &self,
+        request: Request<v2::ReleaseWorkerRequest>,
+    ) -> Result<Response<v2::ReleaseWorkerResponse>, Status> {
+        self.admin(&request)?;
+        let id = wire(request.get_ref().worker_id.parse::<WorkerId>())?;
+        self.0.release_worker(id).await.map_err(status_of)?;
+        Ok(Response::new(v2::ReleaseWorkerResponse {}))
+    }
+
+    #[instrument(skip_all)]
+    async fn add_account(
+        &self,
+        request: Request<v2::AddAccountRequest>,
+    ) -> Result<Response<v2::AddAccountResponse>, Status> {
+        self.admin(&request)?;
+        let (account, token) = self
+            .0
+            .add_account(&request.get_ref().name)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v2::AddAccountResponse {
+            account: account.to_string(),
+            enroll_token: token,
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn list_accounts(
+        &self,
+        request: Request<v2::ListAccountsRequest>,
+    ) -> Result<Response<v2::ListAccountsResponse>, Status> {
+        self.admin(&request)?;
+        let accounts = self.0.list_accounts().await.map_err(status_of)?;
+        Ok(Response::new(v2::ListAccountsResponse {
+            accounts: accounts.iter().map(Into::into).collect(),
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn revoke_account(
+        &self,
+        request: Request<v2::RevokeAccountRequest>,
+    ) -> Result<Response<v2::RevokeAccountResponse>, Status> {
+        self.admin(&request)?;
+        self.0
+            .revoke_account(&request.get_ref().name)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v2::RevokeAccountResponse {}))
+    }
+
+    #[instrument(skip_all)]
+    async fn release_account(
+        &self,
+        request: Request<v2::ReleaseAccountRequest>,
+    ) -> Result<Response<v2::ReleaseAccountResponse>, Status> {
+        self.admin(&request)?;
+        self.0
+            .release_account(&request.get_ref().name)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v2::ReleaseAccountResponse {}))
+    }
+
+    #[instrument(skip_all)]
+    async fn unflag_class(
+        &self,
+        request: Request<v2::UnflagClassRequest>,
+    ) -> Result<Response<v2::UnflagClassResponse>, Status> {
+        self.admin(&request)?;
+        self.0
+            .unflag_class(&request.get_ref().class_id)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v2::UnflagClassResponse {}))
     }
 
     #[instrument(skip_all)]

@@ -34,6 +34,7 @@ fn grouped_medians(samples: &[RateSample], key: impl Fn(&RateSample) -> String) 
 fn worker_status(w: WorkerRecord, state: WorkerState) -> WorkerStatus {
     WorkerStatus {
         id: w.id,
+        account: w.account_id,
         host: w.host,
         engine_build: w.engine_build,
         class_id: w.class_id,

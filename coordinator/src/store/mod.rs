@@ -21,7 +21,10 @@ use std::path::Path;
 
 pub use records::*;
 pub use sqlite::writer::WriterTotals;
-pub use tx::{Jobs, Leases, Results, StoreResult, Tx, Units, Verifications, Workers};
+pub use tx::{
+    Accounts, Jobs, Leases, Leasing, MoreRuns, Results, StoreResult, Tx, Units, Verifications,
+    Workers,
+};
 
 /// A store failure. Details stay in logs; clients see an internal error.
 #[derive(Debug, thiserror::Error)]

@@ -8,7 +8,8 @@ use std::str::FromStr;
 use e2fleet_engine::engine::EngineKind;
 use e2fleet_engine::{Unit, UnitResult};
 use e2fleet_proto::api::{
-    HostInfo, JobId, JobState, LeaseId, ResultVerdict, UnitId, UnknownState, WorkerId,
+    AccountId, AccountKind, HostInfo, JobId, JobState, LeaseId, ResultVerdict, UnitId,
+    UnknownState, WorkerId,
 };
 use serde::Serialize;
 
@@ -95,6 +96,73 @@ stored_enum!(
         Released = "released",
     }
 );
+
+stored_enum!(
+    /// How a result may count.
+    Standing, "standing" {
+        /// From the operator, or from an account that earned trust: counts alone.
+        Trusted = "trusted",
+        /// From an account that has not earned trust: counts only when another account
+        /// agrees.
+        Untrusted = "untrusted",
+    }
+);
+
+/// Whether a unit's next run must come from an account that has not run it yet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AccountNeed {
+    /// Any identity that has not run it.
+    None = 0,
+    /// Another account when the fleet has one, else another identity (replicas).
+    Preferred = 1,
+    /// Another account, whatever the wait: only that can confirm what it has (results
+    /// that count only when another account agrees).
+    Required = 2,
+}
+
+impl AccountNeed {
+    /// From its stored number.
+    pub fn from_stored(n: i64) -> AccountNeed {
+        match n {
+            2 => AccountNeed::Required,
+            1 => AccountNeed::Preferred,
+            _ => AccountNeed::None,
+        }
+    }
+}
+
+/// A stored account.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AccountRecord {
+    /// Its name.
+    pub id: AccountId,
+    /// Whose it is.
+    pub kind: AccountKind,
+    /// Creation time, ms.
+    pub created_ms: i64,
+    /// When it was revoked.
+    pub revoked_ms: Option<i64>,
+    /// Consecutive results another account confirmed (reset by a wrong one).
+    pub confirmed_streak: u64,
+    /// Results another account confirmed, ever.
+    pub confirmed_results: u64,
+    /// Their nodes.
+    pub confirmed_nodes: u64,
+    /// Wrong results of its identities.
+    pub errors: u64,
+    /// Refused work as a whole.
+    pub quarantined: bool,
+    /// Its worker identities (filled by [`crate::store::Accounts::list_accounts`] only).
+    pub workers: u64,
+}
+
+impl AccountRecord {
+    /// Whether its workers may get work.
+    pub fn active(&self) -> bool {
+        self.revoked_ms.is_none() && !self.quarantined
+    }
+}
 
 /// A stored job (without its puzzle, which only job set-up needs).
 #[derive(Clone, Debug, PartialEq)]
@@ -205,6 +273,10 @@ pub struct UnitRecord {
     pub accepted_result: Option<ResultId>,
     /// Creation time, ms.
     pub created_ms: i64,
+    /// Whether its next run must come from an account that has not run it.
+    pub account_need: AccountNeed,
+    /// Its results disagree: a deciding run is out, trusted accounts first.
+    pub disputed: bool,
 }
 
 /// A unit to store.
@@ -229,6 +301,8 @@ pub struct LeaseRecord {
     pub unit_id: UnitId,
     /// Who holds it.
     pub worker_id: WorkerId,
+    /// The holder's account.
+    pub account_id: AccountId,
     /// Its host name then (a label).
     pub hostname: String,
     /// Node budget of the run.
@@ -272,6 +346,10 @@ pub struct ResultRecord {
     pub lease_id: LeaseId,
     /// Who reported it.
     pub worker_id: WorkerId,
+    /// The reporter's account.
+    pub account_id: AccountId,
+    /// How it may count.
+    pub standing: Standing,
     /// Its host name then (a label).
     pub hostname: String,
     /// Its CPU model then (a label).
@@ -310,6 +388,8 @@ pub struct NewResult {
 pub struct WorkerRecord {
     /// The worker.
     pub id: WorkerId,
+    /// The account it enrolled with.
+    pub account_id: AccountId,
     /// SHA-256 of its token.
     pub token_hash: String,
     /// What it says it is.
@@ -453,6 +533,8 @@ pub struct NewVerification {
     pub class_id: String,
     /// The submitter.
     pub worker_id: WorkerId,
+    /// The submitter's account.
+    pub account_id: AccountId,
     /// Its host name (a label).
     pub hostname: String,
     /// Engine build id.
@@ -480,6 +562,10 @@ pub struct VerificationRecord {
     pub unit: String,
     /// The submitter's hardware class.
     pub class_id: String,
+    /// The submitter.
+    pub worker_id: WorkerId,
+    /// The submitter's account.
+    pub account_id: AccountId,
     /// Its host name (a label).
     pub hostname: String,
     /// Engine build id.

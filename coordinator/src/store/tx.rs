@@ -9,7 +9,7 @@
 use e2fleet_engine::UnitResult;
 use e2fleet_engine::suite::SuiteExpected;
 use e2fleet_proto::api::{
-    HostInfo, JobId, JobState, LeaseId, ResultVerdict, UnitCounts, UnitId, WorkerId,
+    AccountId, HostInfo, JobId, JobState, LeaseId, ResultVerdict, UnitCounts, UnitId, WorkerId,
 };
 
 use super::StoreError;
@@ -54,9 +54,12 @@ pub trait Units {
     fn insert_units(&mut self, job: JobId, units: &[NewUnit], now_ms: i64) -> StoreResult<()>;
     /// One unit.
     fn unit(&mut self, id: UnitId) -> StoreResult<Option<UnitRecord>>;
-    /// Up to `limit` open units of running jobs that `hostname` neither holds nor has a
-    /// valid result for, oldest first.
-    fn leasable_units(&mut self, hostname: &str, limit: usize) -> StoreResult<Vec<UnitRecord>>;
+    /// Up to `limit` open units of running jobs `worker` may run, oldest first (disputed
+    /// ones first for a `trusted` worker): not one it holds or has a valid result for,
+    /// nor one its account holds or has a valid result for when the unit requires a new
+    /// account ([`AccountNeed::Required`]), or prefers one and the fleet has more than one
+    /// live account.
+    fn leasable_units(&mut self, who: &Leasing<'_>, limit: usize) -> StoreResult<Vec<UnitRecord>>;
     /// An open continuation nobody holds and no result names, to split for idle workers.
     fn splittable_unit(&mut self) -> StoreResult<Option<UnitRecord>>;
     /// Rewrites a unit's prefix and cursor (after a split).
@@ -67,11 +70,14 @@ pub trait Units {
     fn lease_returned(&mut self, id: UnitId) -> StoreResult<()>;
     /// A valid result on the unit was recorded; `lease_was_active`: its lease was still out.
     fn result_recorded(&mut self, id: UnitId, lease_was_active: bool) -> StoreResult<()>;
+    /// Counts a unit's valid results again (some were voided); with `reopen`, its accepted
+    /// result is gone too: it is open for one more run than it has.
+    fn recount_unit(&mut self, id: UnitId, reopen: bool) -> StoreResult<()>;
     /// Marks a unit decided by `result`.
     fn mark_unit_done(&mut self, id: UnitId, result: ResultId) -> StoreResult<()>;
-    /// Asks for one more run of a unit whose results disagree (also a done one: its
-    /// accepted result stays counted until a quorum decides otherwise).
-    fn request_deciding_run(&mut self, id: UnitId, quorum: u32) -> StoreResult<()>;
+    /// Asks for one more run of a unit (its results disagree, or lack independence; also a
+    /// done one: its accepted result stays counted until a quorum decides otherwise).
+    fn request_run(&mut self, id: UnitId, more: &MoreRuns) -> StoreResult<()>;
     /// Units created from `parent` (continuations and split siblings).
     fn unit_children(&mut self, parent: UnitId) -> StoreResult<Vec<UnitRecord>>;
     /// Cancels a unit (revoked with a wrong result).
@@ -88,6 +94,8 @@ pub trait Units {
 pub trait Leases {
     /// Stores a new lease.
     fn insert_lease(&mut self, lease: &LeaseRecord) -> StoreResult<()>;
+    /// Active leases a worker holds.
+    fn active_leases_of_worker(&mut self, worker: WorkerId) -> StoreResult<u64>;
     /// One lease.
     fn lease(&mut self, id: LeaseId) -> StoreResult<Option<LeaseRecord>>;
     /// A lease with the unit it was granted on.
@@ -129,6 +137,15 @@ pub trait Results {
     fn valid_results_of_unit(&mut self, unit: UnitId) -> StoreResult<Vec<ResultRecord>>;
     /// Sets a result's verdict.
     fn set_result_verdict(&mut self, id: ResultId, verdict: ResultVerdict) -> StoreResult<()>;
+    /// Accepted results of an account that no result from another account agrees with
+    /// (they counted on the account's own standing).
+    fn unconfirmed_accepted_of_account(
+        &mut self,
+        account: &AccountId,
+    ) -> StoreResult<Vec<ResultRecord>>;
+    /// Results of an account that counted on nothing yet or only agreed (pending, agree).
+    fn pending_results_of_account(&mut self, account: &AccountId)
+    -> StoreResult<Vec<ResultRecord>>;
     /// The bodies of a job's accepted results (for the conservation check).
     fn accepted_bodies_of_job(&mut self, job: JobId) -> StoreResult<Vec<UnitResult>>;
     /// The first `limit` accepted results of a job that carry solutions.
@@ -172,12 +189,39 @@ pub trait Workers {
     ) -> StoreResult<Option<bool>>;
     /// Counts a unit decided by a worker's result.
     fn worker_unit_done(&mut self, id: WorkerId) -> StoreResult<()>;
-    /// Counts a wrong result against a worker; quarantines its host past `threshold`.
-    /// `true` when the host is now quarantined.
+    /// Counts a wrong result against a worker identity; quarantines it past `threshold`.
+    /// `true` when it is now quarantined.
     fn worker_error(&mut self, id: WorkerId, threshold: u64) -> StoreResult<bool>;
-    /// Lifts the quarantine of a host's quarantined workers and clears their errors; how
-    /// many were released.
+    /// Lifts the quarantine of the quarantined workers whose host label is `hostname`
+    /// and clears their errors; how many were released.
     fn release_host(&mut self, hostname: &str) -> StoreResult<u64>;
+    /// Lifts one worker identity's quarantine and clears its errors; whether it was.
+    fn release_worker(&mut self, id: WorkerId) -> StoreResult<bool>;
+}
+
+/// Accounts: who enrolment tokens belong to, and the trust their results earned.
+pub trait Accounts {
+    /// Stores a new account with the SHA-256 of its enrolment token.
+    fn insert_account(&mut self, account: &AccountRecord, token_hash: &str) -> StoreResult<()>;
+    /// One account.
+    fn account(&mut self, id: &AccountId) -> StoreResult<Option<AccountRecord>>;
+    /// The account an enrolment token hash belongs to.
+    fn account_by_token_hash(&mut self, hash: &str) -> StoreResult<Option<AccountRecord>>;
+    /// Every account with its number of worker identities.
+    fn list_accounts(&mut self) -> StoreResult<Vec<AccountRecord>>;
+    /// Revokes an account; whether it was active.
+    fn revoke_account(&mut self, id: &AccountId, now_ms: i64) -> StoreResult<bool>;
+    /// Lifts an account's quarantine and clears its errors; whether it was quarantined.
+    fn release_account(&mut self, id: &AccountId) -> StoreResult<bool>;
+    /// Another account confirmed one of its results (`nodes` committed): trust and credit.
+    fn account_confirmed(&mut self, id: &AccountId, nodes: u64) -> StoreResult<()>;
+    /// One of its results was wrong: its trust streak restarts; a volunteer account is
+    /// quarantined at `threshold` errors. `true` when it is now quarantined.
+    fn account_error(&mut self, id: &AccountId, threshold: u64) -> StoreResult<bool>;
+    /// Independent parties with a worker seen since `since_ms`: active volunteer accounts
+    /// (however many identities each has) plus the operator's identities (it vouches for
+    /// each of its machines).
+    fn live_parties(&mut self, since_ms: i64) -> StoreResult<u32>;
 }
 
 /// Verification: hardware classes, suites and suite results.
@@ -216,9 +260,38 @@ pub trait Verifications {
         unit: &str,
         digest: &str,
     ) -> StoreResult<Option<UnitResult>>;
+    /// Lifts a class's flag: disagreements before now no longer flag it.
+    fn unflag_class(&mut self, class: &str, now_ms: i64) -> StoreResult<()>;
+    /// When each unflagged class was last unflagged.
+    fn class_unflags(&mut self) -> StoreResult<Vec<(String, i64)>>;
+}
+
+/// Who is asking to lease, for [`Units::leasable_units`].
+#[derive(Clone, Debug)]
+pub struct Leasing<'a> {
+    /// The worker identity.
+    pub worker: WorkerId,
+    /// Its account.
+    pub account: &'a AccountId,
+    /// Whether its results count alone (disputed units go to such workers first).
+    pub trusted: bool,
+    /// Live independent parties ([`Accounts::live_parties`]): with one, identities stand
+    /// in for accounts where a unit only prefers another account.
+    pub live_parties: u32,
+}
+
+/// What a unit needs next, for [`Units::request_run`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoreRuns {
+    /// Agreeing results required (raised, never lowered).
+    pub quorum: u32,
+    /// Whether the next run must come from an account that has not run it.
+    pub account_need: AccountNeed,
+    /// Its results disagree.
+    pub disputed: bool,
 }
 
 /// Everything a transaction can do.
-pub trait Tx: Jobs + Units + Leases + Results + Workers + Verifications {}
+pub trait Tx: Jobs + Units + Leases + Results + Workers + Accounts + Verifications {}
 
-impl<T: Jobs + Units + Leases + Results + Workers + Verifications> Tx for T {}
+impl<T: Jobs + Units + Leases + Results + Workers + Accounts + Verifications> Tx for T {}

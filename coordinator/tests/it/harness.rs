@@ -19,8 +19,8 @@ use e2fleet_proto::v2::worker_service_client::WorkerServiceClient;
 use tonic::transport::Channel;
 use tonic::{Request, Status};
 
-pub const ENROLL: &str = "enroll-secret";
-pub const ADMIN: &str = "admin-secret";
+pub const ENROLL: &str = "enroll-secret-0123456789";
+pub const ADMIN: &str = "admin-secret-0123456789";
 
 /// A running coordinator.
 pub struct Coordinator {
@@ -49,6 +49,7 @@ impl Coordinator {
             FleetConfig {
                 lease: Duration::from_secs(30),
                 quarantine_after: quarantine_after as u64,
+                trust: Default::default(),
                 enroll_token: ENROLL.into(),
                 admin_token: ADMIN.into(),
             },
@@ -192,6 +193,8 @@ pub enum Behaviour {
 /// A simulated worker speaking the real protocol.
 pub struct SimWorker {
     pub client: WorkerServiceClient<Channel>,
+    #[allow(dead_code)]
+    pub id: String,
     pub token: String,
     #[allow(dead_code)]
     pub hostname: String,
@@ -211,14 +214,41 @@ impl SimWorker {
         cpu_model: &str,
         behaviour: Behaviour,
     ) -> SimWorker {
+        Self::register_with(url, ENROLL, hostname, cpu_model, 2, behaviour).await
+    }
+
+    /// A simulated worker enrolled with `enroll` (an account's token), saying it has
+    /// `cores` cores.
+    pub async fn register_with(
+        url: &str,
+        enroll: &str,
+        hostname: &str,
+        cpu_model: &str,
+        cores: u32,
+        behaviour: Behaviour,
+    ) -> SimWorker {
+        Self::try_register(url, enroll, hostname, cpu_model, cores, behaviour)
+            .await
+            .unwrap()
+    }
+
+    /// [`SimWorker::register_with`], answering the coordinator's refusal.
+    pub async fn try_register(
+        url: &str,
+        enroll: &str,
+        hostname: &str,
+        cpu_model: &str,
+        cores: u32,
+        behaviour: Behaviour,
+    ) -> Result<SimWorker, Status> {
         let mut client = WorkerServiceClient::connect(url.to_string()).await.unwrap();
         let r = client
             .register_worker(v2::RegisterWorkerRequest {
-                enroll_token: ENROLL.into(),
+                enroll_token: enroll.into(),
                 host: Some(v2::HostInfo {
                     hostname: hostname.into(),
                     cpu_model: cpu_model.into(),
-                    cores: 2,
+                    cores,
                     arch: "x86_64".into(),
                     os: "linux".into(),
                     rustc_version: String::new(),
@@ -228,17 +258,18 @@ impl SimWorker {
                     target_features: String::new(),
                 }),
                 previous_worker_id: String::new(),
+                previous_worker_token: String::new(),
             })
-            .await
-            .unwrap()
+            .await?
             .into_inner();
-        SimWorker {
+        Ok(SimWorker {
             client,
+            id: r.worker_id,
             token: r.worker_token,
             hostname: hostname.into(),
             behaviour,
             plans: HashMap::new(),
-        }
+        })
     }
 
     pub fn req<T>(&self, m: T) -> Request<T> {

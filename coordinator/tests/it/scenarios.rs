@@ -50,7 +50,9 @@ async fn expired_leases_are_reassigned_and_late_reports_counted_once() {
     let dir = tempfile::tempdir().unwrap();
     let c = Coordinator::start(&temp_db(&dir), 3).await;
     let job = c.submit("brendan/set1/pieces_04x04.txt", 2, 0, 1).await;
-    let mut slow = SimWorker::register(&c.url, "slow", Behaviour::Honest).await;
+    // (a worker holds about two units per core it says it has: this one says 64)
+    let mut slow =
+        SimWorker::register_with(&c.url, ENROLL, "slow", "Sim CPU", 64, Behaviour::Honest).await;
     let mut fast = SimWorker::register(&c.url, "fast", Behaviour::Honest).await;
     let held = slow.lease(100).await.unwrap();
     assert!(!held.is_empty());
@@ -186,6 +188,7 @@ async fn wrong_credentials_are_refused() {
                 ..Default::default()
             }),
             previous_worker_id: String::new(),
+            previous_worker_token: String::new(),
         })
         .await
         .unwrap_err();

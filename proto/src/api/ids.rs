@@ -74,6 +74,53 @@ uuid_id!(
     "lease"
 );
 
+/// An account: who an enrolment token belongs to (`operator` for the operator's own
+/// token). A name of 1-64 letters, digits, `.`, `_` or `-`, chosen by the operator.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct AccountId(String);
+
+impl AccountId {
+    /// The operator's account (the `E2FLEET_ENROLL_TOKEN` token).
+    pub const OPERATOR: &'static str = "operator";
+
+    /// The operator's account.
+    pub fn operator() -> AccountId {
+        AccountId(Self::OPERATOR.to_string())
+    }
+
+    /// Whether this is the operator's account.
+    pub fn is_operator(&self) -> bool {
+        self.0 == Self::OPERATOR
+    }
+
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for AccountId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for AccountId {
+    type Err = BadId;
+    fn from_str(s: &str) -> Result<AccountId, BadId> {
+        let ok = !s.is_empty()
+            && s.len() <= 64
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+        if ok {
+            Ok(AccountId(s.to_string()))
+        } else {
+            Err(BadId::new("account", s))
+        }
+    }
+}
+
 /// A unit of a job (prefix, or prefix and cursor).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
@@ -109,5 +156,10 @@ mod tests {
         assert_eq!("42".parse::<UnitId>().unwrap(), UnitId(42));
         assert!("x".parse::<UnitId>().is_err());
         assert_ne!(WorkerId::random(), WorkerId::random());
+        assert!("alice".parse::<AccountId>().is_ok());
+        assert!("operator".parse::<AccountId>().unwrap().is_operator());
+        assert!("".parse::<AccountId>().is_err());
+        assert!("a b".parse::<AccountId>().is_err());
+        assert!("x".repeat(65).parse::<AccountId>().is_err());
     }
 }

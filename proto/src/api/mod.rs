@@ -12,8 +12,10 @@ pub mod states;
 pub mod status;
 pub mod work;
 
-pub use ids::{BadId, JobId, LeaseId, UnitId, WorkerId};
-pub use states::{JobState, ReportStatus, ResultVerdict, UnknownState, Verdict, WorkerState};
+pub use ids::{AccountId, BadId, JobId, LeaseId, UnitId, WorkerId};
+pub use states::{
+    AccountKind, JobState, ReportStatus, ResultVerdict, UnknownState, Verdict, WorkerState,
+};
 pub use status::UnitCounts;
 pub use work::{
     HostInfo, JobCreated, JobRequest, JobSpec, Lease, Report, ReportOutcome, SelfTest, SuiteResult,

@@ -126,6 +126,17 @@ text_enum!(
 );
 
 text_enum!(
+    /// Whose an account is.
+    AccountKind, "account kind" {
+        /// The operator's own (`E2FLEET_ENROLL_TOKEN`): trusted, results count at once.
+        Operator = "operator",
+        /// A volunteer's: results count when another account agrees, or once it has earned
+        /// trust.
+        Volunteer = "volunteer",
+    }
+);
+
+text_enum!(
     /// What the coordinator made of a stored result.
     ResultVerdict, "result verdict" {
         /// Recorded; its unit waits for more agreeing runs.
@@ -136,6 +147,9 @@ text_enum!(
         Agree = "agree",
         /// Failed verification or lost a quorum.
         Wrong = "wrong",
+        /// Not counted: its account was revoked or quarantined before another account
+        /// confirmed it.
+        Void = "void",
     }
 );
 

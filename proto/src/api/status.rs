@@ -13,8 +13,8 @@ use e2fleet_engine::Placement;
 use e2fleet_engine::engine::EngineKind;
 use serde::{Deserialize, Serialize};
 
-use super::ids::{JobId, WorkerId};
-use super::states::{JobState, ResultVerdict, Verdict, WorkerState};
+use super::ids::{AccountId, JobId, WorkerId};
+use super::states::{AccountKind, JobState, ResultVerdict, Verdict, WorkerState};
 use super::work::HostInfo;
 
 /// Units of a job by state.
@@ -242,6 +242,8 @@ pub struct FleetStatus {
 pub struct WorkerStatus {
     /// Worker id.
     pub id: WorkerId,
+    /// The account it enrolled with.
+    pub account: AccountId,
     /// What it says it is (labels), flattened into the JSON object.
     #[serde(flatten)]
     pub host: HostInfo,
@@ -267,6 +269,33 @@ pub struct WorkerStatus {
     pub leases_held: u64,
     /// Its state.
     pub state: WorkerState,
+}
+
+/// An account: who an enrolment token belongs to, its trust and its credit.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AccountStatus {
+    /// Its name.
+    pub id: AccountId,
+    /// Whose it is.
+    pub kind: AccountKind,
+    /// Creation time, ms since the epoch.
+    pub created_ms: i64,
+    /// When it was revoked.
+    pub revoked_ms: Option<i64>,
+    /// Whether its results count alone (the operator's, or earned).
+    pub trusted: bool,
+    /// Consecutive results another account confirmed (a wrong one restarts it).
+    pub confirmed_streak: u64,
+    /// Results another account confirmed, ever (credit).
+    pub confirmed_results: u64,
+    /// Their nodes (credit).
+    pub confirmed_nodes: u64,
+    /// Wrong results of its workers.
+    pub errors: u64,
+    /// Refused work as a whole.
+    pub quarantined: bool,
+    /// Its worker identities.
+    pub workers: u64,
 }
 
 /// A suite unit's exact expected result, in short.

@@ -17,7 +17,7 @@ use e2fleet_engine::engine::EngineKind;
 use e2fleet_engine::unit::StopReason;
 use e2fleet_engine::{Placement, UnitResult};
 
-use crate::api::{BadId, JobState, ReportStatus, ResultVerdict, Verdict, WorkerState};
+use crate::api::{AccountKind, BadId, JobState, ReportStatus, ResultVerdict, Verdict, WorkerState};
 use crate::v2;
 
 /// A wire message that does not make a valid domain value.
@@ -155,11 +155,17 @@ enum_wire!(worker_state_to_wire, worker_state_from_wire, WorkerState, v2::Worker
     Quarantined <=> Quarantined,
 });
 
+enum_wire!(account_kind_to_wire, account_kind_from_wire, AccountKind, v2::AccountKind, "account kind", {
+    Operator <=> Operator,
+    Volunteer <=> Volunteer,
+});
+
 enum_wire!(result_verdict_to_wire, result_verdict_from_wire, ResultVerdict, v2::ResultVerdict, "result verdict", {
     Pending <=> Pending,
     Accepted <=> Accepted,
     Agree <=> Agree,
     Wrong <=> Wrong,
+    Void <=> Void,
 });
 
 /// A domain result on the wire.

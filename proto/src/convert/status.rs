@@ -238,6 +238,7 @@ impl From<&WorkerStatus> for v2::WorkerStatus {
     fn from(w: &WorkerStatus) -> v2::WorkerStatus {
         v2::WorkerStatus {
             id: w.id.to_string(),
+            account: w.account.to_string(),
             host: Some((&w.host).into()),
             engine_build: w.engine_build.clone(),
             class_id: w.class_id.clone(),
@@ -259,6 +260,7 @@ impl TryFrom<&v2::WorkerStatus> for WorkerStatus {
     fn try_from(w: &v2::WorkerStatus) -> Result<WorkerStatus, WireError> {
         Ok(WorkerStatus {
             id: id_from_wire(&w.id)?,
+            account: id_from_wire(&w.account)?,
             host: w
                 .host
                 .as_ref()
@@ -412,6 +414,43 @@ impl TryFrom<&v2::VerificationMatrixResponse> for VerificationMatrix {
             units,
             speed_table: VerificationMatrix::speed_table_of(&classes),
             classes,
+        })
+    }
+}
+
+impl From<&AccountStatus> for v2::AccountStatus {
+    fn from(a: &AccountStatus) -> v2::AccountStatus {
+        v2::AccountStatus {
+            id: a.id.to_string(),
+            kind: account_kind_to_wire(a.kind).into(),
+            created_unix_ms: a.created_ms,
+            revoked_unix_ms: a.revoked_ms,
+            trusted: a.trusted,
+            confirmed_streak: a.confirmed_streak,
+            confirmed_results: a.confirmed_results,
+            confirmed_nodes: a.confirmed_nodes,
+            errors: a.errors,
+            quarantined: a.quarantined,
+            workers: a.workers,
+        }
+    }
+}
+
+impl TryFrom<&v2::AccountStatus> for AccountStatus {
+    type Error = WireError;
+    fn try_from(a: &v2::AccountStatus) -> Result<AccountStatus, WireError> {
+        Ok(AccountStatus {
+            id: id_from_wire(&a.id)?,
+            kind: account_kind_from_wire(a.kind)?,
+            created_ms: a.created_unix_ms,
+            revoked_ms: a.revoked_unix_ms,
+            trusted: a.trusted,
+            confirmed_streak: a.confirmed_streak,
+            confirmed_results: a.confirmed_results,
+            confirmed_nodes: a.confirmed_nodes,
+            errors: a.errors,
+            quarantined: a.quarantined,
+            workers: a.workers,
         })
     }
 }

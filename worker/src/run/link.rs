@@ -103,10 +103,24 @@ impl Link {
 
     /// Registers (again), keeping this worker's id, and saves the identity (`0600`).
     pub async fn register(&mut self) -> Result<(), Status> {
-        let r = self
-            .api
-            .register(&self.enroll, &self.host, self.worker_id)
-            .await?;
+        let current = self.api.token.clone();
+        let previous = self
+            .worker_id
+            .filter(|_| !current.is_empty())
+            .map(|id| (id, current.as_str()));
+        let r = match self.api.register(&self.enroll, &self.host, previous).await {
+            // the coordinator no longer accepts this identity's token (a restored
+            // database, a token lost): start over as a new worker
+            Err(s) if s.code() == tonic::Code::PermissionDenied && previous.is_some() => {
+                warn!(
+                    message = s.message(),
+                    "the saved worker identity is refused; registering as a new worker"
+                );
+                self.worker_id = None;
+                self.api.register(&self.enroll, &self.host, None).await?
+            }
+            other => other?,
+        };
         self.worker_id = Some(r.worker_id);
         self.lease = r.lease;
         let id = Identity {

@@ -10,7 +10,7 @@ use e2fleet_coordinator::store::Store;
 use e2fleet_engine::formats::{LoadOptions, load_file, to_site_json};
 use e2fleet_proto::api::JobRequest;
 
-pub const ENROLL: &str = "enroll-test";
+pub const ENROLL: &str = "enroll-test-0123456789";
 
 pub struct Coordinator {
     pub url: String,
@@ -29,7 +29,8 @@ impl Coordinator {
                 lease,
                 quarantine_after: 3,
                 enroll_token: ENROLL.into(),
-                admin_token: "admin".into(),
+                admin_token: ADMIN.into(),
+                trust: Default::default(),
             },
             system_clock(),
         ));
@@ -231,7 +232,7 @@ pub fn coordinator_bin() -> PathBuf {
 }
 
 /// The admin token of coordinator processes started by [`serve`].
-pub const ADMIN: &str = "admin";
+pub const ADMIN: &str = "admin-test-0123456789";
 
 /// Starts the coordinator binary (3 s leases); returns it and its URL.
 pub fn serve(db: &Path, listen: &str, extra: &[&str]) -> (Proc, String) {

@@ -24,7 +24,9 @@ use e2fleet_proto::v2;
 use e2fleet_proto::v2::worker_service_client::WorkerServiceClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::harness::{ENROLL, Proc, admin, coordinator_bin, puzzle_path, serve, worker_with};
+use crate::harness::{
+    ADMIN, ENROLL, Proc, admin, coordinator_bin, puzzle_path, serve, worker_with,
+};
 
 const BRENDAN_6X6_NODES: u64 = 69_284_103;
 const BRENDAN_6X6_SOLUTIONS: u64 = 260;
@@ -376,6 +378,7 @@ async fn garbage_and_oversized_messages_are_refused_and_the_coordinator_goes_on(
                 ..Default::default()
             }),
             previous_worker_id: String::new(),
+            previous_worker_token: String::new(),
         })
         .await
         .unwrap()
@@ -554,7 +557,7 @@ async fn a_fleet_over_tls_with_its_own_certificate() {
                 "--coordinator",
                 &url,
                 "--admin-token",
-                "admin",
+                ADMIN,
                 "--ca-cert",
                 ca,
                 "--json",
@@ -575,7 +578,7 @@ async fn a_fleet_over_tls_with_its_own_certificate() {
         .to_string();
     // a client that does not trust the certificate is refused
     let out = Command::new(coordinator_bin())
-        .args(["jobs", "--coordinator", &url, "--admin-token", "admin"])
+        .args(["jobs", "--coordinator", &url, "--admin-token", ADMIN])
         .output()
         .unwrap();
     assert!(!out.status.success(), "an untrusted certificate must fail");

@@ -143,6 +143,7 @@ async fn the_journal_is_replayed_after_a_crash() {
                 ..Default::default()
             }),
             previous_worker_id: String::new(),
+            previous_worker_token: String::new(),
         })
         .await
         .unwrap()

@@ -4,13 +4,14 @@
 use e2fleet_proto::api::{JobId, LeaseId, UnitId, WorkerId};
 use rusqlite::{OptionalExtension, Row, params};
 
-use super::codec::{decode_budget, encode_budget, unit_at};
+use super::codec::{decode_budget, encode_budget};
 use super::{SqliteTx, parsed};
 use crate::store::tx::{Leases, StoreResult};
-use crate::store::{LeaseMinute, LeaseRecord, LeaseState, ResultId, UnitRecord};
+use crate::store::{LeaseMinute, LeaseRecord, LeaseState, UnitRecord};
 
 /// The columns [`from_row`] reads, in order.
-const COLUMNS: &str = "id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state";
+const COLUMNS: &str =
+    "id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state, account_id";
 
 /// Reads a row of [`COLUMNS`] starting at column `at`.
 fn from_row_at(r: &Row<'_>, at: usize) -> rusqlite::Result<LeaseRecord> {
@@ -23,6 +24,7 @@ fn from_row_at(r: &Row<'_>, at: usize) -> rusqlite::Result<LeaseRecord> {
         created_ms: r.get(at + 5)?,
         deadline_ms: r.get(at + 6)?,
         state: parsed(r, at + 7)?,
+        account_id: parsed(r, at + 8)?,
     })
 }
 
@@ -32,7 +34,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<LeaseRecord> {
 
 impl Leases for SqliteTx<'_> {
     fn insert_lease(&mut self, l: &LeaseRecord) -> StoreResult<()> {
-        self.c.prepare_cached("INSERT INTO leases (id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state) VALUES (?, ?, ?, ?, ?, ?, ?, ?)")?
+        self.c.prepare_cached("INSERT INTO leases (id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state, account_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)")?
             .execute(params![
                 l.id.to_string(),
                 l.unit_id.0,
@@ -41,9 +43,18 @@ impl Leases for SqliteTx<'_> {
                 encode_budget(l.budget),
                 l.created_ms,
                 l.deadline_ms,
-                l.state.as_str()
+                l.state.as_str(),
+                l.account_id.as_str()
             ])?;
         Ok(())
+    }
+
+    fn active_leases_of_worker(&mut self, worker: WorkerId) -> StoreResult<u64> {
+        let n: i64 = self
+            .c
+            .prepare_cached("SELECT COUNT(*) FROM leases WHERE worker_id = ? AND state = 'active'")?
+            .query_row([worker.to_string()], |r| r.get(0))?;
+        Ok(n as u64)
     }
 
     fn lease(&mut self, id: LeaseId) -> StoreResult<Option<LeaseRecord>> {
@@ -58,27 +69,14 @@ impl Leases for SqliteTx<'_> {
         Ok(self
             .c
             .prepare_cached(
-                "SELECT l.id, l.unit_id, l.worker_id, l.hostname, l.budget, l.created_ms, l.deadline_ms, l.state, \
-                   u.id, u.job_id, u.prefix_json, u.cursor_json, u.parent_id, u.kind, u.quorum, u.needed, u.state, \
-                   u.active_leases, u.results, u.accepted_result_id, u.created_ms \
-                 FROM leases l JOIN units u ON u.id = l.unit_id WHERE l.id = ?",
+                &format!(
+                    "SELECT l.id, l.unit_id, l.worker_id, l.hostname, l.budget, l.created_ms, l.deadline_ms, l.state, \
+                       l.account_id, {} FROM leases l JOIN units u ON u.id = l.unit_id WHERE l.id = ?",
+                    super::units::U_COLUMNS
+                ),
             )?
             .query_row([id.to_string()], |r| {
-                let unit = UnitRecord {
-                    id: UnitId(r.get(8)?),
-                    job_id: parsed(r, 9)?,
-                    unit: unit_at(r, 10, 11)?,
-                    parent: r.get::<_, Option<i64>>(12)?.map(UnitId),
-                    kind: parsed(r, 13)?,
-                    quorum: r.get::<_, i64>(14)? as u32,
-                    needed: r.get::<_, i64>(15)? as u32,
-                    state: parsed(r, 16)?,
-                    active_leases: r.get::<_, i64>(17)? as u32,
-                    results: r.get::<_, i64>(18)? as u32,
-                    accepted_result: r.get::<_, Option<i64>>(19)?.map(ResultId),
-                    created_ms: r.get(20)?,
-                };
-                Ok((from_row_at(r, 0)?, unit))
+                Ok((from_row_at(r, 0)?, super::units::from_row_at(r, 9)?))
             })
             .optional()?)
     }

@@ -11,6 +11,7 @@
 //! The per-table files implement the [`crate::store::tx`] traits on [`SqliteTx`]; they
 //! are the only place that knows the columns and their encodings ([`codec`]).
 
+mod accounts;
 pub mod codec;
 mod jobs;
 mod leases;

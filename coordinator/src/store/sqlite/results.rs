@@ -2,7 +2,7 @@
 //! figures behind rates and the dashboard.
 
 use e2fleet_engine::UnitResult;
-use e2fleet_proto::api::{JobId, LeaseId, ResultVerdict, UnitId};
+use e2fleet_proto::api::{AccountId, JobId, LeaseId, ResultVerdict, UnitId};
 use rusqlite::{OptionalExtension, Row, params};
 
 use super::{SqliteTx, parsed};
@@ -14,7 +14,8 @@ use crate::store::{
 
 /// The columns [`from_row`] reads, in order (no body: decisions compare digests).
 const COLUMNS: &str = "id, job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, \
-     engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms";
+     engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms, \
+     account_id, standing";
 
 /// Reads a row of [`COLUMNS`] (by position: a name lookup per field costs more than the
 /// query on the write path).
@@ -36,6 +37,8 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<ResultRecord> {
         engine_seconds: r.get(13)?,
         verdict: parsed(r, 14)?,
         received_ms: r.get(15)?,
+        account_id: parsed(r, 16)?,
+        standing: parsed(r, 17)?,
     })
 }
 
@@ -55,8 +58,8 @@ impl Results for SqliteTx<'_> {
     fn insert_result(&mut self, n: &NewResult) -> StoreResult<ResultId> {
         let r = &n.record;
         self.c.prepare_cached(
-            "INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, engine_build, digest, result_json, committed, solutions, max_depth, engine_seconds, verdict, received_ms) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, engine_build, digest, result_json, committed, solutions, max_depth, engine_seconds, verdict, received_ms, account_id, standing) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )?
         .execute(params![
             r.job_id.to_string(),
@@ -74,7 +77,9 @@ impl Results for SqliteTx<'_> {
             r.max_depth as i64,
             r.engine_seconds,
             r.verdict.as_str(),
-            r.received_ms
+            r.received_ms,
+            r.account_id.as_str(),
+            r.standing.as_str()
         ])?;
         Ok(ResultId(self.c.last_insert_rowid()))
     }
@@ -106,7 +111,7 @@ impl Results for SqliteTx<'_> {
 
     fn valid_results_of_unit(&mut self, unit: UnitId) -> StoreResult<Vec<ResultRecord>> {
         let mut q = self.c.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM results WHERE unit_id = ? AND verdict != 'wrong' ORDER BY id"
+            "SELECT {COLUMNS} FROM results WHERE unit_id = ? AND verdict NOT IN ('wrong', 'void') ORDER BY id"
         ))?;
         let rows = q.query_map([unit.0], from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -117,6 +122,31 @@ impl Results for SqliteTx<'_> {
             .prepare_cached("UPDATE results SET verdict = ? WHERE id = ?")?
             .execute(params![verdict.as_str(), id.0])?;
         Ok(())
+    }
+
+    fn unconfirmed_accepted_of_account(
+        &mut self,
+        account: &AccountId,
+    ) -> StoreResult<Vec<ResultRecord>> {
+        let mut q = self.c.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM results r0 WHERE r0.account_id = ?1 AND r0.verdict = 'accepted' \
+               AND NOT EXISTS (SELECT 1 FROM results r WHERE r.unit_id = r0.unit_id AND r.digest = r0.digest \
+                                 AND r.account_id != ?1 AND r.verdict IN ('agree', 'accepted')) \
+             ORDER BY r0.id"
+        ))?;
+        let rows = q.query_map([account.as_str()], from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn pending_results_of_account(
+        &mut self,
+        account: &AccountId,
+    ) -> StoreResult<Vec<ResultRecord>> {
+        let mut q = self.c.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM results WHERE account_id = ? AND verdict IN ('pending', 'agree') ORDER BY id"
+        ))?;
+        let rows = q.query_map([account.as_str()], from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     fn accepted_bodies_of_job(&mut self, job: JobId) -> StoreResult<Vec<UnitResult>> {

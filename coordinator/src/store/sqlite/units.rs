@@ -7,31 +7,39 @@ use rusqlite::{OptionalExtension, Row, params};
 
 use super::codec::{encode_path, unit_at};
 use super::{SqliteTx, parsed};
-use crate::store::tx::{StoreResult, Units};
-use crate::store::{NewUnit, ResultId, UnitRecord, UnitState};
+use crate::store::tx::{Leasing, MoreRuns, StoreResult, Units};
+use crate::store::{AccountNeed, NewUnit, ResultId, UnitRecord, UnitState};
 
 /// The columns [`from_row`] reads, in order (`u.` for queries that alias units).
 const COLUMNS: &str = "id, job_id, prefix_json, cursor_json, parent_id, kind, quorum, needed, state, \
-     active_leases, results, accepted_result_id, created_ms";
-const U_COLUMNS: &str = "u.id, u.job_id, u.prefix_json, u.cursor_json, u.parent_id, u.kind, u.quorum, \
-     u.needed, u.state, u.active_leases, u.results, u.accepted_result_id, u.created_ms";
+     active_leases, results, accepted_result_id, created_ms, needs_new_account, disputed";
+pub(super) const U_COLUMNS: &str = "u.id, u.job_id, u.prefix_json, u.cursor_json, u.parent_id, u.kind, u.quorum, \
+     u.needed, u.state, u.active_leases, u.results, u.accepted_result_id, u.created_ms, \
+     u.needs_new_account, u.disputed";
 
 /// Reads a row of [`COLUMNS`] (by position: a name lookup per field costs more than the
 /// query on the write path).
 fn from_row(r: &Row<'_>) -> rusqlite::Result<UnitRecord> {
+    from_row_at(r, 0)
+}
+
+/// Reads the columns of [`COLUMNS`] starting at column `at`.
+pub(super) fn from_row_at(r: &Row<'_>, at: usize) -> rusqlite::Result<UnitRecord> {
     Ok(UnitRecord {
-        id: UnitId(r.get(0)?),
-        job_id: parsed(r, 1)?,
-        unit: unit_at(r, 2, 3)?,
-        parent: r.get::<_, Option<i64>>(4)?.map(UnitId),
-        kind: parsed(r, 5)?,
-        quorum: r.get::<_, i64>(6)? as u32,
-        needed: r.get::<_, i64>(7)? as u32,
-        state: parsed(r, 8)?,
-        active_leases: r.get::<_, i64>(9)? as u32,
-        results: r.get::<_, i64>(10)? as u32,
-        accepted_result: r.get::<_, Option<i64>>(11)?.map(ResultId),
-        created_ms: r.get(12)?,
+        id: UnitId(r.get(at)?),
+        job_id: parsed(r, at + 1)?,
+        unit: unit_at(r, at + 2, at + 3)?,
+        parent: r.get::<_, Option<i64>>(at + 4)?.map(UnitId),
+        kind: parsed(r, at + 5)?,
+        quorum: r.get::<_, i64>(at + 6)? as u32,
+        needed: r.get::<_, i64>(at + 7)? as u32,
+        state: parsed(r, at + 8)?,
+        active_leases: r.get::<_, i64>(at + 9)? as u32,
+        results: r.get::<_, i64>(at + 10)? as u32,
+        accepted_result: r.get::<_, Option<i64>>(at + 11)?.map(ResultId),
+        created_ms: r.get(at + 12)?,
+        account_need: AccountNeed::from_stored(r.get(at + 13)?),
+        disputed: r.get(at + 14)?,
     })
 }
 
@@ -55,9 +63,10 @@ impl Units for SqliteTx<'_> {
     fn insert_units(&mut self, job: JobId, units: &[NewUnit], now_ms: i64) -> StoreResult<()> {
         // one prepared statement executed per row: on the writer thread that is cheaper
         // than building multi-row statements
+        // a unit cross-checked from the start prefers its runs from different accounts
         let mut insert = self.c.prepare_cached(
-            "INSERT INTO units (job_id, prefix_json, cursor_json, parent_id, kind, quorum, needed, state, created_ms) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, 'open', ?7)",
+            "INSERT INTO units (job_id, prefix_json, cursor_json, parent_id, kind, quorum, needed, state, created_ms, needs_new_account) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, 'open', ?7, CASE WHEN ?6 > 1 THEN 1 ELSE 0 END)",
         )?;
         let job = job.to_string();
         for u in units {
@@ -82,15 +91,31 @@ impl Units for SqliteTx<'_> {
             .optional()?)
     }
 
-    fn leasable_units(&mut self, hostname: &str, limit: usize) -> StoreResult<Vec<UnitRecord>> {
+    fn leasable_units(&mut self, who: &Leasing<'_>, limit: usize) -> StoreResult<Vec<UnitRecord>> {
+        // the identity never runs a unit twice; a volunteer account not either when the
+        // unit requires another party's run, or prefers one and the fleet has another
+        // party (the operator vouches for each of its machines: its identities are parties)
         let mut q = self.c.prepare_cached(&format!(
             "SELECT {U_COLUMNS} FROM units u JOIN jobs j ON j.id = u.job_id \
              WHERE u.state = 'open' AND j.state = 'running' \
-               AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.unit_id = u.id AND l.hostname = ?1 AND l.state = 'active') \
-               AND NOT EXISTS (SELECT 1 FROM results r WHERE r.unit_id = u.id AND r.hostname = ?1 AND r.verdict != 'wrong') \
-             ORDER BY u.id LIMIT ?2"
+               AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.unit_id = u.id AND l.state = 'active' \
+                     AND (l.worker_id = ?1 OR (?2 != 'operator' AND l.account_id = ?2 \
+                          AND (u.needs_new_account = 2 OR (u.needs_new_account = 1 AND ?3 > 1))))) \
+               AND NOT EXISTS (SELECT 1 FROM results r WHERE r.unit_id = u.id AND r.verdict NOT IN ('wrong', 'void') \
+                     AND (r.worker_id = ?1 OR (?2 != 'operator' AND r.account_id = ?2 \
+                          AND (u.needs_new_account = 2 OR (u.needs_new_account = 1 AND ?3 > 1))))) \
+             ORDER BY CASE WHEN ?4 THEN u.disputed ELSE 0 END DESC, u.id LIMIT ?5"
         ))?;
-        let rows = q.query_map(params![hostname, limit as i64], from_row)?;
+        let rows = q.query_map(
+            params![
+                who.worker.to_string(),
+                who.account.as_str(),
+                who.live_parties,
+                who.trusted,
+                limit as i64
+            ],
+            from_row,
+        )?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
@@ -130,18 +155,44 @@ impl Units for SqliteTx<'_> {
         self.adjust(id, if lease_was_active { -1 } else { 0 }, 1)
     }
 
+    fn recount_unit(&mut self, id: UnitId, reopen: bool) -> StoreResult<()> {
+        self.c.prepare_cached(
+            "UPDATE units SET results = (SELECT COUNT(*) FROM results r WHERE r.unit_id = units.id AND r.verdict NOT IN ('wrong', 'void')) \
+             WHERE id = ?",
+        )?
+        .execute([id.0])?;
+        if reopen {
+            self.c.prepare_cached(
+                "UPDATE units SET accepted_result_id = NULL, needed = results + active_leases + 1, state = 'open' \
+                 WHERE id = ? AND state != 'cancelled'",
+            )?
+            .execute([id.0])?;
+        } else {
+            self.adjust(id, 0, 0)?;
+        }
+        Ok(())
+    }
+
     fn mark_unit_done(&mut self, id: UnitId, result: ResultId) -> StoreResult<()> {
         self.c
-            .prepare_cached("UPDATE units SET state = 'done', accepted_result_id = ? WHERE id = ?")?
+            .prepare_cached(
+                "UPDATE units SET state = 'done', accepted_result_id = ?, disputed = 0 WHERE id = ?",
+            )?
             .execute(params![result.0, id.0])?;
         Ok(())
     }
 
-    fn request_deciding_run(&mut self, id: UnitId, quorum: u32) -> StoreResult<()> {
+    fn request_run(&mut self, id: UnitId, more: &MoreRuns) -> StoreResult<()> {
         self.c.prepare_cached(
-            "UPDATE units SET quorum = MAX(quorum, ?), needed = results + active_leases + 1, state = 'open' WHERE id = ?",
+            "UPDATE units SET quorum = MAX(quorum, ?1), needed = results + active_leases + 1, state = 'open', \
+               needs_new_account = ?2, disputed = ?3 WHERE id = ?4",
         )?
-        .execute(params![quorum as i64, id.0])?;
+        .execute(params![
+            more.quorum as i64,
+            more.account_need as i64,
+            more.disputed,
+            id.0
+        ])?;
         Ok(())
     }
 

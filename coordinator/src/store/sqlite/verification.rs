@@ -24,6 +24,8 @@ fn verification_from_row(r: &Row<'_>) -> rusqlite::Result<VerificationRecord> {
         nodes: r.get::<_, i64>(7)? as u64,
         engine_seconds: r.get(8)?,
         received_ms: r.get(9)?,
+        worker_id: parsed(r, 10)?,
+        account_id: parsed(r, 11)?,
     })
 }
 
@@ -152,8 +154,8 @@ impl Verifications for SqliteTx<'_> {
 
     fn insert_verification(&mut self, v: &NewVerification) -> StoreResult<()> {
         self.c.prepare_cached(
-            "INSERT INTO verifications (suite, unit, class_id, worker_id, hostname, engine_build, digest, result_json, nodes, engine_seconds, received_ms) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO verifications (suite, unit, class_id, worker_id, hostname, engine_build, digest, result_json, nodes, engine_seconds, received_ms, account_id) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )?
         .execute(params![
             v.suite,
@@ -166,15 +168,16 @@ impl Verifications for SqliteTx<'_> {
             v.body.0,
             v.nodes as i64,
             v.engine_seconds,
-            v.received_ms
+            v.received_ms,
+            v.account_id.as_str()
         ])?;
         Ok(())
     }
 
     fn verifications_of_suite(&mut self, suite: &str) -> StoreResult<Vec<VerificationRecord>> {
         let mut q = self.c.prepare_cached(
-            "SELECT id, suite, unit, class_id, hostname, engine_build, digest, nodes, engine_seconds, received_ms \
-             FROM verifications WHERE suite = ? ORDER BY id",
+            "SELECT id, suite, unit, class_id, hostname, engine_build, digest, nodes, engine_seconds, received_ms, \
+               worker_id, account_id FROM verifications WHERE suite = ? ORDER BY id",
         )?;
         let rows = q.query_map([suite], verification_from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
@@ -192,5 +195,23 @@ impl Verifications for SqliteTx<'_> {
         .query_row([suite, unit, digest], |r| r.get(0))
         .optional()?;
         body.map(|b| ResultBody(b).decode()).transpose()
+    }
+
+    fn unflag_class(&mut self, class: &str, now_ms: i64) -> StoreResult<()> {
+        self.c
+            .prepare_cached(
+                "INSERT INTO class_unflags (class_id, unflagged_ms) VALUES (?1, ?2) \
+                 ON CONFLICT(class_id) DO UPDATE SET unflagged_ms = excluded.unflagged_ms",
+            )?
+            .execute(params![class, now_ms])?;
+        Ok(())
+    }
+
+    fn class_unflags(&mut self) -> StoreResult<Vec<(String, i64)>> {
+        let mut q = self
+            .c
+            .prepare_cached("SELECT class_id, unflagged_ms FROM class_unflags")?;
+        let rows = q.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 }

@@ -12,13 +12,15 @@ use crate::store::tx::{StoreResult, Workers};
 /// The columns [`from_row`] reads, in order (`w.` prefixed).
 const COLUMNS: &str = "w.id, w.token_hash, w.hostname, w.cpu_model, w.cores, w.arch, w.os, \
      w.rustc_version, w.worker_version, w.target_features, w.engine_kind, w.engine_build, w.class_id, \
-     w.registered_ms, w.last_seen_ms, w.per_core_rate, w.threads, w.units_done, w.errors, w.quarantined";
+     w.registered_ms, w.last_seen_ms, w.per_core_rate, w.threads, w.units_done, w.errors, w.quarantined, \
+     w.account_id";
 
 /// Reads a row of [`COLUMNS`], then `leases_held` if `with_leases`.
 fn from_row(r: &Row<'_>, with_leases: bool) -> rusqlite::Result<WorkerRecord> {
     let engine_kind: EngineKind = parsed(r, 10)?;
     Ok(WorkerRecord {
         id: parsed(r, 0)?,
+        account_id: parsed(r, 20)?,
         token_hash: r.get(1)?,
         host: HostInfo {
             hostname: r.get(2)?,
@@ -43,7 +45,7 @@ fn from_row(r: &Row<'_>, with_leases: bool) -> rusqlite::Result<WorkerRecord> {
         errors: r.get::<_, i64>(18)? as u64,
         quarantined: r.get(19)?,
         leases_held: if with_leases {
-            r.get::<_, i64>(20)? as u64
+            r.get::<_, i64>(21)? as u64
         } else {
             0
         },
@@ -55,8 +57,8 @@ impl Workers for SqliteTx<'_> {
         let h = &w.host;
         self.c.prepare_cached(
             "INSERT INTO workers (id, token_hash, hostname, cpu_model, cores, arch, os, rustc_version, worker_version, registered_ms, last_seen_ms, \
-               engine_kind, engine_build, target_features, class_id) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+               engine_kind, engine_build, target_features, class_id, account_id) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
              ON CONFLICT(id) DO UPDATE SET token_hash = excluded.token_hash, hostname = excluded.hostname, cpu_model = excluded.cpu_model, \
                cores = excluded.cores, arch = excluded.arch, os = excluded.os, rustc_version = excluded.rustc_version, \
                worker_version = excluded.worker_version, last_seen_ms = excluded.last_seen_ms, engine_kind = excluded.engine_kind, \
@@ -77,7 +79,8 @@ impl Workers for SqliteTx<'_> {
             h.engine_kind.as_str(),
             w.engine_build,
             h.target_features,
-            w.class_id
+            w.class_id,
+            w.account_id.as_str()
         ])?;
         Ok(())
     }
@@ -143,21 +146,27 @@ impl Workers for SqliteTx<'_> {
     }
 
     fn worker_error(&mut self, id: WorkerId, threshold: u64) -> StoreResult<bool> {
-        let id = id.to_string();
-        self.c
-            .prepare_cached("UPDATE workers SET errors = errors + 1 WHERE id = ?")?
-            .execute([&id])?;
-        let (hostname, errors): (String, i64) = self
+        // the identity, not its host label: another identity naming the same host is
+        // another identity
+        let quarantined: Option<bool> = self
             .c
-            .prepare_cached("SELECT hostname, (SELECT SUM(errors) FROM workers w2 WHERE w2.hostname = w.hostname) FROM workers w WHERE id = ?")?
-            .query_row([&id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        if errors as u64 >= threshold {
-            self.c
-                .prepare_cached("UPDATE workers SET quarantined = 1 WHERE hostname = ?")?
-                .execute([&hostname])?;
-            return Ok(true);
-        }
-        Ok(false)
+            .prepare_cached(
+                "UPDATE workers SET errors = errors + 1, quarantined = quarantined OR errors + 1 >= ? \
+                 WHERE id = ? RETURNING quarantined",
+            )?
+            .query_row(params![threshold as i64, id.to_string()], |r| r.get(0))
+            .optional()?;
+        Ok(quarantined.unwrap_or(false))
+    }
+
+    fn release_worker(&mut self, id: WorkerId) -> StoreResult<bool> {
+        Ok(self
+            .c
+            .prepare_cached(
+                "UPDATE workers SET quarantined = 0, errors = 0 WHERE id = ? AND quarantined = 1",
+            )?
+            .execute([id.to_string()])?
+            == 1)
     }
 
     fn release_host(&mut self, hostname: &str) -> StoreResult<u64> {
