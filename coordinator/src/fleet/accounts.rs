@@ -16,7 +16,7 @@ use tracing::{info, warn};
 
 use super::registration::{random_token, sha256_hex};
 use super::{Fleet, FleetError};
-use crate::store::{AccountRecord, Tx};
+use crate::store::{AccountRecord, Tx, UnitState};
 
 impl Fleet {
     /// Issues a volunteer account; returns its enrolment token (shown once: only its hash
@@ -108,7 +108,7 @@ impl Fleet {
                         "account {account} is already revoked"
                     )));
                 }
-                fleet.void_account(tx, &account, now)
+                fleet.void_account(tx, &account)
             })
             .await?;
         self.forget_tokens_of(&id);
@@ -175,7 +175,6 @@ impl Fleet {
         &self,
         tx: &mut dyn Tx,
         account: &AccountId,
-        _now: i64,
     ) -> Result<(), FleetError> {
         // unit -> whether it lost its accepted result
         let mut touched: BTreeMap<UnitId, bool> = BTreeMap::new();
@@ -191,8 +190,23 @@ impl Fleet {
                 warn!(job_id = %unit.job_id, %account, "a completed job lost results of a voided account; re-opened");
             }
         }
-        for (unit, reopen) in touched {
-            tx.recount_unit(unit, reopen)?;
+        let now = self.now();
+        for (unit_id, reopen) in touched {
+            tx.recount_unit(unit_id, reopen)?;
+            // what is left may decide the unit now (an operator's result a voided
+            // account disputed, say)
+            let Some(unit) = tx.unit(unit_id)? else {
+                continue;
+            };
+            if reopen || unit.state == UnitState::Done || unit.state == UnitState::Cancelled {
+                continue;
+            }
+            let job = tx.job_head(unit.job_id)?.expect("unit has a job");
+            let live = self.live_parties(tx, now)?;
+            let outcome = self.decide(tx, (&job, &unit), None, (live, false), now)?;
+            if outcome.status.decides_unit() {
+                super::finish_if_done(tx, unit.job_id, now)?;
+            }
         }
         Ok(())
     }

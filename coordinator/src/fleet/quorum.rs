@@ -78,14 +78,15 @@ impl Group<'_> {
 
 impl Fleet {
     /// Looks at all valid results of a unit and accepts, confirms, overturns or asks for
-    /// one more run. `mine` is the result just recorded, `result` its body; `live` the
-    /// parties with a live worker; `recheck`: a trusted volunteer result drawn for a
-    /// recheck by another account.
+    /// one more run. `mine` is the result just recorded with its body (`None` when a unit
+    /// is decided again because some of its results were voided); `live` the parties with
+    /// a live worker; `recheck`: a trusted volunteer result drawn for a recheck by another
+    /// account.
     pub(super) fn decide(
         &self,
         tx: &mut dyn Tx,
         (job, unit): (&JobHead, &UnitRecord),
-        (mine, result): (&ResultRecord, &UnitResult),
+        mine: Option<(&ResultRecord, &UnitResult)>,
         (live, recheck): (u32, bool),
         now: i64,
     ) -> Result<ReportOutcome, FleetError> {
@@ -102,16 +103,27 @@ impl Fleet {
                 }),
             }
         }
-        let disputed = groups.len() > 1;
-        let mut quorum = if disputed {
-            unit.quorum.max(2)
-        } else {
-            unit.quorum
-        };
-        // a trusted volunteer's result, drawn for a recheck: another account runs it too
-        if recheck && valid.len() == 1 && !mine.account_id.is_operator() {
-            quorum = quorum.max(2);
+        if groups.is_empty() {
+            return Ok(ReportOutcome {
+                status: ReportStatus::PendingCheck,
+                detail: "no valid result".into(),
+            });
         }
+        let disputed = groups.len() > 1;
+        // a trusted volunteer's result drawn for a recheck: another account runs it too
+        // (kept with the unit; a dispute's quorum of 2 is not: it lasts as long as the
+        // disagreement does)
+        let stored_quorum = match mine {
+            Some((m, _)) if recheck && valid.len() == 1 && !m.account_id.is_operator() => {
+                unit.quorum.max(2)
+            }
+            _ => unit.quorum,
+        };
+        let quorum = if disputed {
+            stored_quorum.max(2)
+        } else {
+            stored_quorum
+        };
         // the strongest group: most parties, then most identities, then the first to arrive
         let best = groups
             .iter()
@@ -137,7 +149,7 @@ impl Fleet {
             tx.request_run(
                 unit.id,
                 &MoreRuns {
-                    quorum,
+                    quorum: stored_quorum,
                     account_need,
                     disputed,
                 },
@@ -185,11 +197,12 @@ impl Fleet {
                 }
                 // the new result is in hand: no need to read it back
                 let read;
-                let winner_result = if winner.id == mine.id {
-                    result
-                } else {
-                    read = tx.result_body(winner.id)?.expect("winner is stored");
-                    &read
+                let winner_result = match mine {
+                    Some((m, result)) if m.id == winner.id => result,
+                    _ => {
+                        read = tx.result_body(winner.id)?.expect("winner is stored");
+                        &read
+                    }
                 };
                 self.accept(tx, (job, unit), (winner, winner_result), now)?;
                 winner.id
@@ -211,14 +224,12 @@ impl Fleet {
             }
         }
         for account in quarantined_accounts {
-            self.void_account(tx, &account, now)?;
+            self.void_account(tx, &account)?;
         }
-        let status = if mine.digest != best_digest {
-            ReportStatus::Wrong
-        } else if mine.id == accepted_id {
-            ReportStatus::Accepted
-        } else {
-            ReportStatus::Replica
+        let status = match mine {
+            Some((m, _)) if m.digest != best_digest => ReportStatus::Wrong,
+            Some((m, _)) if m.id != accepted_id => ReportStatus::Replica,
+            _ => ReportStatus::Accepted,
         };
         Ok(ReportOutcome {
             status,

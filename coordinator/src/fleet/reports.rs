@@ -204,7 +204,7 @@ impl Fleet {
                 self.config.trust.account_quarantine_after,
             )? {
                 warn!(account = %worker.account_id, "account quarantined after wrong results of its workers");
-                self.void_account(tx, &worker.account_id, now)?;
+                self.void_account(tx, &worker.account_id)?;
             }
             return Ok(ReportOutcome {
                 status: ReportStatus::Rejected,
@@ -227,7 +227,7 @@ impl Fleet {
         let outcome = self.decide(
             tx,
             (&job, &unit),
-            (&mine, &report.result),
+            Some((&mine, &report.result)),
             (live, recheck && standing == Standing::Trusted),
             now,
         )?;

@@ -216,7 +216,7 @@ pub trait Accounts {
     /// Another account confirmed one of its results (`nodes` committed): trust and credit.
     fn account_confirmed(&mut self, id: &AccountId, nodes: u64) -> StoreResult<()>;
     /// One of its results was wrong: its trust streak restarts; a volunteer account is
-    /// quarantined at `threshold` errors. `true` when it is now quarantined.
+    /// quarantined at `threshold` errors. `true` when this error quarantined it.
     fn account_error(&mut self, id: &AccountId, threshold: u64) -> StoreResult<bool>;
     /// Independent parties with a worker seen since `since_ms`: active volunteer accounts
     /// (however many identities each has) plus the operator's identities (it vouches for

@@ -42,6 +42,16 @@ impl Coordinator {
         quarantine_after: i64,
         clock: Arc<AtomicI64>,
     ) -> Coordinator {
+        Self::start_with(db, quarantine_after, Default::default(), clock).await
+    }
+
+    /// A coordinator with a trust policy.
+    pub async fn start_with(
+        db: &Path,
+        quarantine_after: i64,
+        trust: e2fleet_coordinator::fleet::TrustPolicy,
+        clock: Arc<AtomicI64>,
+    ) -> Coordinator {
         let store = Store::open(db).await.unwrap();
         let c = clock.clone();
         let fleet = Arc::new(Fleet::new(
@@ -49,7 +59,7 @@ impl Coordinator {
             FleetConfig {
                 lease: Duration::from_secs(30),
                 quarantine_after: quarantine_after as u64,
-                trust: Default::default(),
+                trust,
                 enroll_token: ENROLL.into(),
                 admin_token: ADMIN.into(),
             },
@@ -140,6 +150,14 @@ impl Coordinator {
     }
 
     /// A job's status as the JSON the API serves (tests index it by key).
+    /// A typed operator client.
+    #[allow(dead_code)]
+    pub async fn admin(&self) -> e2fleet_coordinator::client::Operator {
+        e2fleet_coordinator::client::Operator::connect(&self.url, None, ADMIN)
+            .await
+            .unwrap()
+    }
+
     pub async fn job(&self, id: &str) -> serde_json::Value {
         let r = self
             .operator()
@@ -188,6 +206,9 @@ pub enum Behaviour {
     Honest,
     /// Adds one node at a middle depth of every result it reports.
     Liar,
+    /// Reports every unit as walked with nothing below it: all-zero counts, no solution
+    /// (a forgery that passes every check a result can get without being re-run).
+    Zeros,
 }
 
 /// A simulated worker speaking the real protocol.
@@ -321,6 +342,18 @@ impl SimWorker {
         let mut r = Walker::new(&plan)
             .run(&unit, options, &mut NoControl)
             .unwrap();
+        if self.behaviour == Behaviour::Zeros && unit.cursor.is_empty() {
+            return UnitResult {
+                nodes_by_depth: vec![0; plan.len()],
+                committed: 0,
+                solutions_count: 0,
+                solutions: Vec::new(),
+                max_depth: unit.prefix.len(),
+                deepest: unit.prefix.clone(),
+                cursor: None,
+                stop: Some(e2fleet_engine::unit::StopReason::Finished),
+            };
+        }
         if self.behaviour == Behaviour::Liar {
             let d = plan.len() / 2;
             r.nodes_by_depth[d] += 1;

@@ -6,4 +6,5 @@ mod dashboard;
 mod harness;
 mod http_api;
 mod scenarios;
+mod trust;
 mod verification;

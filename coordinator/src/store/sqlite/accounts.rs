@@ -107,7 +107,12 @@ impl Accounts for SqliteTx<'_> {
 
     fn account_error(&mut self, id: &AccountId, threshold: u64) -> StoreResult<bool> {
         // the operator's own account is never quarantined as a whole (its identities are)
-        let quarantined: Option<bool> = self
+        let before: Option<bool> = self
+            .c
+            .prepare_cached("SELECT quarantined FROM accounts WHERE id = ?")?
+            .query_row([id.as_str()], |r| r.get(0))
+            .optional()?;
+        let after: Option<bool> = self
             .c
             .prepare_cached(
                 "UPDATE accounts SET errors = errors + 1, confirmed_streak = 0, \
@@ -116,7 +121,7 @@ impl Accounts for SqliteTx<'_> {
             )?
             .query_row(params![threshold as i64, id.as_str()], |r| r.get(0))
             .optional()?;
-        Ok(quarantined.unwrap_or(false))
+        Ok(before == Some(false) && after == Some(true))
     }
 
     fn live_parties(&mut self, since_ms: i64) -> StoreResult<u32> {

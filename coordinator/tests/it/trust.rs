@@ -1,0 +1,283 @@
+//! Trust: strangers can join the fleet and still cannot forge its numbers. Each test is
+//! an attack from issue #14, made as a hostile volunteer would make it (the real gRPC API,
+//! an enrolment token, nothing else), and what the coordinator does about it.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+
+use e2fleet_coordinator::fleet::TrustPolicy;
+use e2fleet_proto::v2;
+use tonic::Code;
+
+use crate::harness::*;
+
+const FOUR: &str = "brendan/set1/pieces_04x04.txt";
+
+/// Workers take turns until none has work (bounded).
+async fn work_all(workers: &mut [&mut SimWorker], rounds: usize) {
+    for _ in 0..rounds {
+        let mut done = 0;
+        for w in workers.iter_mut() {
+            done += w.work(1).await;
+        }
+        if done == 0 {
+            return;
+        }
+    }
+}
+
+fn assert_exact_4x4(doc: &serde_json::Value) {
+    assert_eq!(doc["state"], "complete", "{}", doc["units"]);
+    assert_eq!(doc["nodes_total"], 4_470);
+    assert_eq!(doc["solutions_count"], 36);
+    assert_eq!(doc["conservation_ok"], true);
+}
+
+async fn account_json(c: &Coordinator, name: &str) -> serde_json::Value {
+    let accounts = c.admin().await.accounts().await.unwrap();
+    let a = accounts
+        .into_iter()
+        .find(|a| a.id.as_str() == name)
+        .unwrap();
+    serde_json::to_value(a).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_identities_of_one_volunteer_forging_zeros_cannot_move_a_total() {
+    let dir = tempfile::tempdir().unwrap();
+    let trust = TrustPolicy {
+        account_quarantine_after: 3,
+        ..TrustPolicy::default()
+    };
+    let c = Coordinator::start_with(
+        &temp_db(&dir),
+        3,
+        trust,
+        Arc::new(AtomicI64::new(1_000_000)),
+    )
+    .await;
+    let (_, token) = c.admin().await.add_account("mallory").await.unwrap();
+    let job = c.submit(FOUR, 2, 0, 1).await;
+    // two registrations of one account, named like anything it likes
+    let mut a = SimWorker::register_with(&c.url, &token, "a", "x", 2, Behaviour::Zeros).await;
+    let mut b = SimWorker::register_with(&c.url, &token, "b", "x", 2, Behaviour::Zeros).await;
+    // they get in first, and agree with each other
+    work_all(&mut [&mut a, &mut b], 50).await;
+    let doc = c.job(&job).await;
+    assert_eq!(doc["units"]["done"], 0, "nothing one account says counts alone");
+    assert_eq!(doc["nodes_total"], doc["enumeration_nodes"]);
+    // the operator's own machines come along
+    let mut h1 = SimWorker::register(&c.url, "honest-1", Behaviour::Honest).await;
+    let mut h2 = SimWorker::register(&c.url, "honest-2", Behaviour::Honest).await;
+    work_all(&mut [&mut h1, &mut h2, &mut a, &mut b], 200).await;
+    assert_exact_4x4(&c.job(&job).await);
+    let m = account_json(&c, "mallory").await;
+    assert_eq!(m["quarantined"], true, "{m}");
+    assert_eq!(m["confirmed_results"], 0);
+    assert!(a.lease(5).await.unwrap().is_empty());
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volunteer_earns_trust_loses_it_at_once_and_its_revocation_takes_back_what_it_alone_said()
+ {
+    let dir = tempfile::tempdir().unwrap();
+    let trust = TrustPolicy {
+        trust_after: 3,
+        recheck: 0.0,
+        account_quarantine_after: 100,
+    };
+    let c = Coordinator::start_with(
+        &temp_db(&dir),
+        100,
+        trust,
+        Arc::new(AtomicI64::new(1_000_000)),
+    )
+    .await;
+    let (_, token) = c.admin().await.add_account("vera").await.unwrap();
+    let mut v = SimWorker::register_with(&c.url, &token, "vera-1", "x", 2, Behaviour::Honest).await;
+    let mut op = SimWorker::register(&c.url, "operator-1", Behaviour::Honest).await;
+    // untrusted: vera's results wait for another party; the operator's confirm them
+    let job = c.submit(FOUR, 2, 0, 1).await;
+    let mut confirmed = 0;
+    for _ in 0..3 {
+        let l = v.lease(1).await.unwrap().remove(0);
+        let r = v.compute(&l).await;
+        assert_eq!(v.report(&l, &r).await.unwrap(), "pending_check");
+        let ol = op.lease(1).await.unwrap().remove(0);
+        assert_eq!(ol.unit_id, l.unit_id, "the unit waiting for another party goes first");
+        let or = op.compute(&ol).await;
+        op.report(&ol, &or).await.unwrap();
+        confirmed += 1;
+    }
+    let a = account_json(&c, "vera").await;
+    assert_eq!(a["confirmed_streak"], confirmed);
+    assert_eq!(a["trusted"], true, "{a}");
+    // trusted: its results count alone now
+    let l = v.lease(1).await.unwrap().remove(0);
+    let r = v.compute(&l).await;
+    assert_eq!(v.report(&l, &r).await.unwrap(), "accepted");
+    // revoked: what it said alone is taken back, its units run again, the job stays exact
+    c.admin().await.revoke_account("vera").await.unwrap();
+    let err = v.lease(1).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated, "{err}");
+    work_all(&mut [&mut op], 200).await;
+    let doc = c.job(&job).await;
+    assert_exact_4x4(&doc);
+    assert!(
+        doc["results"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["verdict"] == "void"),
+        "{}",
+        doc["results"]
+    );
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recheck_catches_a_trusted_volunteers_lie_and_its_trust_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    // every trusted result is rechecked here, so the lie is sure to be drawn
+    let trust = TrustPolicy {
+        trust_after: 2,
+        recheck: 1.0,
+        account_quarantine_after: 100,
+    };
+    let c = Coordinator::start_with(
+        &temp_db(&dir),
+        100,
+        trust,
+        Arc::new(AtomicI64::new(1_000_000)),
+    )
+    .await;
+    let (_, token) = c.admin().await.add_account("vera").await.unwrap();
+    let mut v = SimWorker::register_with(&c.url, &token, "vera-1", "x", 2, Behaviour::Honest).await;
+    let mut o1 = SimWorker::register(&c.url, "operator-1", Behaviour::Honest).await;
+    let mut o2 = SimWorker::register(&c.url, "operator-2", Behaviour::Honest).await;
+    let job = c.submit(FOUR, 2, 0, 1).await;
+    for _ in 0..2 {
+        let l = v.lease(1).await.unwrap().remove(0);
+        let r = v.compute(&l).await;
+        v.report(&l, &r).await.unwrap();
+        let ol = o1.lease(1).await.unwrap().remove(0);
+        let or = o1.compute(&ol).await;
+        o1.report(&ol, &or).await.unwrap();
+    }
+    assert_eq!(account_json(&c, "vera").await["trusted"], true);
+    // trusted now, it lies; the recheck sends the unit to another party
+    v.behaviour = Behaviour::Liar;
+    let l = v.lease(1).await.unwrap().remove(0);
+    let r = v.compute(&l).await;
+    assert_eq!(v.report(&l, &r).await.unwrap(), "pending_check");
+    let ol = o1.lease(1).await.unwrap().remove(0);
+    assert_eq!(ol.unit_id, l.unit_id);
+    let or = o1.compute(&ol).await;
+    assert_eq!(o1.report(&ol, &or).await.unwrap(), "mismatch");
+    // a third party decides: the lie is wrong, and the streak starts again
+    let dl = o2.lease(1).await.unwrap().remove(0);
+    assert_eq!(dl.unit_id, l.unit_id, "the disputed unit goes to a trusted worker first");
+    let dr = o2.compute(&dl).await;
+    assert_eq!(o2.report(&dl, &dr).await.unwrap(), "replica", "it agrees with the operator");
+    let a = account_json(&c, "vera").await;
+    assert_eq!((a["trusted"].clone(), a["confirmed_streak"].clone()), (false.into(), 0.into()), "{a}");
+    assert_eq!(a["errors"], 1);
+    v.behaviour = Behaviour::Honest;
+    work_all(&mut [&mut o1, &mut o2, &mut v], 200).await;
+    assert_exact_4x4(&c.job(&job).await);
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_alone_does_not_take_over_an_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let mut victim = SimWorker::register(&c.url, "victim", Behaviour::Honest).await;
+    c.submit(FOUR, 2, 0, 1).await;
+    let held = victim.lease(2).await.unwrap();
+    // the attacker knows the enrolment token and the victim's id (both are not secrets
+    // in a volunteer fleet), not the victim's token
+    let mut client = v2::worker_service_client::WorkerServiceClient::connect(c.url.clone())
+        .await
+        .unwrap();
+    let err = client
+        .register_worker(v2::RegisterWorkerRequest {
+            enroll_token: ENROLL.into(),
+            host: Some(v2::HostInfo {
+                hostname: "victim".into(),
+                engine_kind: v2::EngineKind::Reference.into(),
+                ..Default::default()
+            }),
+            previous_worker_id: victim.id.clone(),
+            previous_worker_token: "guessed".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::PermissionDenied, "{err}");
+    // the victim still holds its token and its leases
+    for l in &held {
+        let r = victim.compute(l).await;
+        assert_eq!(victim.report(l, &r).await.unwrap(), "accepted");
+    }
+    // with the token, a worker keeps its identity (a restart)
+    let again = client
+        .register_worker(v2::RegisterWorkerRequest {
+            enroll_token: ENROLL.into(),
+            host: Some(v2::HostInfo {
+                hostname: "victim".into(),
+                engine_kind: v2::EngineKind::Reference.into(),
+                ..Default::default()
+            }),
+            previous_worker_id: victim.id.clone(),
+            previous_worker_token: victim.token.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(again.worker_id, victim.id);
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_is_a_label_quarantine_follows_the_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 1).await;
+    let job = c.submit(FOUR, 2, 0, 2).await;
+    let mut honest = SimWorker::register(&c.url, "honest-c", Behaviour::Honest).await;
+    let mut impostor = SimWorker::register(&c.url, "honest-c", Behaviour::Liar).await;
+    let mut other = SimWorker::register(&c.url, "other", Behaviour::Honest).await;
+    let mut third = SimWorker::register(&c.url, "third", Behaviour::Honest).await;
+    work_all(&mut [&mut impostor, &mut honest, &mut other, &mut third], 200).await;
+    assert_exact_4x4(&c.job(&job).await);
+    let workers = c.workers().await;
+    let rows: Vec<&serde_json::Value> = workers
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["hostname"] == "honest-c")
+        .collect();
+    let by_id = |id: &str| rows.iter().find(|w| w["id"] == id).unwrap();
+    assert_eq!(by_id(&impostor.id)["quarantined"], true);
+    assert_eq!(by_id(&honest.id)["quarantined"], false, "the real honest-c works on");
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_worker_cannot_hoard_a_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let job = c.submit("brendan/set1/pieces_06x06.txt", 4, 0, 1).await;
+    // it says it has 1,000 cores; it gets what 64 threads would hold, at most
+    let mut greedy =
+        SimWorker::register_with(&c.url, ENROLL, "greedy", "x", 1000, Behaviour::Honest).await;
+    let mut got = 0;
+    for _ in 0..10 {
+        got += greedy.lease(256).await.unwrap().len();
+    }
+    assert!(got <= 64, "{got}");
+    let mut honest = SimWorker::register(&c.url, "honest", Behaviour::Honest).await;
+    assert!(!honest.lease(4).await.unwrap().is_empty(), "work is left for others");
+    assert_eq!(c.job(&job).await["state"], "running");
+    c.stop().await;
+}
