@@ -1,31 +1,21 @@
 //! TLS for the coordinator's one port (`serve --tls-cert FILE --tls-key FILE`, or
 //! `serve --tls-self-signed --tls-name HOST[,IP...]`): gRPC, the dashboard and the JSON
 //! API all move to `https://`. ALPN offers HTTP/2 (gRPC) and HTTP/1.1 (browsers, curl).
-//! Handshakes run in their own tasks with a deadline, so a client that stalls in its
-//! handshake holds up nobody else.
+//! Handshakes run in each connection's own task with a deadline
+//! ([`crate::server::listener`]), so a client that stalls in its handshake holds up
+//! nobody else.
 //!
 //! [`self_signed`] makes a fleet's own small PKI once: a CA (the one file workers trust,
 //! `--ca-cert ca.pem`) and a server certificate it signs for the coordinator's names. A
 //! bare self-signed certificate would not do: rustls (like browsers) refuses a CA
 //! certificate used as the server's own ("CaUsedAsEndEntity").
 
-use std::io;
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::mpsc;
-use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::ServerConfig;
-use tokio_rustls::server::TlsStream;
-use tracing::{debug, warn};
-
-/// How long a client may take to finish its TLS handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A server TLS configuration from PEM files: the certificate chain (leaf first) and its
 /// private key (PKCS#8, PKCS#1 or SEC1).
@@ -156,74 +146,4 @@ pub fn self_signed(dir: &Path, names: &[String]) -> Result<SelfSigned, String> {
         created: true,
         ..files
     })
-}
-
-/// A listener that hands out connections whose TLS handshake has completed.
-pub struct TlsListener {
-    local: SocketAddr,
-    ready: mpsc::Receiver<(TlsStream<TcpStream>, SocketAddr)>,
-    accept_task: tokio::task::JoinHandle<()>,
-}
-
-impl TlsListener {
-    /// Accepts on `listener` and runs every handshake in its own task.
-    pub fn new(listener: TcpListener, config: Arc<ServerConfig>) -> io::Result<TlsListener> {
-        let local = listener.local_addr()?;
-        let acceptor = TlsAcceptor::from(config);
-        let (tx, ready) = mpsc::channel(256);
-        let accept_task = tokio::spawn(async move {
-            loop {
-                let (tcp, peer) = match listener.accept().await {
-                    Ok(c) => c,
-                    Err(e) => {
-                        warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                if let Err(e) = tcp.set_nodelay(true) {
-                    warn!(error = %e, "cannot set TCP_NODELAY");
-                }
-                let acceptor = acceptor.clone();
-                let tx = tx.clone();
-                tokio::spawn(async move {
-                    match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                        Ok(Ok(tls)) => {
-                            let _ = tx.send((tls, peer)).await;
-                        }
-                        Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => debug!(%peer, "TLS handshake timed out"),
-                    }
-                });
-            }
-        });
-        Ok(TlsListener {
-            local,
-            ready,
-            accept_task,
-        })
-    }
-}
-
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        self.accept_task.abort();
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.ready.recv().await {
-            Some(c) => c,
-            // the accept task never ends on its own; if it did, wait for shutdown
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> io::Result<Self::Addr> {
-        Ok(self.local)
-    }
 }

@@ -17,6 +17,10 @@
 /// Generated code for `e2fleet.v2`.
 pub mod v2 {
     tonic::include_proto!("e2fleet.v2");
+
+    /// The encoded `FileDescriptorSet` of `e2fleet.v2`, for gRPC reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/e2fleet_v2_descriptor.bin"));
 }
 
 pub mod api;

@@ -37,7 +37,12 @@ fn lease_ids(ids: &[String]) -> Result<Vec<LeaseId>, Status> {
 pub struct WorkerApi(pub Arc<Fleet>);
 
 impl WorkerApi {
+    /// The calling worker: put there by [`super::guard`] before the body was read (or
+    /// authenticated here when the service runs without it).
     async fn worker<T>(&self, request: &Request<T>) -> Result<WorkerRecord, Status> {
+        if let Some(worker) = request.extensions().get::<WorkerRecord>() {
+            return Ok(worker.clone());
+        }
         self.0
             .worker_by_token(token(request))
             .await

@@ -2,14 +2,23 @@
 //! into an axum router. `serve` takes a bound listener and a shutdown future, so tests bind
 //! `127.0.0.1:0` and run everything in one process.
 //!
-//! - [`grpc`]: the tonic services (thin: convert, call, convert, map the error);
-//! - [`http`]: the JSON API; [`metrics`]: `/metrics`;
+//! - [`listener`]: the accept loop, where connections are bounded (count, per address,
+//!   handshake, headers, idle);
+//! - [`guard`]: authentication and body limits per gRPC method, before any body is read;
+//! - [`grpc`]: the tonic services (thin: convert, call, convert, map the error), plus the
+//!   standard `grpc.health.v1` and reflection services;
+//! - [`http`]: the JSON API (public reads, cached a second, concurrency-limited);
+//!   [`metrics`]: `/metrics`;
 //! - [`errors`]: the one error -> gRPC code / HTTP status table and the bearer parser.
 
 pub mod errors;
 pub mod grpc;
+pub mod guard;
 pub mod http;
+pub mod listener;
 pub mod metrics;
+
+pub use listener::ServerLimits;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -25,8 +34,26 @@ use tracing::warn;
 use crate::fleet::Fleet;
 use grpc::{OperatorApi, WorkerApi};
 
-/// The whole router: gRPC services plus the JSON API, `/metrics` and the dashboard.
+/// Public HTTP requests (API, dashboard, metrics) handled at once; more are answered 503.
+pub const MAX_PUBLIC_REQUESTS: usize = 64;
+
+/// The whole router: gRPC services (behind [`guard`]) plus the JSON API, `/metrics` and
+/// the dashboard.
 pub fn router(fleet: Arc<Fleet>) -> axum::Router {
+    let (health_reporter, health) = tonic_health::server::health_reporter();
+    tokio::spawn(async move {
+        health_reporter
+            .set_serving::<WorkerServiceServer<WorkerApi>>()
+            .await;
+        health_reporter
+            .set_serving::<OperatorServiceServer<OperatorApi>>()
+            .await;
+    });
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(e2fleet_proto::v2::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .expect("the descriptor sets are valid");
     let grpc = tonic::service::Routes::new(
         WorkerServiceServer::new(WorkerApi(fleet.clone()))
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -37,7 +64,13 @@ pub fn router(fleet: Arc<Fleet>) -> axum::Router {
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
             .max_encoding_message_size(MAX_MESSAGE_BYTES),
     )
-    .into_axum_router();
+    .add_service(health)
+    .add_service(reflection)
+    .into_axum_router()
+    .layer(axum::middleware::from_fn_with_state(
+        Arc::new(guard::Guard::new(fleet.clone())),
+        guard::guard,
+    ));
     let api = axum::Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/api/jobs", get(http::jobs))
@@ -50,7 +83,20 @@ pub fn router(fleet: Arc<Fleet>) -> axum::Router {
         .route("/api/verification", get(http::verification))
         .route("/metrics", get(metrics::metrics))
         .merge(crate::dashboard::routes())
-        .with_state(fleet);
+        .with_state(fleet)
+        .layer(
+            tower::ServiceBuilder::new()
+                .layer(axum::error_handling::HandleErrorLayer::new(
+                    |_: tower::BoxError| async {
+                        (
+                            axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                            "busy; retry later",
+                        )
+                    },
+                ))
+                .load_shed()
+                .concurrency_limit(MAX_PUBLIC_REQUESTS),
+        );
     grpc.merge(api)
 }
 
@@ -70,6 +116,17 @@ pub async fn serve_with(
     shutdown: impl Future<Output = ()> + Send + 'static,
     tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 ) -> std::io::Result<()> {
+    serve_with_limits(listener, fleet, shutdown, tls, ServerLimits::default()).await
+}
+
+/// [`serve_with`], with connection limits of its own.
+pub async fn serve_with_limits(
+    listener: TcpListener,
+    fleet: Arc<Fleet>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+    tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
+    limits: ServerLimits,
+) -> std::io::Result<()> {
     let expiry_fleet = fleet.clone();
     let period = (fleet.config().lease / 4).max(Duration::from_millis(100));
     let expiry = tokio::spawn(async move {
@@ -81,27 +138,7 @@ pub async fn serve_with(
             }
         }
     });
-    // gRPC is many small request/response pairs: without TCP_NODELAY, Nagle's algorithm
-    // and delayed ACKs hold a response written in pieces for ~40 ms
-    let result = match tls {
-        Some(config) => {
-            let listener = crate::tls::TlsListener::new(listener, config)?;
-            axum::serve(listener, router(fleet))
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
-        None => {
-            let listener =
-                axum::serve::ListenerExt::tap_io(listener, |tcp: &mut tokio::net::TcpStream| {
-                    if let Err(e) = tcp.set_nodelay(true) {
-                        warn!(error = %e, "cannot set TCP_NODELAY");
-                    }
-                });
-            axum::serve(listener, router(fleet))
-                .with_graceful_shutdown(shutdown)
-                .await
-        }
-    };
+    let result = listener::serve(listener, router(fleet), shutdown, tls, limits).await;
     expiry.abort();
     result
 }

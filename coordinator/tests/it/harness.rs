@@ -52,6 +52,32 @@ impl Coordinator {
         trust: e2fleet_coordinator::fleet::TrustPolicy,
         clock: Arc<AtomicI64>,
     ) -> Coordinator {
+        Self::start_full(db, quarantine_after, trust, clock, Default::default()).await
+    }
+
+    /// A coordinator with connection limits of its own.
+    #[allow(dead_code)]
+    pub async fn start_limited(
+        db: &Path,
+        limits: e2fleet_coordinator::server::ServerLimits,
+    ) -> Coordinator {
+        Self::start_full(
+            db,
+            3,
+            Default::default(),
+            Arc::new(AtomicI64::new(1_000_000)),
+            limits,
+        )
+        .await
+    }
+
+    async fn start_full(
+        db: &Path,
+        quarantine_after: i64,
+        trust: e2fleet_coordinator::fleet::TrustPolicy,
+        clock: Arc<AtomicI64>,
+        limits: e2fleet_coordinator::server::ServerLimits,
+    ) -> Coordinator {
         let store = Store::open(db).await.unwrap();
         let c = clock.clone();
         let fleet = Arc::new(Fleet::new(
@@ -70,9 +96,15 @@ impl Coordinator {
         let (tx, rx) = tokio::sync::oneshot::channel::<()>();
         let f = fleet.clone();
         let task = tokio::spawn(async move {
-            e2fleet_coordinator::server::serve(listener, f, async {
-                let _ = rx.await;
-            })
+            e2fleet_coordinator::server::serve_with_limits(
+                listener,
+                f,
+                async {
+                    let _ = rx.await;
+                },
+                None,
+                limits,
+            )
             .await
             .unwrap();
         });

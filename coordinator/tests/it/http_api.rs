@@ -6,7 +6,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use crate::harness::*;
 
 /// A plain HTTP/1.1 GET; returns (status, body).
-async fn get(url: &str, path: &str) -> (u16, String) {
+pub async fn get(url: &str, path: &str) -> (u16, String) {
     let text = raw_get(url, path).await;
     let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
     let body = text

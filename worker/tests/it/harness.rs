@@ -196,10 +196,23 @@ pub fn worker_with(
     extra: &[&str],
     own_group: bool,
 ) -> Proc {
+    worker_as(url, ENROLL, data_dir, hostname, threads, extra, own_group)
+}
+
+/// [`worker_with`], enrolled with `token` (an account's enrolment token).
+pub fn worker_as(
+    url: &str,
+    token: &str,
+    data_dir: &Path,
+    hostname: &str,
+    threads: u32,
+    extra: &[&str],
+    own_group: bool,
+) -> Proc {
     use std::os::unix::process::CommandExt;
     let log = std::fs::File::create(data_dir.with_extension("log")).unwrap();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_e2fleet-worker"));
-    cmd.args(["run", "--coordinator", url, "--token", ENROLL])
+    cmd.args(["run", "--coordinator", url, "--token", token])
         .args(["--threads", &threads.to_string(), "--nice", "0"])
         .arg("--data-dir")
         .arg(data_dir)

@@ -4,6 +4,7 @@
 
 mod first_hour;
 mod harness;
+mod hostile;
 mod processes;
 mod scenarios;
 mod tls;

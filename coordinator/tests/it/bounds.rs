@@ -1,0 +1,147 @@
+//! What a client without a token can cost the coordinator: connections are bounded in
+//! number and time, and requests are refused before their bodies are read.
+
+use std::time::{Duration, Instant};
+
+use e2fleet_coordinator::server::ServerLimits;
+use e2fleet_proto::v2;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tonic::Code;
+
+use crate::harness::*;
+
+fn quick_limits() -> ServerLimits {
+    ServerLimits {
+        handshake_timeout: Duration::from_millis(500),
+        header_read_timeout: Duration::from_millis(500),
+        max_connections_per_ip: 6,
+        ..ServerLimits::default()
+    }
+}
+
+/// Reads until the peer closes; how long that took (panics after `limit`).
+async fn closed_within(stream: &mut TcpStream, limit: Duration) -> Duration {
+    let started = Instant::now();
+    let mut buf = [0u8; 4096];
+    loop {
+        match tokio::time::timeout(limit, stream.read(&mut buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return started.elapsed(),
+            Ok(Ok(_)) => continue,
+            Err(_) => panic!("the connection was still open after {limit:?}"),
+        }
+    }
+}
+
+fn addr(c: &Coordinator) -> String {
+    c.url.trim_start_matches("http://").to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_half_sent_connections_are_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start_limited(&temp_db(&dir), quick_limits()).await;
+    // a TCP connection that never says anything
+    let mut silent = TcpStream::connect(addr(&c)).await.unwrap();
+    let took = closed_within(&mut silent, Duration::from_secs(5)).await;
+    assert!(took >= Duration::from_millis(400), "{took:?}");
+    // an HTTP/1 request whose headers never end
+    let mut half = TcpStream::connect(addr(&c)).await.unwrap();
+    half.write_all(b"GET /api/jobs HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    closed_within(&mut half, Duration::from_secs(5)).await;
+    // the coordinator is fine
+    let (status, _) = crate::http_api::get(&c.url, "/healthz").await;
+    assert_eq!(status, 200);
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_per_address_limit_are_closed_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = ServerLimits {
+        handshake_timeout: Duration::from_secs(30),
+        ..quick_limits()
+    };
+    let c = Coordinator::start_limited(&temp_db(&dir), limits).await;
+    let mut held = Vec::new();
+    for _ in 0..6 {
+        held.push(TcpStream::connect(addr(&c)).await.unwrap());
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut extra = TcpStream::connect(addr(&c)).await.unwrap();
+    let took = closed_within(&mut extra, Duration::from_secs(5)).await;
+    assert!(took < Duration::from_secs(2), "{took:?}");
+    drop(held);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (status, _) = crate::http_api::get(&c.url, "/healthz").await;
+    assert_eq!(status, 200, "slots come back when connections close");
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_without_a_token_are_refused_before_their_bodies_are_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let channel = tonic::transport::Endpoint::from_shared(c.url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut worker = v2::worker_service_client::WorkerServiceClient::new(channel.clone())
+        .max_encoding_message_size(64 << 20);
+    let mut operator = v2::operator_service_client::OperatorServiceClient::new(channel)
+        .max_encoding_message_size(64 << 20);
+    let big = "x".repeat(15 << 20);
+    let started = Instant::now();
+    let err = worker
+        .report_result(v2::ReportResultRequest {
+            lease_id: big.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated, "{err}");
+    let err = operator
+        .submit_job(v2::SubmitJobRequest {
+            puzzle_json: big.clone(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::Unauthenticated, "{err}");
+    // registration is open, and small: a 15 MiB one is cut off at 16 KiB
+    let err = worker
+        .register_worker(v2::RegisterWorkerRequest {
+            enroll_token: big,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err.code(), Code::ResourceExhausted | Code::OutOfRange | Code::Internal | Code::Unknown | Code::Cancelled),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // health and reflection answer anyone
+    let mut health = tonic_health::pb::health_client::HealthClient::new(
+        tonic::transport::Endpoint::from_shared(c.url.clone())
+            .unwrap()
+            .connect()
+            .await
+            .unwrap(),
+    );
+    let serving = health
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: "e2fleet.v2.WorkerService".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        serving.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
+    );
+    c.stop().await;
+}
