@@ -92,7 +92,7 @@ fn latest<'r>(
     for r in rows {
         if unflagged
             .get(&r.class_id)
-            .is_some_and(|&t| r.received_ms < t)
+            .is_some_and(|&t| r.received_ms <= t)
         {
             continue;
         }

@@ -91,7 +91,12 @@ pub async fn verification(
     State(fleet): State<Arc<Fleet>>,
     Query(q): Query<SuiteQuery>,
 ) -> Response {
-    reply(fleet.verification_matrix(&q.suite).await)
+    reply(
+        fleet
+            .verification_matrix(&q.suite)
+            .await
+            .map(|m| m.public()),
+    )
 }
 
 /// `GET /api/fleet`

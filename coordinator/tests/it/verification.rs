@@ -31,11 +31,25 @@ impl SimWorker {
     /// Fetches the suite (only what this class lacks), runs it, lying on `lie_on` units,
     /// and submits; returns the coordinator's answer.
     pub async fn verify(&mut self, suite: &str, lie_on: &[&str]) -> VerificationOutcome {
+        self.verify_units(suite, lie_on, true).await
+    }
+
+    /// [`SimWorker::verify`] on the whole suite (what its class ran already included).
+    pub async fn verify_all(&mut self, suite: &str, lie_on: &[&str]) -> VerificationOutcome {
+        self.verify_units(suite, lie_on, false).await
+    }
+
+    async fn verify_units(
+        &mut self,
+        suite: &str,
+        lie_on: &[&str],
+        only_missing: bool,
+    ) -> VerificationOutcome {
         let r = self
             .client
             .get_suite(self.req(v2::GetSuiteRequest {
                 suite: suite.into(),
-                only_missing: true,
+                only_missing,
             }))
             .await
             .unwrap()
@@ -349,5 +363,65 @@ async fn an_upgraded_built_in_suite_replaces_the_stored_one() {
         .collect();
     assert_eq!(names.len(), 12, "{names:?}");
     assert!(!names.contains(&"old-unit"));
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_volunteer_cannot_poison_an_honest_hardware_class() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    c.submit("brendan/set1/pieces_04x04.txt", 2, 0, 1).await;
+    let mut honest = SimWorker::register_as(&c.url, "h1", "CPU Alpha", Behaviour::Honest).await;
+    assert!(!honest.verify("", &[]).await.class_flagged);
+    // a volunteer registers with the honest class's labels (same CPU, same build: the
+    // same class id) and lies on a verification unit
+    let (_, token) = c.admin().await.add_account("mallory").await.unwrap();
+    let mut m1 =
+        SimWorker::register_with(&c.url, &token, "m1", "CPU Alpha", 2, Behaviour::Honest).await;
+    let answer = m1.verify_all("", &["easy-root-budget"]).await;
+    assert!(
+        answer.class_flagged,
+        "the liar is told it gets no work (its own identity is marked)"
+    );
+    // ... but the class is not flagged: the honest worker keeps working
+    assert!(!honest.lease(1).await.unwrap().is_empty());
+    let err = m1.lease(1).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition, "{err}");
+    let m = matrix(&c, "").await;
+    assert_eq!(class_of(&m, "CPU Alpha")["flagged"], false);
+    // a second identity of the same account changes nothing
+    let mut m2 =
+        SimWorker::register_with(&c.url, &token, "m2", "CPU Alpha", 2, Behaviour::Honest).await;
+    m2.verify_all("", &["easy-root-budget"]).await;
+    assert!(!honest.lease(1).await.unwrap().is_empty());
+    // a second account seeing the same disagreement does flag the class; the operator
+    // can lift the flag once the build is fixed
+    let (_, token2) = c.admin().await.add_account("trent").await.unwrap();
+    let mut t =
+        SimWorker::register_with(&c.url, &token2, "t1", "CPU Alpha", 2, Behaviour::Honest).await;
+    assert!(t.verify_all("", &["easy-root-budget"]).await.class_flagged);
+    assert_eq!(
+        honest.lease(1).await.unwrap_err().code(),
+        tonic::Code::FailedPrecondition
+    );
+    let class = m["classes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|k| k["cpu_model"] == "CPU Alpha")
+        .unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.admin().await.unflag_class(&class).await.unwrap();
+    assert!(!honest.lease(1).await.unwrap().is_empty());
+    // anyone can read the matrix, but not the whole fingerprint of a class
+    let (status, body) = crate::http_api::get(&c.url, "/api/verification").await;
+    assert_eq!(status, 200);
+    let public: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let alpha = class_of(&public, "CPU Alpha");
+    assert_eq!(alpha["engine_release"], "reference-te…", "{alpha}");
+    assert_eq!(alpha["target_features"], "");
+    assert_eq!(class_of(&m, "CPU Alpha")["engine_release"], "reference-test");
     c.stop().await;
 }

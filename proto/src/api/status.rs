@@ -435,6 +435,32 @@ pub struct VerificationMatrix {
 }
 
 impl VerificationMatrix {
+    /// The matrix as anyone may read it (the public JSON API and dashboard): each class's
+    /// readable labels (CPU, architecture, OS, rustc version number, engine kind and the
+    /// start of its release), not the full fingerprint someone would need to register as
+    /// that class. Operators get the whole matrix over the authenticated API.
+    pub fn public(mut self) -> VerificationMatrix {
+        fn rustc_number(v: &str) -> String {
+            v.split_whitespace().take(2).collect::<Vec<_>>().join(" ")
+        }
+        fn short(v: &str) -> String {
+            match v.char_indices().nth(12) {
+                Some((i, _)) => format!("{}…", &v[..i]),
+                None => v.to_string(),
+            }
+        }
+        for c in &mut self.classes {
+            c.rustc_version = rustc_number(&c.rustc_version);
+            c.engine_release = short(&c.engine_release);
+            c.target_features = String::new();
+        }
+        for r in &mut self.speed_table {
+            r.rustc_version = rustc_number(&r.rustc_version);
+            r.engine_release = short(&r.engine_release);
+        }
+        self
+    }
+
     /// Builds the speed table from the classes (fastest first, unmeasured last).
     pub fn speed_table_of(classes: &[MatrixClass]) -> Vec<SpeedRow> {
         let mut rows: Vec<SpeedRow> = classes
