@@ -113,9 +113,43 @@ pub struct SearchPlan {
     pub piece_colours: Vec<[Colour; 4]>,
 }
 
+/// Most bucket offsets a plan may have (distinct tables x colours^2): 4 MiB of offsets.
+/// The real Eternity II with its clues needs 13,754 and the hard benchmark board 29,095;
+/// a puzzle past this (many hints of many colours on a big board) would make tables,
+/// generated source and compile times no volunteer's machine should be asked for.
+pub const MAX_TABLE_ENTRIES: usize = 1 << 20;
+
+/// Most candidates (piece placements in all buckets) a plan may have: 8 MiB.
+pub const MAX_CANDIDATES: usize = 1 << 20;
+
+/// A puzzle whose plan would pass [`MAX_TABLE_ENTRIES`] or [`MAX_CANDIDATES`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "the search tables would be too large ({what}: {size}, the limit is {limit}): {tables} distinct cell shapes x {colours} colours squared; fewer hints or colours, or a smaller board"
+)]
+pub struct PlanTooLarge {
+    /// What passed its limit.
+    pub what: &'static str,
+    /// Its size.
+    pub size: usize,
+    /// The limit.
+    pub limit: usize,
+    /// Distinct tables (cell shapes) the fill order makes.
+    pub tables: usize,
+    /// Colours.
+    pub colours: usize,
+}
+
 impl SearchPlan {
-    /// Builds the plan for `puzzle` walked in `order`.
+    /// Builds the plan for `puzzle` walked in `order` (a plan past the size limits panics:
+    /// [`SearchPlan::try_new`] for puzzles from outside).
     pub fn new(puzzle: &Puzzle, order: &FillOrder) -> Self {
+        Self::try_new(puzzle, order).expect("a plan within the size limits")
+    }
+
+    /// Builds the plan for `puzzle` walked in `order`, refusing one past
+    /// [`MAX_TABLE_ENTRIES`] or [`MAX_CANDIDATES`] before allocating it.
+    pub fn try_new(puzzle: &Puzzle, order: &FillOrder) -> Result<Self, PlanTooLarge> {
         let cells = puzzle.cells();
         let colours = puzzle.max_colour() as usize + 1;
         let mut depth_of_cell = vec![usize::MAX; cells];
@@ -192,8 +226,19 @@ impl SearchPlan {
             });
         }
 
+        let too_large = |what, size, limit| PlanTooLarge {
+            what,
+            size,
+            limit,
+            tables: table_shapes.len(),
+            colours,
+        };
+        let entries = table_shapes.len().saturating_mul(colours * colours);
+        if entries > MAX_TABLE_ENTRIES {
+            return Err(too_large("bucket offsets", entries, MAX_TABLE_ENTRIES));
+        }
         let mut candidates = vec![SENTINEL];
-        let mut offsets = vec![0u32; table_shapes.len() * colours * colours];
+        let mut offsets = vec![0u32; entries];
         for (t, shape) in table_shapes.iter().enumerate() {
             let mut buckets: Vec<Vec<u64>> = vec![Vec::new(); colours * colours];
             for (piece, &base) in puzzle.pieces().iter().enumerate() {
@@ -224,10 +269,13 @@ impl SearchPlan {
                 offsets[t * colours * colours + key] = candidates.len() as u32;
                 candidates.extend(bucket);
                 candidates.push(SENTINEL);
+                if candidates.len() > MAX_CANDIDATES {
+                    return Err(too_large("candidates", candidates.len(), MAX_CANDIDATES));
+                }
             }
         }
 
-        SearchPlan {
+        Ok(SearchPlan {
             width: puzzle.width(),
             height: puzzle.height(),
             cells,
@@ -241,7 +289,7 @@ impl SearchPlan {
             initial_used,
             hints: puzzle.hints().to_vec(),
             piece_colours: puzzle.pieces().to_vec(),
-        }
+        })
     }
 
     /// Number of depths (free cells).

@@ -29,6 +29,9 @@ pub enum SpecError {
     /// The order spec does not parse or does not fit the puzzle.
     #[error("order: {0}")]
     Order(#[from] order::OrderError),
+    /// The search tables would be too large to build or compile.
+    #[error(transparent)]
+    TooLarge(#[from] crate::plan::PlanTooLarge),
 }
 
 impl SearchSpec {
@@ -49,7 +52,7 @@ impl SearchSpec {
     /// The spec of an already loaded puzzle.
     pub fn new(puzzle: Puzzle, order: &OrderSpec) -> Result<SearchSpec, SpecError> {
         let order = FillOrder::new(&puzzle, order)?;
-        let plan = Arc::new(SearchPlan::new(&puzzle, &order));
+        let plan = Arc::new(SearchPlan::try_new(&puzzle, &order)?);
         Ok(SearchSpec {
             puzzle,
             order,

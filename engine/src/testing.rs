@@ -114,6 +114,24 @@ pub fn random_puzzle(
     (puzzle, solution)
 }
 
+/// A `side` x `side` planted puzzle of many colours with every other cell (a
+/// checkerboard) pinned as a hint: nearly every free cell sees four fixed colours of its
+/// own, so the plan needs a table per free cell — the shape of puzzle that makes search
+/// tables (and generated source) blow up, for testing the limits.
+pub fn checkerboard_puzzle(rng: &mut Rng, side: usize, colours: u8) -> Puzzle {
+    let (puzzle, solution) = random_puzzle(rng, side, side, colours, colours, 0);
+    let hints: Vec<Placement> = solution
+        .into_iter()
+        .filter(|p| {
+            let pos = p.pos as usize;
+            (pos % side + pos / side) % 2 == 0
+        })
+        .collect();
+    puzzle
+        .with_extra_hints(&hints)
+        .expect("hints from the planted solution")
+}
+
 /// Per-depth node counts (index 0 = depth 1) and the solution count, by brute force.
 pub fn brute_force(puzzle: &Puzzle, order: &[usize]) -> (Vec<u64>, u64) {
     let cells = puzzle.cells();

@@ -47,7 +47,7 @@ mod submission;
 pub mod verification;
 
 pub use e2fleet_proto::REPORT_MAX_SOLUTIONS;
-pub use registration::random_token;
+pub use registration::{MAX_LABEL_BYTES, random_token};
 pub use submission::{choose_split_depth, self_tests};
 
 /// Why a fleet operation failed. [`crate::server::errors`] maps each kind to one gRPC
@@ -215,6 +215,10 @@ pub struct Fleet {
     live: Mutex<(i64, u32)>,
     /// Lease calls per worker identity and per volunteer account (see [`policy`]).
     pub(crate) lease_limits: policy::LeaseLimits,
+    /// Verification submissions per worker identity.
+    pub(crate) verification_limits: governor::DefaultKeyedRateLimiter<e2fleet_proto::api::WorkerId>,
+    /// Suite unit (as JSON) -> its puzzle's depths.
+    suite_depths: Mutex<HashMap<String, usize>>,
 }
 
 impl Fleet {
@@ -232,6 +236,8 @@ impl Fleet {
             default_suite_ready: AtomicBool::new(false),
             live: Mutex::new((i64::MIN / 2, 0)),
             lease_limits: policy::LeaseLimits::new(),
+            verification_limits: governor::RateLimiter::keyed(policy::verification_quota()),
+            suite_depths: Mutex::new(HashMap::new()),
         }
     }
 

@@ -83,6 +83,14 @@ impl Default for LeaseLimits {
     }
 }
 
+/// Verification submissions one identity may make: one a second on average, ten at once
+/// (a worker submits one per suite when it joins; each costs the coordinator a suite
+/// read).
+pub fn verification_quota() -> governor::Quota {
+    governor::Quota::per_second(std::num::NonZeroU32::new(1).expect("1"))
+        .allow_burst(std::num::NonZeroU32::new(10).expect("10"))
+}
+
 /// Self-test budgets: a few slices of the tree, each continuing where the last stopped.
 pub const SELF_TEST_BUDGETS: [u64; 3] = [5_000, 50_000, 200_000];
 

@@ -82,6 +82,55 @@ fn suite_records(units: &[SuiteUnit]) -> Vec<SuiteUnitRecord> {
         .collect()
 }
 
+/// The exact results of a suite's units: those known, and those two independent classes
+/// now agree on (to store: unit, expected result, where it came from) — the first digest
+/// two classes share, reported by two accounts (or only by the operator): one volunteer's
+/// two fake classes fix nothing.
+#[allow(clippy::type_complexity)]
+fn agreements(
+    tx: &mut dyn crate::store::Tx,
+    suite: &str,
+) -> Result<
+    (
+        BTreeMap<String, SuiteExpected>,
+        Vec<(String, SuiteExpected, String)>,
+    ),
+    FleetError,
+> {
+    let all = tx.verifications_of_suite(suite)?;
+    let mut known = BTreeMap::new();
+    let mut to_fix = Vec::new();
+    for r in tx.suite_units(suite)? {
+        if let Some(e) = r.expected {
+            known.insert(r.name, e);
+            continue;
+        }
+        let mut classes: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
+        let mut accounts: BTreeMap<&str, BTreeSet<&AccountId>> = BTreeMap::new();
+        let mut order: Vec<&str> = Vec::new();
+        for v in all.iter().filter(|v| v.unit == r.name) {
+            if !classes.contains_key(v.digest.as_str()) {
+                order.push(&v.digest);
+            }
+            classes.entry(&v.digest).or_default().insert(&v.class_id);
+            accounts.entry(&v.digest).or_default().insert(&v.account_id);
+        }
+        let independent = |d: &&str| {
+            classes[d].len() >= 2
+                && (accounts[d].len() >= 2 || accounts[d].iter().all(|a| a.is_operator()))
+        };
+        if let Some(digest) = order.into_iter().find(independent) {
+            let result = tx
+                .verification_body(suite, &r.name, digest)?
+                .expect("a result with this digest exists");
+            let agreed: Vec<&str> = classes[digest].iter().copied().collect();
+            let source = format!("agreement of classes {}", agreed.join(", "));
+            to_fix.push((r.name, SuiteExpected::of(&result), source));
+        }
+    }
+    Ok((known, to_fix))
+}
+
 /// Latest result per (class, identity, unit) among `rows` (oldest first), leaving out
 /// those from before their class was last unflagged.
 fn latest<'r>(
@@ -315,6 +364,11 @@ impl Fleet {
         suite: &str,
         results: Vec<SuiteResult>,
     ) -> Result<VerificationOutcome, FleetError> {
+        if self.verification_limits.check_key(&worker.id).is_err() {
+            return Err(FleetError::TooMany(
+                "too many verification submissions; retry in a few seconds".into(),
+            ));
+        }
         let suite = suite_name(suite).to_string();
         let rows = self.suite(&suite).await?;
         let by_name: BTreeMap<&str, &SuiteUnitRecord> =
@@ -330,10 +384,14 @@ impl Fleet {
             let row = by_name.get(r.unit.as_str()).ok_or_else(|| {
                 FleetError::InvalidArgument(format!("suite {suite} has no unit {:?}", r.unit))
             })?;
-            let depths = resolve(&row.spec)
-                .map_err(|e| FleetError::InvalidArgument(format!("unit {}: {e}", r.unit)))?
-                .plan
-                .len();
+            if r.engine_build.len() > super::registration::MAX_LABEL_BYTES {
+                return Err(FleetError::InvalidArgument(format!(
+                    "unit {}: engine_build is longer than {} bytes",
+                    r.unit,
+                    super::registration::MAX_LABEL_BYTES
+                )));
+            }
+            let depths = self.suite_depths(&row.spec)?;
             if r.result.nodes_by_depth.len() != depths
                 || r.result.nodes_by_depth.iter().sum::<u64>() != r.result.committed
                 || !r.engine_seconds.is_finite()
@@ -359,53 +417,34 @@ impl Fleet {
                 received_ms: now,
             });
         }
-        let s = suite.clone();
-        let fixed = self
-            .store
+        // the write stores the results, nothing more; agreement is worked out on a read
+        // and the few expected results it fixes are written after (a fix is idempotent)
+        self.store
             .write(move |tx| {
                 for v in &new {
                     tx.insert_verification(v)?;
                 }
-                // expected results fixed by agreement: the first digest two classes share
-                let all = tx.verifications_of_suite(&s)?;
-                let mut fixed: BTreeMap<String, SuiteExpected> = BTreeMap::new();
-                for r in tx.suite_units(&s)? {
-                    if let Some(e) = r.expected {
-                        fixed.insert(r.name, e);
-                        continue;
-                    }
-                    // the first digest two classes share, reported by two accounts (or
-                    // the operator): one volunteer's two fake classes fix nothing
-                    let mut classes: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-                    let mut accounts: BTreeMap<&str, BTreeSet<&AccountId>> = BTreeMap::new();
-                    let mut order: Vec<&str> = Vec::new();
-                    for v in all.iter().filter(|v| v.unit == r.name) {
-                        if !classes.contains_key(v.digest.as_str()) {
-                            order.push(&v.digest);
-                        }
-                        classes.entry(&v.digest).or_default().insert(&v.class_id);
-                        accounts.entry(&v.digest).or_default().insert(&v.account_id);
-                    }
-                    let independent = |d: &&str| {
-                        classes[d].len() >= 2
-                            && (accounts[d].len() >= 2
-                                || accounts[d].iter().all(|a| a.is_operator()))
-                    };
-                    if let Some(digest) = order.into_iter().find(independent) {
-                        let result = tx
-                            .verification_body(&s, &r.name, digest)?
-                            .expect("a result with this digest exists");
-                        let expected = SuiteExpected::of(&result);
-                        let agreed: Vec<&str> = classes[digest].iter().copied().collect();
-                        let source = format!("agreement of classes {}", agreed.join(", "));
-                        tx.set_expected(&s, &r.name, &expected, &source)?;
-                        info!(suite = %s, unit = %r.name, %source, "expected result fixed");
-                        fixed.insert(r.name, expected);
-                    }
-                }
-                Ok::<_, FleetError>(fixed)
+                Ok::<_, FleetError>(())
             })
             .await?;
+        let s = suite.clone();
+        let (mut fixed, to_fix) = self.store.read(move |tx| agreements(tx, &s)).await?;
+        if !to_fix.is_empty() {
+            let s = suite.clone();
+            self.store
+                .write(move |tx| {
+                    for (unit, expected, source) in &to_fix {
+                        tx.set_expected(&s, unit, expected, source)?;
+                        info!(suite = %s, %unit, %source, "expected result fixed");
+                    }
+                    Ok::<_, FleetError>(to_fix)
+                })
+                .await?
+                .into_iter()
+                .for_each(|(unit, expected, _)| {
+                    fixed.insert(unit, expected);
+                });
+        }
         self.invalidate_flagged();
         let verdicts = results
             .iter()
@@ -436,6 +475,24 @@ impl Fleet {
             verdicts,
             class_flagged,
         })
+    }
+
+    /// The depths of a suite unit's puzzle (resolved once per unit: it loads the puzzle
+    /// and enumerates to the unit's prefix).
+    fn suite_depths(&self, spec: &SuiteUnit) -> Result<usize, FleetError> {
+        let key = serde_json::to_string(spec).expect("suite units serialise");
+        if let Some(&d) = self.suite_depths.lock().expect("suite depths").get(&key) {
+            return Ok(d);
+        }
+        let depths = resolve(spec)
+            .map_err(|e| FleetError::InvalidArgument(format!("unit {}: {e}", spec.name)))?
+            .plan
+            .len();
+        self.suite_depths
+            .lock()
+            .expect("suite depths")
+            .insert(key, depths);
+        Ok(depths)
     }
 
     fn invalidate_flagged(&self) {

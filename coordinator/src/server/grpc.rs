@@ -12,7 +12,7 @@ use tonic::{Request, Response, Status};
 use tracing::{instrument, warn};
 
 use super::errors::{bearer, status_of};
-use crate::fleet::{Fleet, FleetError};
+use crate::fleet::{Fleet, FleetError, MAX_LABEL_BYTES};
 use crate::store::WorkerRecord;
 
 fn token<T>(request: &Request<T>) -> Option<&str> {
@@ -22,6 +22,17 @@ fn token<T>(request: &Request<T>) -> Option<&str> {
             .get("authorization")
             .and_then(|v| v.to_str().ok()),
     )
+}
+
+/// Refuses a worker-supplied string longer than [`MAX_LABEL_BYTES`].
+fn capped(field: &str, value: &str) -> Result<(), Status> {
+    if value.len() > MAX_LABEL_BYTES {
+        return Err(Status::invalid_argument(format!(
+            "{field} is {} bytes; the limit is {MAX_LABEL_BYTES}",
+            value.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Parses a wire value at the edge; a bad one is the caller's error.
@@ -140,6 +151,7 @@ impl WorkerService for WorkerApi {
     ) -> Result<Response<v2::LeaseUnitsResponse>, Status> {
         let worker = self.worker(&request).await?;
         let r = request.into_inner();
+        capped("engine_build", &r.engine_build)?;
         // not given: the worker's engine stays what it last said
         let engine = match r.engine_kind {
             0 => None,
@@ -186,6 +198,7 @@ impl WorkerService for WorkerApi {
         request: Request<v2::ReportResultRequest>,
     ) -> Result<Response<v2::ReportResultResponse>, Status> {
         let worker = self.worker(&request).await?;
+        capped("engine_build", &request.get_ref().engine_build)?;
         let report = wire(Report::try_from(request.get_ref()))?;
         let outcome = self.0.report(&worker, report).await.map_err(status_of)?;
         Ok(Response::new((&outcome).into()))
@@ -215,7 +228,11 @@ impl WorkerService for WorkerApi {
     ) -> Result<Response<v2::ReportBuildFailureResponse>, Status> {
         let worker = self.worker(&request).await?;
         let r = request.into_inner();
-        warn!(worker_id = %worker.id, hostname = %worker.host.hostname, job_id = %r.job_id, engine_build = %r.engine_build, detail = %r.detail, "engine build failed its self-test");
+        let job_id = wire(r.job_id.parse::<JobId>())?;
+        capped("engine_build", &r.engine_build)?;
+        // a detail is for the log: kept short
+        let detail: String = r.detail.chars().take(1024).collect();
+        warn!(worker_id = %worker.id, account = %worker.account_id, %job_id, engine_build = %r.engine_build, %detail, "engine build failed its self-test");
         Ok(Response::new(v2::ReportBuildFailureResponse {}))
     }
 }

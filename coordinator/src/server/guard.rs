@@ -130,7 +130,8 @@ pub async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) ->
     }
     // the body, read only now: at most `limit` bytes, each frame within the timeout
     let (parts, body) = request.into_parts();
-    let body = Limited::new(body, limit).map_err(|e| Status::new(Code::ResourceExhausted, e.to_string()));
+    let body =
+        Limited::new(body, limit).map_err(|e| Status::new(Code::ResourceExhausted, e.to_string()));
     let body = tower_http::timeout::TimeoutBody::new(BODY_FRAME_TIMEOUT, body);
     next.run(Request::from_parts(parts, Body::new(body))).await
 }

@@ -120,7 +120,14 @@ async fn requests_without_a_token_are_refused_before_their_bodies_are_read() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err.code(), Code::ResourceExhausted | Code::OutOfRange | Code::Internal | Code::Unknown | Code::Cancelled),
+        matches!(
+            err.code(),
+            Code::ResourceExhausted
+                | Code::OutOfRange
+                | Code::Internal
+                | Code::Unknown
+                | Code::Cancelled
+        ),
         "{err}"
     );
     assert!(started.elapsed() < Duration::from_secs(10));

@@ -286,6 +286,23 @@ async fn malformed_requests_get_clear_errors_and_harm_nothing() {
         .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("pieces"), "{}", err.message());
+    // a puzzle whose search tables would not fit in memory is refused before they are built
+    let mut rng = e2fleet_engine::testing::Rng::new(7);
+    let huge = e2fleet_engine::testing::checkerboard_puzzle(&mut rng, 32, 200);
+    let err = c
+        .operator()
+        .await
+        .submit_job(admin(v2::SubmitJobRequest {
+            name: "huge".into(),
+            puzzle_json: e2fleet_engine::formats::to_site_json(&huge),
+            order: "row-major".into(),
+            replicas: 1,
+            ..Default::default()
+        }))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("too large"), "{}", err.message());
     // the coordinator is unharmed: once the abandoned lease expires the job completes exactly
     c.advance(31_000);
     w.work(100).await;

@@ -64,7 +64,10 @@ async fn two_identities_of_one_volunteer_forging_zeros_cannot_move_a_total() {
     // they get in first, and agree with each other
     work_all(&mut [&mut a, &mut b], 50).await;
     let doc = c.job(&job).await;
-    assert_eq!(doc["units"]["done"], 0, "nothing one account says counts alone");
+    assert_eq!(
+        doc["units"]["done"], 0,
+        "nothing one account says counts alone"
+    );
     assert_eq!(doc["nodes_total"], doc["enumeration_nodes"]);
     // the operator's own machines come along
     let mut h1 = SimWorker::register(&c.url, "honest-1", Behaviour::Honest).await;
@@ -80,7 +83,7 @@ async fn two_identities_of_one_volunteer_forging_zeros_cannot_move_a_total() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_volunteer_earns_trust_loses_it_at_once_and_its_revocation_takes_back_what_it_alone_said()
- {
+{
     let dir = tempfile::tempdir().unwrap();
     let trust = TrustPolicy {
         trust_after: 3,
@@ -105,7 +108,10 @@ async fn a_volunteer_earns_trust_loses_it_at_once_and_its_revocation_takes_back_
         let r = v.compute(&l).await;
         assert_eq!(v.report(&l, &r).await.unwrap(), "pending_check");
         let ol = op.lease(1).await.unwrap().remove(0);
-        assert_eq!(ol.unit_id, l.unit_id, "the unit waiting for another party goes first");
+        assert_eq!(
+            ol.unit_id, l.unit_id,
+            "the unit waiting for another party goes first"
+        );
         let or = op.compute(&ol).await;
         op.report(&ol, &or).await.unwrap();
         confirmed += 1;
@@ -177,11 +183,22 @@ async fn a_recheck_catches_a_trusted_volunteers_lie_and_its_trust_restarts() {
     assert_eq!(o1.report(&ol, &or).await.unwrap(), "mismatch");
     // a third party decides: the lie is wrong, and the streak starts again
     let dl = o2.lease(1).await.unwrap().remove(0);
-    assert_eq!(dl.unit_id, l.unit_id, "the disputed unit goes to a trusted worker first");
+    assert_eq!(
+        dl.unit_id, l.unit_id,
+        "the disputed unit goes to a trusted worker first"
+    );
     let dr = o2.compute(&dl).await;
-    assert_eq!(o2.report(&dl, &dr).await.unwrap(), "replica", "it agrees with the operator");
+    assert_eq!(
+        o2.report(&dl, &dr).await.unwrap(),
+        "replica",
+        "it agrees with the operator"
+    );
     let a = account_json(&c, "vera").await;
-    assert_eq!((a["trusted"].clone(), a["confirmed_streak"].clone()), (false.into(), 0.into()), "{a}");
+    assert_eq!(
+        (a["trusted"].clone(), a["confirmed_streak"].clone()),
+        (false.into(), 0.into()),
+        "{a}"
+    );
     assert_eq!(a["errors"], 1);
     v.behaviour = Behaviour::Honest;
     work_all(&mut [&mut o1, &mut o2, &mut v], 200).await;
@@ -248,7 +265,11 @@ async fn a_name_is_a_label_quarantine_follows_the_identity() {
     let mut impostor = SimWorker::register(&c.url, "honest-c", Behaviour::Liar).await;
     let mut other = SimWorker::register(&c.url, "other", Behaviour::Honest).await;
     let mut third = SimWorker::register(&c.url, "third", Behaviour::Honest).await;
-    work_all(&mut [&mut impostor, &mut honest, &mut other, &mut third], 200).await;
+    work_all(
+        &mut [&mut impostor, &mut honest, &mut other, &mut third],
+        200,
+    )
+    .await;
     assert_exact_4x4(&c.job(&job).await);
     let workers = c.workers().await;
     let rows: Vec<&serde_json::Value> = workers
@@ -259,7 +280,11 @@ async fn a_name_is_a_label_quarantine_follows_the_identity() {
         .collect();
     let by_id = |id: &str| rows.iter().find(|w| w["id"] == id).unwrap();
     assert_eq!(by_id(&impostor.id)["quarantined"], true);
-    assert_eq!(by_id(&honest.id)["quarantined"], false, "the real honest-c works on");
+    assert_eq!(
+        by_id(&honest.id)["quarantined"],
+        false,
+        "the real honest-c works on"
+    );
     c.stop().await;
 }
 
@@ -277,7 +302,10 @@ async fn one_worker_cannot_hoard_a_job() {
     }
     assert!(got <= 64, "{got}");
     let mut honest = SimWorker::register(&c.url, "honest", Behaviour::Honest).await;
-    assert!(!honest.lease(4).await.unwrap().is_empty(), "work is left for others");
+    assert!(
+        !honest.lease(4).await.unwrap().is_empty(),
+        "work is left for others"
+    );
     assert_eq!(c.job(&job).await["state"], "running");
     c.stop().await;
 }

@@ -422,6 +422,9 @@ async fn one_volunteer_cannot_poison_an_honest_hardware_class() {
     let alpha = class_of(&public, "CPU Alpha");
     assert_eq!(alpha["engine_release"], "reference-te…", "{alpha}");
     assert_eq!(alpha["target_features"], "");
-    assert_eq!(class_of(&m, "CPU Alpha")["engine_release"], "reference-test");
+    assert_eq!(
+        class_of(&m, "CPU Alpha")["engine_release"],
+        "reference-test"
+    );
     c.stop().await;
 }

@@ -36,3 +36,34 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn plans_past_the_size_limits_are_refused_before_they_are_built() {
+    use e2fleet_engine::plan::{MAX_TABLE_ENTRIES, SearchPlan};
+    use e2fleet_engine::testing::{Rng, checkerboard_puzzle};
+    use e2fleet_engine::{FillOrder, SearchSpec};
+    let mut rng = Rng::new(7);
+    let huge = checkerboard_puzzle(&mut rng, 32, 200);
+    let err = SearchPlan::try_new(&huge, &FillOrder::row_major(&huge)).unwrap_err();
+    assert!(err.size > MAX_TABLE_ENTRIES, "{err}");
+    assert!(err.to_string().contains("too large"), "{err}");
+    let json = e2fleet_engine::formats::to_site_json(&huge);
+    let err = SearchSpec::from_site_json(&json, "row-major")
+        .err()
+        .unwrap();
+    assert!(err.to_string().contains("too large"), "{err}");
+    // the real Eternity II, hard boards and small ones are far inside the limits
+    for rel in [
+        "e2/official.json",
+        "bench/bench-hard.json",
+        "brendan/set1/pieces_10x10.txt",
+    ] {
+        let p = crate::load(rel);
+        let plan = SearchPlan::try_new(&p, &FillOrder::row_major(&p)).unwrap();
+        assert!(
+            plan.offsets.len() * 16 < MAX_TABLE_ENTRIES,
+            "{rel}: {}",
+            plan.offsets.len()
+        );
+    }
+}

@@ -6,9 +6,7 @@ use std::time::{Duration, Instant};
 
 use e2fleet_proto::v2;
 
-use crate::harness::{
-    ADMIN, admin, coordinator_bin, puzzle_path, serve, worker_as, worker_with,
-};
+use crate::harness::{ADMIN, admin, coordinator_bin, puzzle_path, serve, worker_as, worker_with};
 
 /// Resident memory of a process, in KiB.
 fn rss_kib(pid: u32) -> u64 {
@@ -77,7 +75,11 @@ fn empty_short_and_equal_tokens_are_refused_at_start() {
     for (enroll, admin_token, wanted) in [
         ("", ADMIN, "enrolment token has 0 characters"),
         ("short", ADMIN, "at least 16"),
-        ("enroll-token-0123456789", "", "admin token has 0 characters"),
+        (
+            "enroll-token-0123456789",
+            "",
+            "admin token has 0 characters",
+        ),
         (ADMIN, ADMIN, "must differ"),
     ] {
         let out = Command::new(coordinator_bin())
@@ -88,7 +90,10 @@ fn empty_short_and_equal_tokens_are_refused_at_start() {
             .env("E2FLEET_ADMIN_TOKEN", admin_token)
             .output()
             .unwrap();
-        assert!(!out.status.success(), "started with {enroll:?}/{admin_token:?}");
+        assert!(
+            !out.status.success(),
+            "started with {enroll:?}/{admin_token:?}"
+        );
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(err.contains(wanted), "{err}");
     }
@@ -107,7 +112,10 @@ async fn misreporting_workers_of_one_volunteer_account_cannot_move_a_total() {
         .unwrap()
         .to_string();
     let puzzle = puzzle_path("brendan/set1/pieces_05x05.txt");
-    let job = admin(&url, &["submit", puzzle.to_str().unwrap(), "--split-depth", "3"])["job_id"]
+    let job = admin(
+        &url,
+        &["submit", puzzle.to_str().unwrap(), "--split-depth", "3"],
+    )["job_id"]
         .as_str()
         .unwrap()
         .to_string();
@@ -126,15 +134,33 @@ async fn misreporting_workers_of_one_volunteer_account_cannot_move_a_total() {
     let _m1 = liar("mallory-box", "m1");
     let _m2 = liar("honest-1", "m2");
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let _h1 = worker_with(&url, &dir.path().join("h1"), "honest-1", 1, &["--engine", "reference"], false);
-    let _h2 = worker_with(&url, &dir.path().join("h2"), "honest-2", 1, &["--engine", "reference"], false);
+    let _h1 = worker_with(
+        &url,
+        &dir.path().join("h1"),
+        "honest-1",
+        1,
+        &["--engine", "reference"],
+        false,
+    );
+    let _h2 = worker_with(
+        &url,
+        &dir.path().join("h2"),
+        "honest-2",
+        1,
+        &["--engine", "reference"],
+        false,
+    );
     let started = Instant::now();
     let doc = loop {
         let doc = admin(&url, &["job", &job]);
         if doc["state"] == "complete" {
             break doc;
         }
-        assert!(started.elapsed() < Duration::from_secs(120), "{}", doc["units"]);
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "{}",
+            doc["units"]
+        );
         tokio::time::sleep(Duration::from_millis(300)).await;
     };
     assert_eq!(doc["nodes_total"], 113_211);
@@ -151,7 +177,10 @@ async fn misreporting_workers_of_one_volunteer_account_cannot_move_a_total() {
     let workers = admin(&url, &["workers"]);
     for w in workers.as_array().unwrap() {
         if w["account"] == "operator" {
-            assert_eq!(w["quarantined"], false, "an honest worker named like a liar: {w}");
+            assert_eq!(
+                w["quarantined"], false,
+                "an honest worker named like a liar: {w}"
+            );
         }
     }
 }
