@@ -14,24 +14,17 @@
 //!   its workers get no real units ([`Fleet::flagged_reason`], checked when leasing)
 //!   until a fixed build — a new class — agrees.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::atomic::Ordering;
 
-use e2fleet_engine::suite::{SuiteExpected, SuiteUnit, default_suite, resolve};
+use e2fleet_engine::suite::{SuiteUnit, default_suite, resolve};
 use e2fleet_engine::unit::result_digest;
-use e2fleet_proto::api::status::{
-    ExpectedSummary, MATRIX_WHAT, MatrixCell, MatrixClass, MatrixUnit, VerificationMatrix, median,
-};
-use e2fleet_proto::api::{
-    AccountId, HostInfo, SuiteResult, UnitVerdict, Verdict, VerificationOutcome, WorkerId,
-};
+use e2fleet_proto::api::{HostInfo, SuiteResult, UnitVerdict, Verdict, VerificationOutcome};
 use tracing::{info, warn};
 
 use super::registration::sha256_hex;
 use super::{Fleet, FleetError};
-use crate::store::{
-    NewVerification, ResultBody, SuiteUnitRecord, VerificationRecord, WorkerRecord,
-};
+use crate::store::{NewVerification, ResultBody, SuiteUnitRecord, WorkerRecord};
 
 /// The suite stored from `engine/suite/default.json`.
 pub const DEFAULT_SUITE: &str = "default";
@@ -82,146 +75,12 @@ fn suite_records(units: &[SuiteUnit]) -> Vec<SuiteUnitRecord> {
         .collect()
 }
 
-/// The exact results of a suite's units: those known, and those two independent classes
-/// now agree on (to store: unit, expected result, where it came from) — the first digest
-/// two classes share, reported by two accounts (or only by the operator): one volunteer's
-/// two fake classes fix nothing.
-#[allow(clippy::type_complexity)]
-fn agreements(
-    tx: &mut dyn crate::store::Tx,
-    suite: &str,
-) -> Result<
-    (
-        BTreeMap<String, SuiteExpected>,
-        Vec<(String, SuiteExpected, String)>,
-    ),
-    FleetError,
-> {
-    let all = tx.verifications_of_suite(suite)?;
-    let mut known = BTreeMap::new();
-    let mut to_fix = Vec::new();
-    for r in tx.suite_units(suite)? {
-        if let Some(e) = r.expected {
-            known.insert(r.name, e);
-            continue;
-        }
-        let mut classes: BTreeMap<&str, BTreeSet<&str>> = BTreeMap::new();
-        let mut accounts: BTreeMap<&str, BTreeSet<&AccountId>> = BTreeMap::new();
-        let mut order: Vec<&str> = Vec::new();
-        for v in all.iter().filter(|v| v.unit == r.name) {
-            if !classes.contains_key(v.digest.as_str()) {
-                order.push(&v.digest);
-            }
-            classes.entry(&v.digest).or_default().insert(&v.class_id);
-            accounts.entry(&v.digest).or_default().insert(&v.account_id);
-        }
-        let independent = |d: &&str| {
-            classes[d].len() >= 2
-                && (accounts[d].len() >= 2 || accounts[d].iter().all(|a| a.is_operator()))
-        };
-        if let Some(digest) = order.into_iter().find(independent) {
-            let result = tx
-                .verification_body(suite, &r.name, digest)?
-                .expect("a result with this digest exists");
-            let agreed: Vec<&str> = classes[digest].iter().copied().collect();
-            let source = format!("agreement of classes {}", agreed.join(", "));
-            to_fix.push((r.name, SuiteExpected::of(&result), source));
-        }
-    }
-    Ok((known, to_fix))
-}
+mod agreement;
+mod flags;
+mod matrix;
 
-/// Latest result per (class, identity, unit) among `rows` (oldest first), leaving out
-/// those from before their class was last unflagged.
-fn latest<'r>(
-    rows: &'r [VerificationRecord],
-    unflagged: &HashMap<String, i64>,
-) -> BTreeMap<(String, WorkerId, String), &'r VerificationRecord> {
-    let mut out = BTreeMap::new();
-    for r in rows {
-        if unflagged
-            .get(&r.class_id)
-            .is_some_and(|&t| r.received_ms <= t)
-        {
-            continue;
-        }
-        out.insert((r.class_id.clone(), r.worker_id, r.unit.clone()), r);
-    }
-    out
-}
-
-/// Which hardware classes and identities get no real work, and why.
-///
-/// A class is flagged when identities of at least two accounts (or one of the
-/// operator's) have a latest result that disagrees with an exact result: one volunteer
-/// cannot flag a class by registering with its labels and lying. A lone disagreement
-/// marks only the identity that made it. An operator lifts a class's flag with
-/// `verify unflag CLASS` (earlier disagreements stop counting).
-pub struct Flags {
-    /// Class -> (unit -> why).
-    classes: HashMap<String, BTreeMap<String, String>>,
-    /// (identity, class) -> why.
-    identities: HashMap<(WorkerId, String), String>,
-}
-
-impl Flags {
-    /// Reads every suite's results.
-    fn compute(tx: &mut dyn crate::store::Tx) -> Result<Flags, FleetError> {
-        let unflagged: HashMap<String, i64> = tx.class_unflags()?.into_iter().collect();
-        let mut against: HashMap<(String, String), (BTreeSet<AccountId>, String)> = HashMap::new();
-        let mut identities = HashMap::new();
-        for suite in tx.suite_names()? {
-            let expected: BTreeMap<String, String> = tx
-                .suite_units(&suite)?
-                .into_iter()
-                .filter_map(|u| Some((u.name, u.expected?.digest)))
-                .collect();
-            let rows = tx.verifications_of_suite(&suite)?;
-            for ((class, worker, unit), r) in latest(&rows, &unflagged) {
-                if expected.get(&unit).is_some_and(|d| *d != r.digest) {
-                    let why = format!(
-                        "its result on verification unit {suite}/{unit} differs from the exact result"
-                    );
-                    identities
-                        .entry((worker, class.clone()))
-                        .or_insert_with(|| format!("this worker's own {why}"));
-                    against
-                        .entry((class, format!("{suite}/{unit}")))
-                        .or_insert_with(|| (BTreeSet::new(), why))
-                        .0
-                        .insert(r.account_id.clone());
-                }
-            }
-        }
-        let mut classes: HashMap<String, BTreeMap<String, String>> = HashMap::new();
-        for ((class, unit), (accounts, why)) in against {
-            if accounts.len() >= 2 || accounts.iter().any(AccountId::is_operator) {
-                classes.entry(class).or_default().insert(unit, why);
-            }
-        }
-        Ok(Flags {
-            classes,
-            identities,
-        })
-    }
-
-    /// Why `worker` gets no real work, if it does not.
-    fn reason(&self, worker: &WorkerRecord) -> Option<String> {
-        if let Some(units) = self.classes.get(&worker.class_id) {
-            return units.values().next().cloned();
-        }
-        self.identities
-            .get(&(worker.id, worker.class_id.clone()))
-            .cloned()
-    }
-
-    /// Whether a class is flagged on a unit (`suite/unit`).
-    fn class_flagged_on(&self, class: &str, unit: &str) -> bool {
-        self.classes
-            .get(class)
-            .is_some_and(|u| u.contains_key(unit))
-    }
-}
+use agreement::agreements;
+pub use flags::Flags;
 
 impl Fleet {
     /// Stores the default suite if this database has none (once per process).
@@ -527,131 +386,5 @@ impl Fleet {
         let answer = flags.reason(worker);
         *self.flagged.lock().expect("flagged cache") = Some(flags);
         Ok(answer)
-    }
-
-    /// The conformance matrix of a suite: hardware classes x units, each cell agrees /
-    /// DISAGREES / pending / not run with the per-core rate; flagged classes; the speed
-    /// table (per-core placements/s per class on the suite's speed units).
-    pub async fn verification_matrix(&self, suite: &str) -> Result<VerificationMatrix, FleetError> {
-        let suite = suite_name(suite).to_string();
-        let units = self.suite(&suite).await?;
-        let s = suite.clone();
-        let (classes, rows, workers, flags, unflagged) = self
-            .store
-            .read(move |tx| {
-                Ok::<_, FleetError>((
-                    tx.classes_of_suite(&s)?,
-                    tx.verifications_of_suite(&s)?,
-                    tx.list_workers()?,
-                    Flags::compute(tx)?,
-                    tx.class_unflags()?.into_iter().collect::<HashMap<_, _>>(),
-                ))
-            })
-            .await?;
-        let mut hosts: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for w in workers {
-            hosts.entry(w.class_id).or_default().insert(w.host.hostname);
-        }
-        let latest = latest(&rows, &unflagged);
-        let mut class_rows = Vec::new();
-        for class in &classes {
-            let mut cells = BTreeMap::new();
-            let mut speed_rates = Vec::new();
-            for u in &units {
-                let mine: Vec<&VerificationRecord> = rows
-                    .iter()
-                    .filter(|r| r.class_id == class.id && r.unit == u.name)
-                    .collect();
-                let Some(last) = mine.last() else {
-                    cells.insert(u.name.clone(), MatrixCell::not_run());
-                    continue;
-                };
-                // the class's judgement: disagrees when its flag says so; agrees when
-                // some identity's latest result agrees (a lone liar flags only itself)
-                let latest_of_class = latest
-                    .iter()
-                    .filter(|((c, _, unit), _)| *c == class.id && *unit == u.name)
-                    .map(|(_, r)| *r);
-                let verdict = match &u.expected {
-                    None => Verdict::Pending,
-                    Some(_)
-                        if flags.class_flagged_on(&class.id, &format!("{suite}/{}", u.name)) =>
-                    {
-                        Verdict::Disagrees
-                    }
-                    Some(e) if latest_of_class.clone().any(|r| r.digest == e.digest) => {
-                        Verdict::Agrees
-                    }
-                    Some(_) => Verdict::Disagrees,
-                };
-                let rate = median(
-                    mine.iter()
-                        .filter(|r| r.engine_seconds > 0.0)
-                        .map(|r| r.nodes as f64 / r.engine_seconds)
-                        .collect(),
-                );
-                if u.spec.speed
-                    && let Some(r) = rate
-                {
-                    speed_rates.push(r);
-                }
-                let hosts_ran: BTreeSet<&str> = mine.iter().map(|r| r.hostname.as_str()).collect();
-                cells.insert(
-                    u.name.clone(),
-                    MatrixCell {
-                        verdict,
-                        results: mine.len() as u64,
-                        nodes: last.nodes,
-                        per_core_nodes_per_s: rate,
-                        engine_build: last.engine_build.clone(),
-                        hosts: hosts_ran.into_iter().map(str::to_string).collect(),
-                        last_ms: last.received_ms,
-                    },
-                );
-            }
-            class_rows.push(MatrixClass {
-                id: class.id.clone(),
-                cpu_model: class.cpu_model.clone(),
-                arch: class.arch.clone(),
-                os: class.os.clone(),
-                rustc_version: class.rustc_version.clone(),
-                target_features: class.target_features.clone(),
-                engine_kind: class.engine_kind,
-                engine_release: class.engine_release.clone(),
-                first_seen_ms: class.first_seen_ms,
-                flagged: flags.classes.contains_key(&class.id),
-                hosts: hosts
-                    .get(&class.id)
-                    .map(|h| h.iter().cloned().collect())
-                    .unwrap_or_default(),
-                cells,
-                speed_nodes_per_s: median(speed_rates),
-            });
-        }
-        let unit_rows = units
-            .iter()
-            .map(|u| MatrixUnit {
-                name: u.name.clone(),
-                puzzle: u.spec.puzzle.clone(),
-                order: u.spec.order.clone(),
-                prefix_depth: u.spec.prefix_depth,
-                prefix_index: u.spec.prefix_index,
-                budget: u.spec.budget,
-                speed: u.spec.speed,
-                expected: u.expected.as_ref().map(|e| ExpectedSummary {
-                    committed: e.committed,
-                    solutions_count: e.solutions_count,
-                    digest: e.digest.clone(),
-                }),
-                expected_source: u.expected_source.clone(),
-            })
-            .collect();
-        Ok(VerificationMatrix {
-            suite,
-            what: MATRIX_WHAT.into(),
-            units: unit_rows,
-            speed_table: VerificationMatrix::speed_table_of(&class_rows),
-            classes: class_rows,
-        })
     }
 }

@@ -1,0 +1,68 @@
+//! Accounts and worker identities.
+
+use e2fleet_proto::api::{AccountId, AccountKind, HostInfo, WorkerId};
+
+/// A stored account.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AccountRecord {
+    /// Its name.
+    pub id: AccountId,
+    /// Whose it is.
+    pub kind: AccountKind,
+    /// Creation time, ms.
+    pub created_ms: i64,
+    /// When it was revoked.
+    pub revoked_ms: Option<i64>,
+    /// Consecutive results another account confirmed (reset by a wrong one).
+    pub confirmed_streak: u64,
+    /// Results another account confirmed, ever.
+    pub confirmed_results: u64,
+    /// Their nodes.
+    pub confirmed_nodes: u64,
+    /// Wrong results of its identities.
+    pub errors: u64,
+    /// Refused work as a whole.
+    pub quarantined: bool,
+    /// Its worker identities (filled by [`crate::store::Accounts::list_accounts`] only).
+    pub workers: u64,
+}
+
+impl AccountRecord {
+    /// Whether its workers may get work.
+    pub fn active(&self) -> bool {
+        self.revoked_ms.is_none() && !self.quarantined
+    }
+}
+
+/// A stored worker identity.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkerRecord {
+    /// The worker.
+    pub id: WorkerId,
+    /// The account it enrolled with.
+    pub account_id: AccountId,
+    /// SHA-256 of its token.
+    pub token_hash: String,
+    /// What it says it is.
+    pub host: HostInfo,
+    /// Engine build of its last lease request.
+    pub engine_build: String,
+    /// Hardware class at its last registration.
+    pub class_id: String,
+    /// Registration time, ms.
+    pub registered_ms: i64,
+    /// Last call, ms.
+    pub last_seen_ms: i64,
+    /// Its per-core rate from its last heartbeat.
+    pub per_core_rate: f64,
+    /// Engine threads from its last heartbeat.
+    pub threads: u32,
+    /// Units whose result it had accepted.
+    pub units_done: u64,
+    /// Wrong results counted against it.
+    pub errors: u64,
+    /// Refused work.
+    pub quarantined: bool,
+    /// Active leases it holds (filled by [`crate::store::Workers::list_workers`] only).
+    pub leases_held: u64,
+}

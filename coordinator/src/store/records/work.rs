@@ -1,0 +1,227 @@
+//! Jobs, units, leases and results.
+
+use e2fleet_engine::engine::EngineKind;
+use e2fleet_engine::{Unit, UnitResult};
+use e2fleet_proto::api::{AccountId, JobId, JobState, LeaseId, ResultVerdict, UnitId, WorkerId};
+
+use super::*;
+use crate::store::StoreError;
+
+/// A stored job (without its puzzle, which only job set-up needs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobRecord {
+    /// The job.
+    pub id: JobId,
+    /// Human name.
+    pub name: String,
+    /// Fill order spec.
+    pub order: String,
+    /// Free cells: depths of the tree.
+    pub depths: usize,
+    /// Split depth of the enumeration.
+    pub split_depth: usize,
+    /// Node budget per run.
+    pub budget: Option<u64>,
+    /// Runs per unit on different hosts.
+    pub replicas: u32,
+    /// Fraction of units run twice.
+    pub spot_check: f64,
+    /// Lifecycle state.
+    pub state: JobState,
+    /// Submission time, ms.
+    pub created_ms: i64,
+    /// Completion or cancellation time, ms.
+    pub finished_ms: Option<i64>,
+    /// Nodes per depth of the enumeration to the split depth.
+    pub enumeration: Vec<u64>,
+    /// Solutions found by the enumeration itself (a split at the last depth).
+    pub enumeration_solutions: u64,
+    /// Prefix nodes per depth created by continuation splits.
+    pub split: Vec<u64>,
+    /// Running sum of accepted unit results per depth.
+    pub accepted: Vec<u64>,
+    /// Running sum of accepted solutions.
+    pub accepted_solutions: u64,
+    /// Conservation, checked at completion.
+    pub conservation_ok: Option<bool>,
+}
+
+impl JobRecord {
+    /// The exact total so far, per depth: enumeration + splits + accepted units.
+    pub fn totals(&self) -> Vec<u64> {
+        let mut total = self.enumeration.clone();
+        e2fleet_engine::unit::add_counts(&mut total, &self.split);
+        e2fleet_engine::unit::add_counts(&mut total, &self.accepted);
+        total
+    }
+}
+
+/// A job to store, with its puzzle.
+#[derive(Clone, Debug)]
+pub struct NewJob {
+    /// The job (state running, totals zero).
+    pub record: JobRecord,
+    /// The puzzle as site JSON.
+    pub puzzle_json: String,
+}
+
+/// What a job's search context is built from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct JobSource {
+    /// The puzzle as site JSON.
+    pub puzzle_json: String,
+    /// Fill order spec.
+    pub order: String,
+    /// Node budget per run.
+    pub budget: Option<u64>,
+}
+
+/// What the report path needs of a job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobHead {
+    /// The job.
+    pub id: JobId,
+    /// Lifecycle state.
+    pub state: JobState,
+    /// Runs per unit on different hosts.
+    pub replicas: u32,
+    /// Fraction of units run twice.
+    pub spot_check: f64,
+}
+
+/// A stored unit, its prefix and cursor decoded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnitRecord {
+    /// The unit.
+    pub id: UnitId,
+    /// Its job.
+    pub job_id: JobId,
+    /// Prefix and cursor.
+    pub unit: Unit,
+    /// The unit it was created from (continuations and splits).
+    pub parent: Option<UnitId>,
+    /// How it came to be.
+    pub kind: UnitKind,
+    /// Agreeing results required to accept.
+    pub quorum: u32,
+    /// Runs to collect before deciding.
+    pub needed: u32,
+    /// Where it is in its life.
+    pub state: UnitState,
+    /// Leases out on it.
+    pub active_leases: u32,
+    /// Valid results received.
+    pub results: u32,
+    /// The result that decided it.
+    pub accepted_result: Option<ResultId>,
+    /// Creation time, ms.
+    pub created_ms: i64,
+    /// Whether its next run must come from an account that has not run it.
+    pub account_need: AccountNeed,
+    /// Its results disagree: a deciding run is out, trusted accounts first.
+    pub disputed: bool,
+}
+
+/// A unit to store.
+#[derive(Clone, Debug)]
+pub struct NewUnit {
+    /// Prefix and cursor.
+    pub unit: Unit,
+    /// The unit it was created from.
+    pub parent: Option<UnitId>,
+    /// How it came to be.
+    pub kind: UnitKind,
+    /// Agreeing results required to accept.
+    pub quorum: u32,
+}
+
+/// A stored lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeaseRecord {
+    /// The lease.
+    pub id: LeaseId,
+    /// The unit leased.
+    pub unit_id: UnitId,
+    /// Who holds it.
+    pub worker_id: WorkerId,
+    /// The holder's account.
+    pub account_id: AccountId,
+    /// Its host name then (a label).
+    pub hostname: String,
+    /// Node budget of the run.
+    pub budget: Option<u64>,
+    /// Grant time, ms.
+    pub created_ms: i64,
+    /// Deadline, ms.
+    pub deadline_ms: i64,
+    /// Where it is in its life.
+    pub state: LeaseState,
+}
+
+/// A result encoded for storage. Made with [`ResultBody::encode`] before the write (the
+/// encoding is CPU work that need not happen on the writer thread).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResultBody(pub(crate) String);
+
+impl ResultBody {
+    /// Encodes a result.
+    pub fn encode(result: &UnitResult) -> ResultBody {
+        ResultBody(serde_json::to_string(result).expect("results serialise"))
+    }
+
+    /// Decodes a stored result.
+    pub fn decode(&self) -> Result<UnitResult, StoreError> {
+        crate::store::parse_json(&self.0, "result")
+    }
+}
+
+/// A stored result, without its body (decisions compare digests; read the body with
+/// [`crate::store::Results::result_body`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ResultRecord {
+    /// The result.
+    pub id: ResultId,
+    /// Its job.
+    pub job_id: JobId,
+    /// Its unit.
+    pub unit_id: UnitId,
+    /// The lease it answered.
+    pub lease_id: LeaseId,
+    /// Who reported it.
+    pub worker_id: WorkerId,
+    /// The reporter's account.
+    pub account_id: AccountId,
+    /// How it may count.
+    pub standing: Standing,
+    /// Its host name then (a label).
+    pub hostname: String,
+    /// Its CPU model then (a label).
+    pub cpu_model: String,
+    /// Engine kind.
+    pub engine_kind: EngineKind,
+    /// Engine build id.
+    pub engine_build: String,
+    /// [`e2fleet_engine::unit::result_digest`]: equal digests agree.
+    pub digest: String,
+    /// Committed nodes.
+    pub committed: u64,
+    /// Solutions.
+    pub solutions: u64,
+    /// Deepest depth.
+    pub max_depth: usize,
+    /// Engine-thread seconds.
+    pub engine_seconds: f64,
+    /// What the coordinator made of it.
+    pub verdict: ResultVerdict,
+    /// Arrival time, ms.
+    pub received_ms: i64,
+}
+
+/// A result to store.
+#[derive(Clone, Debug)]
+pub struct NewResult {
+    /// The record (its `id` is ignored).
+    pub record: ResultRecord,
+    /// The whole result.
+    pub body: ResultBody,
+}
