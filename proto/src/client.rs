@@ -34,6 +34,24 @@ pub fn check_url(url: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// The host of a plain `http://` URL that is not this machine (`localhost`, `127.0.0.0/8`,
+/// `::1`), or `None`: what crosses the network in clear.
+pub fn plaintext_remote_host(url: &str) -> Option<String> {
+    let rest = url.strip_prefix("http://")?;
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or("");
+    let authority = authority.rsplit('@').next().unwrap_or(authority);
+    let host = if let Some(v6) = authority.strip_prefix('[') {
+        v6.split(']').next().unwrap_or("")
+    } else {
+        authority.split(':').next().unwrap_or("")
+    };
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    (!loopback).then(|| host.to_string())
+}
+
 /// An endpoint for `url`; `ca_cert` is a PEM file of certificates to trust for `https://`
 /// (the system's roots when `None`).
 pub fn endpoint(url: &str, ca_cert: Option<&Path>) -> Result<Endpoint, String> {
@@ -187,6 +205,35 @@ mod tests {
         );
         assert!(check_url("ftp://x").unwrap_err().contains("http://"));
         assert!(check_url("http://").unwrap_err().contains("no host"));
+    }
+
+    #[test]
+    fn plaintext_to_another_machine_is_named() {
+        for local in [
+            "http://127.0.0.1:7733",
+            "http://localhost:7733/",
+            "http://[::1]:7733",
+            "http://127.8.9.1",
+            "https://fleet.example.org",
+        ] {
+            assert_eq!(plaintext_remote_host(local), None, "{local}");
+        }
+        assert_eq!(
+            plaintext_remote_host("http://fleet.example.org:7733").as_deref(),
+            Some("fleet.example.org")
+        );
+        assert_eq!(
+            plaintext_remote_host("http://10.0.0.5:7733").as_deref(),
+            Some("10.0.0.5")
+        );
+        assert_eq!(
+            plaintext_remote_host("http://[2001:db8::1]:7733").as_deref(),
+            Some("2001:db8::1")
+        );
+        assert_eq!(
+            plaintext_remote_host("http://localhost.evil.org").as_deref(),
+            Some("localhost.evil.org")
+        );
     }
 
     #[derive(Debug)]

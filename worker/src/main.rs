@@ -15,6 +15,7 @@
 //!   journal, signals, the loop.
 
 mod bench;
+mod connect_args;
 mod engine_args;
 mod host;
 mod link;

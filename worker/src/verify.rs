@@ -21,6 +21,7 @@ use e2fleet_proto::REPORT_MAX_SOLUTIONS;
 use e2fleet_proto::api::{SuiteResult, Verdict};
 use serde::Serialize;
 
+use crate::connect_args::ConnectArgs;
 use crate::engine_args::EngineArgs;
 
 /// Flags of `verify`.
@@ -33,12 +34,8 @@ pub struct VerifyArgs {
     /// Run the coordinator's suite and submit the results there.
     #[arg(long, env = "E2FLEET_COORDINATOR")]
     coordinator: Option<String>,
-    /// The fleet's enrolment token (with --coordinator).
-    #[arg(long, env = "E2FLEET_ENROLL_TOKEN")]
-    token: Option<String>,
-    /// CA certificate (PEM) to trust for an https:// coordinator (default: system roots).
-    #[arg(long, env = "E2FLEET_CA_CERT")]
-    ca_cert: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    connect: ConnectArgs,
     /// Suite name on the coordinator.
     #[arg(long, default_value = "default")]
     suite: String,
@@ -144,10 +141,8 @@ pub fn run(args: VerifyArgs) -> Result<()> {
     }
     let (reports, class) = match &args.coordinator {
         Some(url) if !args.offline => {
-            let token = args
-                .token
-                .clone()
-                .context("--token (or E2FLEET_ENROLL_TOKEN) is needed with --coordinator")?;
+            args.connect.check_transport(url)?;
+            let token = args.connect.token()?;
             tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()?
@@ -264,7 +259,7 @@ async fn with_coordinator(
     url: &str,
     token: &str,
 ) -> Result<(Vec<UnitReport>, Option<(String, bool)>)> {
-    let mut api = crate::link::Coordinator::connect(url, args.ca_cert.as_deref())
+    let mut api = crate::link::Coordinator::connect(url, args.connect.ca_cert.as_deref())
         .await
         .map_err(anyhow::Error::msg)?;
     let host = crate::host::host_info(args.hostname.as_deref(), &args.engine);

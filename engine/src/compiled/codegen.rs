@@ -39,6 +39,9 @@ pub struct CodegenOptions {
     /// Test-only fault injection: add one to the node count at this depth (0-based) on
     /// every finished unit, to prove the verification machinery catches a wrong engine.
     pub fault_depth: Option<usize>,
+    /// Test-only fault injection: a program that greets and then never answers, to prove
+    /// a hung engine is killed instead of hanging its caller.
+    pub fault_hang: bool,
 }
 
 impl Default for CodegenOptions {
@@ -47,6 +50,7 @@ impl Default for CodegenOptions {
             group: 6,
             poll_interval: 1 << 22,
             fault_depth: None,
+            fault_hang: false,
         }
     }
 }
@@ -80,6 +84,9 @@ pub fn release_id(options: &CodegenOptions, target_cpu: Option<&str>) -> String 
     );
     if let Some(d) = options.fault_depth {
         id.push_str(&format!("-FAULT{d}"));
+    }
+    if options.fault_hang {
+        id.push_str("-HANG");
     }
     id
 }
@@ -139,7 +146,15 @@ impl Gen<'_> {
             options.poll_interval.max(1),
             options.fault_depth
         );
-        w!(self, "fn main() {{ e2fleet_rt::serve(&PROGRAM) }}");
+        if options.fault_hang {
+            w!(
+                self,
+                "fn main() {{ println!(\"e2fleet-engine {PROTOCOL_VERSION} {build_key} {}\"); std::thread::sleep(std::time::Duration::from_secs(3600)); }}",
+                p.len()
+            );
+        } else {
+            w!(self, "fn main() {{ e2fleet_rt::serve(&PROGRAM) }}");
+        }
     }
 
     fn tables(&mut self) {

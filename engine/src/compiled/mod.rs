@@ -5,14 +5,23 @@
 //! [`EngineError::Failed`], never a crash of the caller, and the next run starts a fresh
 //! process. Every unit is checked against the reference tables before it is sent, so the
 //! child only ever sees legal prefixes and cursors.
+//!
+//! What bounds a child: builds come from a private, sealed cache ([`cache`]) and the seal
+//! is checked before every start; plans past [`MAX_COMPILED_ENTRIES`] are not compiled
+//! (callers fall back to the reference engine); rustc and engines run under memory limits
+//! ([`BuildOptions::rustc_memory`], [`BuildOptions::engine_memory`]); and an engine that
+//! stays silent for [`BuildOptions::engine_silence`] is killed (a reader thread feeds its
+//! lines through a bounded channel, so a hung child never hangs the caller).
 
+pub mod cache;
 pub mod codegen;
 pub mod toolchain;
 
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
 use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
+use std::sync::mpsc::{Receiver, RecvTimeoutError, sync_channel};
 use std::time::Duration;
 
 use thiserror::Error;
@@ -23,9 +32,19 @@ use crate::plan::SearchPlan;
 use crate::search::{Control, RunOptions, Walker};
 use crate::unit::{StopReason, Unit, UnitResult};
 
+use cache::Cache;
 pub use codegen::CodegenOptions;
 pub use toolchain::BuildOptions;
 use toolchain::KillOnDrop;
+
+/// Most table entries (bucket offsets plus candidates) of a plan the worker compiles:
+/// about 9x the real Eternity II's (16,376) and the hard benchmark board's (31,030).
+/// Larger plans make sources that take rustc minutes and gigabytes; they run on the
+/// reference engine instead.
+pub const MAX_COMPILED_ENTRIES: usize = 1 << 18;
+
+/// Longest line an engine process may write (a solution line is a few kilobytes).
+const MAX_LINE: u64 = 1 << 20;
 
 /// Why a compiled engine could not be built or started.
 #[derive(Debug, Clone, Error)]
@@ -57,6 +76,11 @@ pub enum CompileError {
     /// The built program did not start or did not greet correctly.
     #[error("the compiled engine did not start: {0}")]
     Start(String),
+    /// The plan is past [`MAX_COMPILED_ENTRIES`].
+    #[error(
+        "the search tables are too large to compile ({0} entries, the limit is {MAX_COMPILED_ENTRIES}); use the reference engine"
+    )]
+    TooLarge(usize),
 }
 
 /// A built engine binary for one plan.
@@ -65,6 +89,9 @@ pub struct CompiledProgram {
     path: PathBuf,
     key: String,
     depths: usize,
+    cache: Cache,
+    memory: Option<u64>,
+    silence: Duration,
     /// Time rustc took; zero when the binary came from the cache.
     pub compile_time: Duration,
     /// `true` when the binary came from the cache.
@@ -73,36 +100,46 @@ pub struct CompiledProgram {
 
 impl CompiledProgram {
     /// Generates, builds (or finds in the cache) and smoke-starts the engine for `plan`.
-    /// A cached binary that fails to start or greets with the wrong key is rebuilt once.
+    /// A cached binary whose seal does not match, that fails to start or that greets with
+    /// the wrong key is removed and rebuilt (never run).
     pub fn build(
         plan: &SearchPlan,
         codegen: &CodegenOptions,
         build: &BuildOptions,
     ) -> Result<Self, CompileError> {
+        let entries = plan.offsets.len() + plan.candidates.len();
+        if entries > MAX_COMPILED_ENTRIES {
+            return Err(CompileError::TooLarge(entries));
+        }
+        let cache = Cache::open(&build.cache_dir)?;
         let version = toolchain::rustc_version(&build.rustc)?;
-        let runtime = runtime_library(&version, build)?;
+        let runtime = runtime_library(&cache, &version, build)?;
         // the key covers the source (without the key itself) and the runtime build
         let probe = codegen::emit(plan, codegen, "");
         let key = toolchain::cache_key(&(probe + runtime.key.as_str()), &version, build);
         let source = codegen::emit(plan, codegen, &key);
-        let path = build.cache_dir.join(format!("e2fleet-engine-{key}"));
+        let path = cache.path(&format!("e2fleet-engine-{key}"));
         let mut program = CompiledProgram {
             path,
             key,
             depths: plan.len(),
+            cache,
+            memory: build.engine_memory,
+            silence: build.engine_silence,
             compile_time: Duration::ZERO,
             cached: true,
         };
         if program.path.exists() {
-            if toolchain::checksum_ok(&program.path) && program.handshake().is_ok() {
+            if program.handshake().is_ok() {
                 return Ok(program);
             }
-            let _ = std::fs::remove_file(&program.path);
+            program.cache.remove(&program.path);
         }
         let extern_arg = format!("e2fleet_rt={}", runtime.path.display());
         program.compile_time = runtime.compile_time
             + toolchain::compile(
                 &source,
+                &program.cache,
                 &program.path,
                 build,
                 &["--extern".into(), extern_arg],
@@ -143,16 +180,20 @@ struct RuntimeLibrary {
 }
 
 /// Builds (or finds) the runtime rlib for this compiler and these flags.
-fn runtime_library(version: &str, build: &BuildOptions) -> Result<RuntimeLibrary, CompileError> {
+fn runtime_library(
+    cache: &Cache,
+    version: &str,
+    build: &BuildOptions,
+) -> Result<RuntimeLibrary, CompileError> {
     let key = toolchain::cache_key(codegen::RUNTIME_SOURCE, version, build);
-    let path = build.cache_dir.join(format!("libe2fleet_rt-{key}.rlib"));
+    let path = cache.path(&format!("libe2fleet_rt-{key}.rlib"));
     let mut compile_time = Duration::ZERO;
-    if !(path.exists() && toolchain::checksum_ok(&path)) {
+    if !(path.exists() && cache.is_sealed(&path)) {
         let args = [
             "--crate-type=rlib".to_string(),
             "--crate-name=e2fleet_rt".to_string(),
         ];
-        compile_time = toolchain::compile(codegen::RUNTIME_SOURCE, &path, build, &args)?;
+        compile_time = toolchain::compile(codegen::RUNTIME_SOURCE, cache, &path, build, &args)?;
     }
     Ok(RuntimeLibrary {
         key,
@@ -161,14 +202,59 @@ fn runtime_library(version: &str, build: &BuildOptions) -> Result<RuntimeLibrary
     })
 }
 
+/// What the reader thread passes on: a line, the end of output, or a read error.
+type Line = Result<Option<String>, String>;
+
 struct Process {
     _child: KillOnDrop,
     stdin: BufWriter<ChildStdin>,
-    stdout: BufReader<ChildStdout>,
+    lines: Receiver<Line>,
+    silence: Duration,
+}
+
+/// Reads `stdout` line by line into a bounded channel until the end, an error, a line
+/// past [`MAX_LINE`] or a receiver that is gone.
+fn spawn_reader(stdout: ChildStdout) -> Result<Receiver<Line>, CompileError> {
+    let (tx, rx) = sync_channel::<Line>(1024);
+    std::thread::Builder::new()
+        .name("engine-reader".into())
+        .spawn(move || {
+            let mut reader = BufReader::new(stdout);
+            loop {
+                let mut line = String::new();
+                let sent = match (&mut reader).take(MAX_LINE).read_line(&mut line) {
+                    Ok(0) => {
+                        let _ = tx.send(Ok(None));
+                        return;
+                    }
+                    Ok(n) if n as u64 >= MAX_LINE && !line.ends_with('\n') => {
+                        let _ = tx.send(Err(format!("a line longer than {MAX_LINE} bytes")));
+                        return;
+                    }
+                    Ok(_) => tx.send(Ok(Some(line))),
+                    Err(e) => {
+                        let _ = tx.send(Err(e.to_string()));
+                        return;
+                    }
+                };
+                if sent.is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(|e| CompileError::Start(format!("cannot start a reader thread: {e}")))?;
+    Ok(rx)
 }
 
 impl Process {
     fn start(program: &CompiledProgram) -> Result<Process, CompileError> {
+        if !program.cache.is_sealed(&program.path) {
+            program.cache.remove(&program.path);
+            return Err(CompileError::Start(format!(
+                "{} is not the build this cache sealed (changed or replaced since); removed, never run",
+                program.path.display()
+            )));
+        }
         let mut child = Command::new(&program.path)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -176,17 +262,16 @@ impl Process {
             .spawn()
             .map_err(|e| CompileError::Start(format!("{}: {e}", program.path.display())))?;
         let stdin = BufWriter::new(child.stdin.take().expect("piped stdin"));
-        let stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
-        let mut process = Process {
-            _child: KillOnDrop(child),
+        let stdout = child.stdout.take().expect("piped stdout");
+        let child = KillOnDrop(child);
+        toolchain::limit_memory(&child.0, program.memory)?;
+        let process = Process {
+            _child: child,
             stdin,
-            stdout,
+            lines: spawn_reader(stdout)?,
+            silence: program.silence,
         };
-        let mut line = String::new();
-        process
-            .stdout
-            .read_line(&mut line)
-            .map_err(|e| CompileError::Start(e.to_string()))?;
+        let line = process.line().map_err(CompileError::Start)?;
         let expected = format!(
             "e2fleet-engine {} {} {}",
             codegen::PROTOCOL_VERSION,
@@ -200,6 +285,22 @@ impl Process {
             )));
         }
         Ok(process)
+    }
+
+    /// The next line, or why there is none: the process ended, failed, or said nothing
+    /// for its silence limit (then it is taken for hung; the caller drops it).
+    fn line(&self) -> Result<String, String> {
+        match self.lines.recv_timeout(self.silence) {
+            Ok(Ok(Some(line))) => Ok(line),
+            Ok(Ok(None)) | Err(RecvTimeoutError::Disconnected) => {
+                Err("the engine process exited".into())
+            }
+            Ok(Err(e)) => Err(format!("cannot read from the engine: {e}")),
+            Err(RecvTimeoutError::Timeout) => Err(format!(
+                "the engine said nothing for {:?}: taken for hung and killed",
+                self.silence
+            )),
+        }
     }
 }
 
@@ -264,14 +365,9 @@ impl CompiledEngine {
         let mut result = UnitResult::default();
         let mut got_nodes = false;
         loop {
-            let mut line = String::new();
-            let n = process
-                .stdout
-                .read_line(&mut line)
-                .map_err(|e| format!("cannot read the result: {e}"))?;
-            if n == 0 {
-                return Err("the engine process exited in the middle of a unit".into());
-            }
+            let line = process
+                .line()
+                .map_err(|e| format!("{e} in the middle of a unit"))?;
             let line = line.trim_end();
             let (word, rest) = line.split_once(' ').unwrap_or((line, ""));
             match word {

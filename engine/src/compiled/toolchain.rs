@@ -1,9 +1,10 @@
 //! Building generated programs with the local rustc, and the binary cache.
 //!
 //! A binary is keyed by a SHA-256 of (generated source, `rustc -vV`, flags), so a new
-//! compiler or new flags never reuse an old build. Builds write to a unique temporary file
-//! and are renamed into place, so two processes building the same key at once both end up
-//! with a complete binary. rustc runs as a child with a timeout and is killed if dropped.
+//! compiler or new flags never reuse an old build. Builds write to a unique temporary file,
+//! are sealed ([`super::cache`]) and renamed into place, so two processes building the
+//! same key at once both end up with a complete binary. rustc runs as a child with a
+//! timeout and a memory limit, and is killed if dropped.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -12,13 +13,14 @@ use std::time::{Duration, Instant};
 use sha2::{Digest, Sha256};
 
 use super::CompileError;
+use super::cache::Cache;
 
 /// How to compile generated programs.
 #[derive(Clone, Debug)]
 pub struct BuildOptions {
     /// The rustc to run.
     pub rustc: PathBuf,
-    /// Where binaries are cached.
+    /// Where binaries are cached (a private folder: see [`super::cache`]).
     pub cache_dir: PathBuf,
     /// `-C target-cpu=...`; `None` builds for the generic target (needed for valgrind).
     pub target_cpu: Option<String>,
@@ -26,16 +28,26 @@ pub struct BuildOptions {
     pub extra_flags: Vec<String>,
     /// rustc is killed after this long.
     pub timeout: Duration,
+    /// Most memory (bytes of data) rustc may use; `None` for no limit.
+    pub rustc_memory: Option<u64>,
+    /// Most memory (bytes of data) an engine process may use; `None` for no limit.
+    pub engine_memory: Option<u64>,
+    /// An engine process that says nothing for this long (no progress, no result) is
+    /// taken for hung and killed. Engines report progress many times a second.
+    pub engine_silence: Duration,
 }
 
 impl Default for BuildOptions {
     fn default() -> Self {
         BuildOptions {
             rustc: PathBuf::from("rustc"),
-            cache_dir: std::env::temp_dir().join("e2fleet-engine-cache"),
+            cache_dir: super::cache::default_dir(),
             target_cpu: Some("native".into()),
             extra_flags: Vec::new(),
             timeout: Duration::from_secs(120),
+            rustc_memory: Some(4 << 30),
+            engine_memory: Some(1 << 30),
+            engine_silence: Duration::from_secs(60),
         }
     }
 }
@@ -60,6 +72,26 @@ impl BuildOptions {
         flags.extend(self.extra_flags.iter().cloned());
         flags
     }
+}
+
+/// Caps the data memory of a just-started child (Linux; elsewhere a no-op). Set from the
+/// parent right after the spawn: the few instructions the child runs before are not a
+/// way to allocate gigabytes.
+pub(crate) fn limit_memory(child: &Child, bytes: Option<u64>) -> Result<(), CompileError> {
+    #[cfg(target_os = "linux")]
+    if let Some(bytes) = bytes {
+        use rustix::process::{Pid, Resource, Rlimit, prlimit};
+        let pid = Pid::from_child(child);
+        let limit = Rlimit {
+            current: Some(bytes),
+            maximum: Some(bytes),
+        };
+        prlimit(Some(pid), Resource::Data, limit)
+            .map_err(|e| CompileError::Io(format!("cannot limit a child's memory: {e}")))?;
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (child, bytes);
+    Ok(())
 }
 
 /// Kills and reaps a child process when dropped.
@@ -110,13 +142,12 @@ pub fn cache_key(source: &str, rustc_version: &str, options: &BuildOptions) -> S
 /// Compiles `source` to `dest` (atomically), returning how long rustc took.
 pub fn compile(
     source: &str,
+    cache: &Cache,
     dest: &Path,
     options: &BuildOptions,
     extra: &[String],
 ) -> Result<Duration, CompileError> {
-    let dir = dest.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)
-        .map_err(|e| CompileError::Io(format!("cannot create {}: {e}", dir.display())))?;
+    let dir = cache.dir();
     let unique = format!(
         "tmp-{}-{}",
         std::process::id(),
@@ -145,6 +176,17 @@ pub fn compile(
             error: e.to_string(),
         })?;
     let mut guard = KillOnDrop(child);
+    limit_memory(&guard.0, options.rustc_memory)?;
+    // drained while rustc runs (a full pipe would stall it), the first 64 KiB kept
+    let stderr = guard.0.stderr.take().map(|mut e| {
+        std::thread::spawn(move || {
+            use std::io::Read;
+            let mut kept = Vec::new();
+            let _ = (&mut e).take(64 << 10).read_to_end(&mut kept);
+            let _ = std::io::copy(&mut e, &mut std::io::sink());
+            String::from_utf8_lossy(&kept).into_owned()
+        })
+    });
     let status = loop {
         match guard.0.try_wait() {
             Ok(Some(status)) => break status,
@@ -157,11 +199,7 @@ pub fn compile(
         }
     };
     let elapsed = started.elapsed();
-    let mut stderr = String::new();
-    if let Some(mut e) = guard.0.stderr.take() {
-        use std::io::Read;
-        let _ = e.read_to_string(&mut stderr);
-    }
+    let stderr = stderr.and_then(|t| t.join().ok()).unwrap_or_default();
     let _ = std::fs::remove_file(&src_path);
     if !status.success() {
         let _ = std::fs::remove_file(&tmp_bin);
@@ -170,40 +208,8 @@ pub fn compile(
             stderr,
         });
     }
-    // the checksum goes in first: a reader that sees the binary also sees its checksum
-    let sum = file_sha256(&tmp_bin)
-        .map_err(|e| CompileError::Io(format!("cannot read the build: {e}")))?;
-    let sum_tmp = dir.join(format!("{unique}.sha256"));
-    std::fs::write(&sum_tmp, &sum)
-        .and_then(|_| std::fs::rename(&sum_tmp, checksum_path(dest)))
-        .map_err(|e| CompileError::Io(format!("cannot write the checksum: {e}")))?;
+    cache.seal(&tmp_bin, dest)?;
     std::fs::rename(&tmp_bin, dest)
         .map_err(|e| CompileError::Io(format!("cannot move the build into the cache: {e}")))?;
     Ok(elapsed)
-}
-
-fn checksum_path(binary: &Path) -> PathBuf {
-    let mut name = binary.file_name().unwrap_or_default().to_os_string();
-    name.push(".sha256");
-    binary.with_file_name(name)
-}
-
-fn file_sha256(path: &Path) -> std::io::Result<String> {
-    let bytes = std::fs::read(path)?;
-    Ok(Sha256::digest(&bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect())
-}
-
-/// `true` when the cached binary still has the checksum written when it was built (a
-/// truncated or overwritten binary may well still start, so a greeting is not enough).
-pub fn checksum_ok(binary: &Path) -> bool {
-    match (
-        std::fs::read_to_string(checksum_path(binary)),
-        file_sha256(binary),
-    ) {
-        (Ok(expected), Ok(actual)) => expected.trim() == actual,
-        _ => false,
-    }
 }

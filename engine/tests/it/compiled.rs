@@ -7,6 +7,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use e2fleet_engine::compiled::cache::Cache;
 use e2fleet_engine::compiled::{BuildOptions, CodegenOptions, CompileError, CompiledProgram};
 use e2fleet_engine::engine::{Engine, EngineError, ReferenceEngine};
 use e2fleet_engine::plan::SearchPlan;
@@ -18,8 +19,13 @@ use e2fleet_engine::{FillOrder, OrderSpec, Puzzle, Unit};
 use crate::load;
 
 fn cache_dir(name: &str) -> PathBuf {
+    use std::os::unix::fs::DirBuilderExt;
     let dir = std::env::temp_dir().join(format!("e2fleet-test-{}-{name}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(&dir)
+        .unwrap();
     dir
 }
 
@@ -316,13 +322,12 @@ fn a_crashing_engine_process_is_an_error_not_a_hang() {
     let program =
         CompiledProgram::build(&plan, &CodegenOptions::default(), &options("crash")).unwrap();
     // replace the binary with one that greets correctly, then dies on the first unit
+    // (sealed as the cache would seal a build of its own, so it is started)
     let greeting = format!("e2fleet-engine 1 {} {}", program.key(), plan.len());
-    std::fs::write(
-        program.path(),
-        format!("#!/bin/sh\necho '{greeting}'\nread line\nkill -SEGV $$\n"),
-    )
-    .unwrap();
-    make_executable(program.path());
+    replace_sealed(
+        &program,
+        &format!("#!/bin/sh\necho '{greeting}'\nread line\nkill -SEGV $$\n"),
+    );
     let mut engine = program.engine(plan.clone());
     let err = engine
         .run(&Unit::root(), opts(None), &mut NoControl)
@@ -347,6 +352,153 @@ fn illegal_units_never_reach_the_process() {
             .committed,
         4_470
     );
+}
+
+/// Replaces a cached build with `script`, sealed with the cache's own key.
+fn replace_sealed(program: &CompiledProgram, script: &str) {
+    let dir = program.path().parent().unwrap();
+    let tmp = dir.join("replacement");
+    std::fs::write(&tmp, script).unwrap();
+    make_executable(&tmp);
+    Cache::open(dir)
+        .unwrap()
+        .seal(&tmp, program.path())
+        .unwrap();
+    std::fs::rename(&tmp, program.path()).unwrap();
+}
+
+#[test]
+fn a_replaced_cached_engine_is_rebuilt_never_run() {
+    use sha2::{Digest, Sha256};
+    let puzzle = load("brendan/set1/pieces_04x04.txt");
+    let plan = plan(&puzzle, &OrderSpec::default());
+    let build = options("replaced");
+    let program = CompiledProgram::build(&plan, &CodegenOptions::default(), &build).unwrap();
+    // another user's program in its place: it greets correctly, and the attacker also
+    // writes a plain checksum beside it (what the cache trusted before)
+    let marker = build.cache_dir.join("the-replacement-ran");
+    let greeting = format!("e2fleet-engine 1 {} {}", program.key(), plan.len());
+    let script = format!(
+        "#!/bin/sh\ntouch '{}'\necho '{greeting}'\nread line\n",
+        marker.display()
+    );
+    std::fs::write(program.path(), &script).unwrap();
+    make_executable(program.path());
+    let sum: String = Sha256::digest(script.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let mut plain = program.path().clone().into_os_string();
+    plain.push(".sha256");
+    std::fs::write(plain, sum).unwrap();
+    // an engine made before the replacement checks the seal before it starts a process
+    let err = program
+        .engine(plan.clone())
+        .run(&Unit::root(), opts(None), &mut NoControl)
+        .unwrap_err();
+    assert!(err.to_string().contains("never run"), "{err}");
+    assert!(!marker.exists(), "the replaced binary was run");
+    // a new build finds no sealed binary and builds a fresh one
+    std::fs::write(program.path(), &script).unwrap();
+    make_executable(program.path());
+    let again = CompiledProgram::build(&plan, &CodegenOptions::default(), &build).unwrap();
+    assert!(!again.cached, "the replaced binary was rebuilt");
+    let r = again
+        .engine(plan.clone())
+        .run(&Unit::root(), opts(None), &mut NoControl)
+        .unwrap();
+    assert_eq!(r.committed, 4_470);
+    assert!(!marker.exists(), "the replaced binary was run");
+}
+
+#[test]
+fn a_cache_folder_others_can_write_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let puzzle = load("brendan/set1/pieces_03x03.txt");
+    let plan = plan(&puzzle, &OrderSpec::default());
+    let shared = options("shared");
+    std::fs::set_permissions(&shared.cache_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let err = CompiledProgram::build(&plan, &CodegenOptions::default(), &shared).unwrap_err();
+    assert!(
+        err.to_string().contains("can be written by other users"),
+        "{err}"
+    );
+    // nor is a link to a folder (which could be pointed elsewhere later)
+    let private = options("private-target");
+    let link = private.cache_dir.with_extension("link");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(&private.cache_dir, &link).unwrap();
+    let linked = BuildOptions {
+        cache_dir: link,
+        ..private.clone()
+    };
+    let err = CompiledProgram::build(&plan, &CodegenOptions::default(), &linked).unwrap_err();
+    assert!(err.to_string().contains("symbolic link"), "{err}");
+    // a folder the cache creates itself is private, and its key is the user's alone
+    let fresh = BuildOptions {
+        cache_dir: private.cache_dir.join("made-here"),
+        ..private
+    };
+    CompiledProgram::build(&plan, &CodegenOptions::default(), &fresh).unwrap();
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&fresh.cache_dir), 0o700);
+    assert_eq!(mode(&fresh.cache_dir.join("cache.key")), 0o600);
+}
+
+#[test]
+fn a_silent_engine_is_killed_not_waited_for() {
+    let puzzle = load("brendan/set1/pieces_04x04.txt");
+    let plan = plan(&puzzle, &OrderSpec::default());
+    let hang = CodegenOptions {
+        fault_hang: true,
+        ..CodegenOptions::default()
+    };
+    let build = BuildOptions {
+        engine_silence: Duration::from_secs(1),
+        ..options("hang")
+    };
+    // it greets, so it builds; then it never answers a unit
+    let program = CompiledProgram::build(&plan, &hang, &build).unwrap();
+    let started = std::time::Instant::now();
+    let err = program
+        .engine(plan.clone())
+        .run(&Unit::root(), opts(None), &mut NoControl)
+        .unwrap_err();
+    assert!(matches!(err, EngineError::Failed(_)), "{err}");
+    assert!(err.to_string().contains("said nothing"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn rustc_runs_under_a_memory_limit() {
+    let puzzle = load("brendan/set1/pieces_04x04.txt");
+    let plan = plan(&puzzle, &OrderSpec::default());
+    let starved = BuildOptions {
+        rustc_memory: Some(64 << 20),
+        timeout: Duration::from_secs(60),
+        ..options("starved")
+    };
+    let err = CompiledProgram::build(&plan, &CodegenOptions::default(), &starved).unwrap_err();
+    assert!(matches!(err, CompileError::RustcFailed { .. }), "{err}");
+}
+
+#[test]
+fn plans_too_large_to_compile_are_left_to_the_reference_engine() {
+    use e2fleet_engine::compiled::MAX_COMPILED_ENTRIES;
+    let mut rng = Rng::new(3);
+    let big = e2fleet_engine::testing::checkerboard_puzzle(&mut rng, 12, 90);
+    let plan = Arc::new(SearchPlan::new(&big, &FillOrder::row_major(&big)));
+    assert!(plan.offsets.len() + plan.candidates.len() > MAX_COMPILED_ENTRIES);
+    let err =
+        CompiledProgram::build(&plan, &CodegenOptions::default(), &options("big")).unwrap_err();
+    assert!(matches!(err, CompileError::TooLarge(_)), "{err}");
+    // and nothing was written: no source, no rustc run
+    let written = std::fs::read_dir(options("big").cache_dir).unwrap().count();
+    assert_eq!(written, 0);
 }
 
 fn make_executable(path: &std::path::Path) {

@@ -38,6 +38,7 @@ use e2fleet_proto::logs::LogFormat;
 use tonic::Code;
 use tracing::{error, info, warn};
 
+use crate::connect_args::ConnectArgs;
 use crate::engine_args::EngineArgs;
 use crate::link::{Coordinator, is_transient};
 use executor::{Executor, Outcome, Task};
@@ -56,12 +57,8 @@ pub struct RunArgs {
     /// Coordinator URL.
     #[arg(long, env = "E2FLEET_COORDINATOR")]
     coordinator: String,
-    /// The fleet's enrolment token.
-    #[arg(long, env = "E2FLEET_ENROLL_TOKEN")]
-    token: String,
-    /// CA certificate (PEM) to trust for an https:// coordinator (default: system roots).
-    #[arg(long, env = "E2FLEET_CA_CERT")]
-    ca_cert: Option<PathBuf>,
+    #[command(flatten)]
+    connect: ConnectArgs,
     /// Engine threads (default: every core).
     #[arg(long, env = "E2FLEET_THREADS")]
     threads: Option<usize>,
@@ -169,18 +166,25 @@ async fn join(link: &mut Link) -> Result<()> {
 }
 
 async fn run_async(args: RunArgs) -> Result<()> {
-    std::fs::create_dir_all(&args.data_dir).with_context(|| {
-        format!(
-            "cannot create the data directory {}",
-            args.data_dir.display()
-        )
-    })?;
+    {
+        let mut private = std::fs::DirBuilder::new();
+        private.recursive(true);
+        std::os::unix::fs::DirBuilderExt::mode(&mut private, 0o700);
+        private.create(&args.data_dir).with_context(|| {
+            format!(
+                "cannot create the data directory {}",
+                args.data_dir.display()
+            )
+        })?;
+    }
     let journal = Journal::open(&args.data_dir)?;
-    let api = Coordinator::lazy(&args.coordinator, args.ca_cert.as_deref())
+    args.connect.check_transport(&args.coordinator)?;
+    let token = args.connect.token()?;
+    let api = Coordinator::lazy(&args.coordinator, args.connect.ca_cert.as_deref())
         .map_err(anyhow::Error::msg)?;
     let mut link = Link::new(
         api,
-        args.token.clone(),
+        token,
         crate::host::host_info(args.hostname.as_deref(), &args.engine),
         args.data_dir.join("identity.json"),
     );
@@ -188,6 +192,10 @@ async fn run_async(args: RunArgs) -> Result<()> {
     let console = signals::Console::new(args.log_format == LogFormat::Text);
 
     let mut engine_args = args.engine.clone();
+    // compiled engines live with the identity unless told otherwise
+    engine_args
+        .cache_dir
+        .get_or_insert_with(|| args.data_dir.join("engines"));
     if let Err(e) = verify_class(
         &mut link,
         &mut engine_args,

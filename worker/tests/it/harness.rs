@@ -218,7 +218,7 @@ pub fn worker_as(
         .arg(data_dir)
         .args(["--hostname", hostname])
         .arg("--cache-dir")
-        .arg(std::env::temp_dir().join("e2fleet-worker-test-cache"))
+        .arg(shared_cache())
         .args(extra)
         .env("RUST_LOG", "info")
         .stdout(Stdio::null())
@@ -232,6 +232,18 @@ pub fn worker_as(
 /// The coordinator binary next to the worker binary, brought up to date once per test
 /// run (`cargo test --workspace` has built it already; `-p e2fleet-worker` alone has not,
 /// and an old binary would test old code).
+/// The compiled-engine cache the tests share (builds are reused across tests and runs): a
+/// private folder of this user's, as the worker requires.
+pub fn shared_cache() -> PathBuf {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let probe = tempfile::NamedTempFile::new().unwrap();
+    let uid = probe.as_file().metadata().unwrap().uid();
+    let dir = std::env::temp_dir().join(format!("e2fleet-worker-test-cache-{uid}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o700)).unwrap();
+    dir
+}
+
 pub fn coordinator_bin() -> PathBuf {
     static BUILT: std::sync::Once = std::sync::Once::new();
     BUILT.call_once(|| {

@@ -184,3 +184,86 @@ async fn misreporting_workers_of_one_volunteer_account_cannot_move_a_total() {
         }
     }
 }
+
+/// The worker's side (issue #14 item 7): plain http:// to another machine is refused
+/// unless allowed; the token can come from a private file instead of a command line; the
+/// identity, journal and engine cache are the worker user's alone.
+#[test]
+fn a_worker_keeps_its_secrets_private() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let worker_bin = env!("CARGO_BIN_EXE_e2fleet-worker");
+    // 192.0.2.1 is a documentation address: refused before any connection is tried
+    let started = Instant::now();
+    let out = Command::new(worker_bin)
+        .args([
+            "run",
+            "--coordinator",
+            "http://192.0.2.1:7733",
+            "--token",
+            "t",
+        ])
+        .arg("--data-dir")
+        .arg(dir.path().join("refused"))
+        .env_remove("E2FLEET_ALLOW_PLAINTEXT")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "it tried to connect"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("unencrypted")
+            && err.contains("--allow-plaintext")
+            && err.contains("https://"),
+        "{err}"
+    );
+
+    let (_coordinator, url) = serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{}\n", crate::harness::ENROLL)).unwrap();
+    std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let data = dir.path().join("w");
+    let log = std::fs::File::create(dir.path().join("w.log")).unwrap();
+    let _worker = crate::harness::Proc(
+        Command::new(worker_bin)
+            .args([
+                "run",
+                "--coordinator",
+                &url,
+                "--nice",
+                "0",
+                "--threads",
+                "1",
+            ])
+            .arg("--token-file")
+            .arg(&token_file)
+            .arg("--data-dir")
+            .arg(&data)
+            .env_remove("E2FLEET_ENROLL_TOKEN")
+            .env_remove("E2FLEET_CACHE_DIR")
+            .stdout(std::process::Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    // it enrolled with the file's token and built its engine in <data-dir>/engines
+    let key = data.join("engines").join("cache.key");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !(key.exists() && data.join("identity.json").exists()) {
+        assert!(
+            Instant::now() < deadline,
+            "the worker did not start: see w.log"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let workers = admin(&url, &["workers"]);
+    assert_eq!(workers.as_array().unwrap().len(), 1, "{workers}");
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&data), 0o700);
+    assert_eq!(mode(&data.join("identity.json")), 0o600);
+    assert_eq!(mode(&data.join("engines")), 0o700);
+    assert_eq!(mode(&key), 0o600);
+}

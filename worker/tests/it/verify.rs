@@ -8,7 +8,7 @@ use std::process::Command;
 fn verify(extra: &[&str]) -> (bool, String) {
     let out = Command::new(env!("CARGO_BIN_EXE_e2fleet-worker"))
         .args(["verify", "--offline", "--cache-dir"])
-        .arg(std::env::temp_dir().join("e2fleet-worker-test-cache"))
+        .arg(crate::harness::shared_cache())
         .args(extra)
         .output()
         .unwrap();
@@ -49,7 +49,7 @@ fn verify_with(url: &str, extra: &[&str]) -> (bool, serde_json::Value) {
             crate::harness::ENROLL,
         ])
         .args(["--hostname", "verifier", "--json", "--cache-dir"])
-        .arg(std::env::temp_dir().join("e2fleet-worker-test-cache"))
+        .arg(crate::harness::shared_cache())
         .args(extra)
         .output()
         .unwrap();
