@@ -165,6 +165,10 @@ pub struct ServeArgs {
     /// Wrong results of a volunteer account's workers before the account is quarantined.
     #[arg(long, env = "E2FLEET_ACCOUNT_QUARANTINE_AFTER", default_value_t = 5)]
     pub account_quarantine_after: u64,
+    /// Do not re-run the unconfirmed past results of a party that loses a cross-check
+    /// (cheaper; a forged or broken result that was never drawn for a recheck then stays).
+    #[arg(long, env = "E2FLEET_NO_HISTORY_RECHECK")]
+    pub no_history_recheck: bool,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,

@@ -87,6 +87,7 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             trust_after: args.trust_after,
             recheck: args.trusted_recheck,
             account_quarantine_after: args.account_quarantine_after.max(1),
+            recheck_history: !args.no_history_recheck,
         },
     };
     config.validate().map_err(anyhow::Error::msg)?;

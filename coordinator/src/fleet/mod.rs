@@ -133,6 +133,9 @@ pub struct TrustPolicy {
     pub recheck: f64,
     /// Wrong results of an account's identities before the account is quarantined.
     pub account_quarantine_after: u64,
+    /// Whether a party that loses a cross-check has its unconfirmed accepted results run
+    /// again by another party (see `quorum.rs`, "History recheck").
+    pub recheck_history: bool,
 }
 
 impl Default for TrustPolicy {
@@ -141,6 +144,7 @@ impl Default for TrustPolicy {
             trust_after: 10,
             recheck: 0.05,
             account_quarantine_after: 5,
+            recheck_history: true,
         }
     }
 }

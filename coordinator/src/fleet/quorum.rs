@@ -16,8 +16,19 @@
 //! Losers are wrong: each loser's identity and account collect an error; an account
 //! quarantined by them loses every result no other party confirmed ([`Fleet::void_account`]).
 //! Volunteer results confirmed by another party earn their account trust and credit.
+//!
+//! # History recheck
+//! A loser's past is suspect too (a liar, or a machine that computes wrong): every result
+//! it got accepted on its word alone — a volunteer account's results no other account
+//! confirmed, an operator machine's results no other machine confirmed — is run again by
+//! another party ([`Fleet::recheck_history`]); those results keep counting until a run
+//! disagrees, and then the usual deciding run overturns them. So a trusted account's
+//! forged results survive only if *none* of them is ever drawn for a recheck: `(1 - r)^k`
+//! for `k` forgeries at recheck rate `r` (`docs/security.md`).
 
 use std::collections::BTreeSet;
+
+use e2fleet_proto::api::WorkerId;
 
 use e2fleet_engine::{Unit, UnitResult};
 use e2fleet_proto::api::{AccountId, ReportOutcome, ReportStatus, ResultVerdict};
@@ -27,7 +38,17 @@ use super::policy::quorum_for;
 use super::{Fleet, FleetError};
 use crate::store::{
     AccountNeed, JobHead, MoreRuns, NewUnit, ResultRecord, Standing, Tx, UnitKind, UnitRecord,
+    UnitState,
 };
+
+/// Whose history a lost cross-check puts in doubt.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Suspect {
+    /// A volunteer account: its results no other account confirmed.
+    Account(AccountId),
+    /// One of the operator's machines: its results no other machine confirmed.
+    Worker(WorkerId),
+}
 
 /// Who a result speaks for (see the module docs).
 fn party(r: &ResultRecord) -> String {
@@ -175,6 +196,7 @@ impl Fleet {
         let best_results: Vec<&ResultRecord> = best.results.clone();
         // a quorum exists: losers are wrong
         let mut quarantined_accounts: Vec<AccountId> = Vec::new();
+        let mut suspects: BTreeSet<Suspect> = BTreeSet::new();
         for group in groups.iter().filter(|g| g.digest != best_digest) {
             for r in &group.results {
                 tx.set_result_verdict(r.id, ResultVerdict::Wrong)?;
@@ -185,6 +207,11 @@ impl Fleet {
                     warn!(account = %r.account_id, "account quarantined after wrong results of its workers");
                     quarantined_accounts.push(r.account_id.clone());
                 }
+                suspects.insert(if r.account_id.is_operator() {
+                    Suspect::Worker(r.worker_id)
+                } else {
+                    Suspect::Account(r.account_id.clone())
+                });
             }
         }
         let winner = best_results[0];
@@ -223,8 +250,16 @@ impl Fleet {
                 }
             }
         }
-        for account in quarantined_accounts {
-            self.void_account(tx, &account)?;
+        for account in &quarantined_accounts {
+            self.void_account(tx, account)?;
+        }
+        if self.config.trust.recheck_history {
+            for suspect in suspects {
+                if matches!(&suspect, Suspect::Account(a) if quarantined_accounts.contains(a)) {
+                    continue; // voided above: nothing of it counts any more
+                }
+                self.recheck_history(tx, &suspect)?;
+            }
         }
         let status = match mine {
             Some((m, _)) if m.digest != best_digest => ReportStatus::Wrong,
@@ -238,6 +273,51 @@ impl Fleet {
                 best_results.len()
             ),
         })
+    }
+
+    /// Asks another party to run again every unit `suspect` got accepted on its word
+    /// alone (see the module docs); the results keep counting meanwhile. Returns how many.
+    pub(crate) fn recheck_history(
+        &self,
+        tx: &mut dyn Tx,
+        suspect: &Suspect,
+    ) -> Result<usize, FleetError> {
+        let (results, account_need) = match suspect {
+            Suspect::Account(a) => (
+                tx.unconfirmed_accepted_of_account(a)?,
+                AccountNeed::Required,
+            ),
+            Suspect::Worker(w) => (tx.unconfirmed_accepted_of_worker(*w)?, AccountNeed::None),
+        };
+        let mut asked = 0;
+        for r in &results {
+            let Some(unit) = tx.unit(r.unit_id)? else {
+                continue;
+            };
+            if unit.state != UnitState::Done || unit.accepted_result != Some(r.id) {
+                continue;
+            }
+            tx.request_run(
+                unit.id,
+                &MoreRuns {
+                    quorum: unit.quorum.max(2),
+                    account_need,
+                    disputed: false,
+                },
+            )?;
+            if tx.reopen_job(unit.job_id)? {
+                warn!(job_id = %unit.job_id, ?suspect, "a completed job re-opened to recheck results of a party that lost a cross-check");
+            }
+            asked += 1;
+        }
+        if asked > 0 {
+            warn!(
+                ?suspect,
+                units = asked,
+                "lost a cross-check: its unconfirmed results are run again by another party"
+            );
+        }
+        Ok(asked)
     }
 
     /// Adds a winning result to the job's totals; a budget stop becomes a continuation.

@@ -143,6 +143,12 @@ pub trait Results {
         &mut self,
         account: &AccountId,
     ) -> StoreResult<Vec<ResultRecord>>;
+    /// Accepted results of a worker identity that no result from another identity agrees
+    /// with (they counted on that one machine's word).
+    fn unconfirmed_accepted_of_worker(
+        &mut self,
+        worker: WorkerId,
+    ) -> StoreResult<Vec<ResultRecord>>;
     /// Results of an account that counted on nothing yet or only agreed (pending, agree).
     fn pending_results_of_account(&mut self, account: &AccountId)
     -> StoreResult<Vec<ResultRecord>>;

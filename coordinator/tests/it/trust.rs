@@ -89,6 +89,7 @@ async fn a_volunteer_earns_trust_loses_it_at_once_and_its_revocation_takes_back_
         trust_after: 3,
         recheck: 0.0,
         account_quarantine_after: 100,
+        ..TrustPolicy::default()
     };
     let c = Coordinator::start_with(
         &temp_db(&dir),
@@ -150,6 +151,7 @@ async fn a_recheck_catches_a_trusted_volunteers_lie_and_its_trust_restarts() {
         trust_after: 2,
         recheck: 1.0,
         account_quarantine_after: 100,
+        ..TrustPolicy::default()
     };
     let c = Coordinator::start_with(
         &temp_db(&dir),
@@ -308,4 +310,116 @@ async fn one_worker_cannot_hoard_a_job() {
     );
     assert_eq!(c.job(&job).await["state"], "running");
     c.stop().await;
+}
+
+async fn trusted_volunteer(c: &Coordinator, op: &mut SimWorker, trust_after: u64) -> SimWorker {
+    let (_, token) = c.admin().await.add_account("vera").await.unwrap();
+    let mut v = SimWorker::register_with(&c.url, &token, "vera-1", "x", 2, Behaviour::Honest).await;
+    for _ in 0..trust_after {
+        let l = v.lease(1).await.unwrap().remove(0);
+        let r = v.compute(&l).await;
+        v.report(&l, &r).await.unwrap();
+        let ol = op.lease(1).await.unwrap().remove(0);
+        let or = op.compute(&ol).await;
+        op.report(&ol, &or).await.unwrap();
+    }
+    assert_eq!(account_json(c, "vera").await["trusted"], true);
+    v
+}
+
+/// A trusted volunteer's lie that no recheck drew still comes out: caught lying once
+/// anywhere (here on a job with two replicas), everything its account got accepted alone
+/// is run again by another party, and the old lie is overturned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_liar_caught_once_has_its_whole_unconfirmed_past_run_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let trust = TrustPolicy {
+        trust_after: 2,
+        recheck: 0.0,
+        account_quarantine_after: 100,
+        ..TrustPolicy::default()
+    };
+    let c = Coordinator::start_with(
+        &temp_db(&dir),
+        100,
+        trust,
+        Arc::new(AtomicI64::new(1_000_000)),
+    )
+    .await;
+    let mut o1 = SimWorker::register(&c.url, "operator-1", Behaviour::Honest).await;
+    let mut o2 = SimWorker::register(&c.url, "operator-2", Behaviour::Honest).await;
+    let first = c.submit(FOUR, 2, 0, 1).await;
+    let mut v = trusted_volunteer(&c, &mut o1, 2).await;
+    // trusted and never rechecked (rate 0): its lie on the first job is accepted alone
+    v.behaviour = Behaviour::Liar;
+    let l = v.lease(1).await.unwrap().remove(0);
+    let r = v.compute(&l).await;
+    assert_eq!(v.report(&l, &r).await.unwrap(), "accepted");
+    work_all(&mut [&mut o1], 200).await;
+    let doc = c.job(&first).await;
+    assert_eq!(doc["state"], "complete");
+    assert_ne!(doc["nodes_total"], 4_470, "the lie is in the total for now");
+    // it lies again on a job that wants two replicas: caught there
+    let second = c.submit(FOUR, 2, 0, 2).await;
+    let l = v.lease(1).await.unwrap().remove(0);
+    let r = v.compute(&l).await;
+    v.report(&l, &r).await.unwrap();
+    work_all(&mut [&mut o1, &mut o2], 400).await;
+    // ... and the first job's old lie was run again, overturned, the job exact again
+    assert_exact_4x4(&c.job(&second).await);
+    let doc = c.job(&first).await;
+    assert_exact_4x4(&doc);
+    c.stop().await;
+}
+
+/// docs/security.md's formula, checked by simulation against the real coordinator: a
+/// trusted volunteer that forges `k` results at recheck rate `r` gets them all into the
+/// total with probability `(1 - r)^k` (one drawn forgery brings every other one out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forgeries_survive_with_the_probability_docs_security_states() {
+    let r = 0.5;
+    let trials = 100;
+    for k in [1i32, 2] {
+        let mut survived = 0;
+        for _ in 0..trials {
+            let dir = tempfile::tempdir().unwrap();
+            let trust = TrustPolicy {
+                trust_after: 1,
+                recheck: r,
+                account_quarantine_after: 100,
+                ..TrustPolicy::default()
+            };
+            let c = Coordinator::start_with(
+                &temp_db(&dir),
+                100,
+                trust,
+                Arc::new(AtomicI64::new(1_000_000)),
+            )
+            .await;
+            let mut o1 = SimWorker::register(&c.url, "operator-1", Behaviour::Honest).await;
+            let mut o2 = SimWorker::register(&c.url, "operator-2", Behaviour::Honest).await;
+            let job = c.submit(FOUR, 2, 0, 1).await;
+            let mut v = trusted_volunteer(&c, &mut o1, 1).await;
+            v.behaviour = Behaviour::Liar;
+            for _ in 0..k {
+                let l = v.lease(1).await.unwrap().remove(0);
+                let forged = v.compute(&l).await;
+                v.report(&l, &forged).await.unwrap();
+            }
+            work_all(&mut [&mut o1, &mut o2], 400).await;
+            let doc = c.job(&job).await;
+            assert_eq!(doc["state"], "complete");
+            if doc["nodes_total"] != 4_470 {
+                survived += 1;
+            }
+            c.stop().await;
+        }
+        let p = (1.0 - r).powi(k);
+        let seen = survived as f64 / trials as f64;
+        let sd = (p * (1.0 - p) / trials as f64).sqrt();
+        assert!(
+            (seen - p).abs() < 4.0 * sd,
+            "k = {k}: forgeries survived in {seen:.3} of trials, the formula says {p:.3} (sd {sd:.3})"
+        );
+    }
 }

@@ -2,7 +2,7 @@
 //! figures behind rates and the dashboard.
 
 use e2fleet_engine::UnitResult;
-use e2fleet_proto::api::{AccountId, JobId, LeaseId, ResultVerdict, UnitId};
+use e2fleet_proto::api::{AccountId, JobId, LeaseId, ResultVerdict, UnitId, WorkerId};
 use rusqlite::{OptionalExtension, Row, params};
 
 use super::{SqliteTx, parsed};
@@ -135,6 +135,20 @@ impl Results for SqliteTx<'_> {
              ORDER BY r0.id"
         ))?;
         let rows = q.query_map([account.as_str()], from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn unconfirmed_accepted_of_worker(
+        &mut self,
+        worker: WorkerId,
+    ) -> StoreResult<Vec<ResultRecord>> {
+        let mut q = self.c.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM results r0 WHERE r0.worker_id = ?1 AND r0.verdict = 'accepted' \
+               AND NOT EXISTS (SELECT 1 FROM results r WHERE r.unit_id = r0.unit_id AND r.digest = r0.digest \
+                                 AND r.worker_id != ?1 AND r.verdict IN ('agree', 'accepted')) \
+             ORDER BY r0.id"
+        ))?;
+        let rows = q.query_map([worker.to_string()], from_row)?;
         Ok(rows.collect::<Result<_, _>>()?)
     }
 
