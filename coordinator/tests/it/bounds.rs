@@ -152,3 +152,42 @@ async fn requests_without_a_token_are_refused_before_their_bodies_are_read() {
     );
     c.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_labels_and_verification_floods_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    // every string a worker says about itself is a label of at most 256 bytes
+    let long = "x".repeat(4096);
+    let err = SimWorker::try_register(&c.url, ENROLL, "w", &long, 2, Behaviour::Honest)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+    assert!(err.message().contains("256"), "{err}");
+    let err = SimWorker::try_register(&c.url, ENROLL, &long, "cpu", 2, Behaviour::Honest)
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(err.code(), Code::InvalidArgument, "{err}");
+    // verification submissions are rate-limited per identity (a burst of 10, then 1/s):
+    // a flood is refused before any of it is judged
+    let mut w = SimWorker::register(&c.url, "w", Behaviour::Honest).await;
+    let mut refused = 0;
+    for _ in 0..30 {
+        let r = w
+            .client
+            .submit_verification(w.req(v2::SubmitVerificationRequest {
+                suite: "default".into(),
+                results: vec![],
+            }))
+            .await;
+        // within the burst, the (empty) submission is judged and refused as such
+        match r {
+            Err(e) if e.code() == Code::ResourceExhausted => refused += 1,
+            Err(e) => assert_eq!(e.code(), Code::InvalidArgument, "{e}"),
+            Ok(_) => panic!("an empty submission was accepted"),
+        }
+    }
+    assert!(refused >= 15, "only {refused} of 30 refused");
+}
