@@ -55,12 +55,15 @@ pub fn job(j: &JobStatus, json: bool) {
         ),
         rate(Some(j.aggregate_nodes_per_s), "fleet", ""),
     );
+    if let Some(why) = &j.waiting.reason {
+        outln!("  waiting: {why}");
+    }
 }
 
 /// One line of `job --watch`.
 pub fn progress(j: &JobStatus, elapsed: Duration) -> String {
     let u = &j.units;
-    format!(
+    let mut line = format!(
         "[{:>5.0} s] units {}/{}  nodes {}  {}  {}",
         elapsed.as_secs_f64(),
         u.done,
@@ -68,7 +71,11 @@ pub fn progress(j: &JobStatus, elapsed: Duration) -> String {
         j.nodes_total,
         rate(j.per_core_nodes_per_s, "per core", "none accepted yet"),
         rate(Some(j.aggregate_nodes_per_s), "fleet aggregate", ""),
-    )
+    );
+    if let Some(why) = &j.waiting.reason {
+        line.push_str(&format!("\n  waiting: {why}"));
+    }
+    line
 }
 
 /// One account as a line.

@@ -426,6 +426,7 @@ async function jobPage(id) {
     el("p", { class: "muted" }, `Job ${job.job_id} · ${puzzle.width}×${puzzle.height} · order ${job.order} · split depth ${job.split_depth} · budget ${job.budget ? exact(job.budget) + " nodes/run" : "none"} · ` +
       (job.replicas > 1 ? `${job.replicas} replicas per unit` : job.spot_check > 0 ? `spot check ${(job.spot_check * 100).toFixed(0)}%` : "no cross-check") +
       ` · submitted ${when(job.created_ms)}` + (job.finished_ms ? ` · finished ${when(job.finished_ms)}` : "")),
+    job.waiting && job.waiting.reason ? el("p", { class: "notice", id: "waiting" }, "Waiting: " + job.waiting.reason) : null,
     el("div", { class: "cards" },
       card("Nodes counted (exact)", exact(job.nodes_total),
         `enumeration ${exact(job.enumeration_nodes)} + splits ${exact(job.split_nodes)} + units ${exact(job.unit_nodes)}`,

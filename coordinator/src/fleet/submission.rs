@@ -106,7 +106,28 @@ impl Fleet {
             })
             .collect();
         let count = new_units.len();
-        let warnings = e2fleet_engine::formats::duplicate_notes(&spec.puzzle);
+        let mut warnings = e2fleet_engine::formats::duplicate_notes(&spec.puzzle);
+        let runs_needed = new_units.iter().map(|u| u.quorum).max().unwrap_or(1);
+        if runs_needed > 1 {
+            let since = now - 2 * self.config.lease.as_millis() as i64;
+            let online = self.store.read(move |tx| tx.live_workers(since)).await?;
+            if online < runs_needed {
+                warnings.push(format!(
+                    "this job runs {} units on {runs_needed} different workers ({}), and {online} worker{} online: \
+                     those units will wait after their first run until {} more join{} (another machine, or another \
+                     `e2fleet-worker run` here with its own --data-dir); `job ID` says what is waiting",
+                    if request.replicas > 1 { "all its" } else { "some of its" },
+                    if request.replicas > 1 {
+                        format!("--replicas {}", request.replicas)
+                    } else {
+                        format!("--spot-check {}", request.spot_check)
+                    },
+                    if online == 1 { " is" } else { "s are" },
+                    runs_needed - online,
+                    if runs_needed - online == 1 { "s" } else { "" },
+                ));
+            }
+        }
         for w in &warnings {
             warn!(%job_id, warning = %w, "job submitted with a warning");
         }

@@ -1,7 +1,7 @@
 //! A job's status.
 
-use e2fleet_proto::api::JobId;
-use e2fleet_proto::api::status::{DeepestBoard, Estimate, JobStatus, ResultGroup, median};
+use e2fleet_proto::api::status::{DeepestBoard, Estimate, JobStatus, ResultGroup, Waiting, median};
+use e2fleet_proto::api::{JobId, JobState};
 
 use super::RATE_WINDOW_MS;
 use crate::fleet::{Fleet, FleetError};
@@ -14,12 +14,13 @@ impl Fleet {
     /// The status of one job.
     pub async fn job_status(&self, job_id: JobId) -> Result<JobStatus, FleetError> {
         let now = self.now();
+        let live_since = now - 2 * self.config.lease.as_millis() as i64;
         self.store
             .read(move |tx| {
                 let job = tx
                     .job(job_id)?
                     .ok_or_else(|| FleetError::NotFound(format!("job {job_id}")))?;
-                job_status(tx, job, now)
+                job_status(tx, job, now, live_since)
             })
             .await
     }
@@ -27,11 +28,12 @@ impl Fleet {
     /// The status of every job, newest first.
     pub async fn list_jobs(&self) -> Result<Vec<JobStatus>, FleetError> {
         let now = self.now();
+        let live_since = now - 2 * self.config.lease.as_millis() as i64;
         self.store
             .read(move |tx| {
                 tx.list_jobs()?
                     .into_iter()
-                    .map(|job| job_status(tx, job, now))
+                    .map(|job| job_status(tx, job, now, live_since))
                     .collect()
             })
             .await
@@ -54,9 +56,25 @@ impl Fleet {
     }
 }
 
-fn job_status(tx: &mut dyn Tx, job: JobRecord, now: i64) -> Result<JobStatus, FleetError> {
+/// A job's status; `live_since` is when a worker seen since counts as online.
+fn job_status(
+    tx: &mut dyn Tx,
+    job: JobRecord,
+    now: i64,
+    live_since: i64,
+) -> Result<JobStatus, FleetError> {
     let total = job.totals();
     let units = tx.unit_counts(job.id)?;
+    let waiting = if job.state == JobState::Running && units.open > 0 {
+        Waiting {
+            workers_online: tx.live_workers(live_since)? as u64,
+            parties_online: tx.live_parties(live_since)? as u64,
+            ..tx.waiting_units(job.id)?
+        }
+        .explained()
+    } else {
+        Waiting::default()
+    };
     let mut solutions = Vec::new();
     for r in tx.solution_bodies_of_job(job.id, 20)? {
         solutions.extend(r.solutions);
@@ -126,5 +144,6 @@ fn job_status(tx: &mut dyn Tx, job: JobRecord, now: i64) -> Result<JobStatus, Fl
         aggregate_raw_nodes_per_s: received.raw as f64 / seconds,
         estimate,
         results,
+        waiting,
     })
 }

@@ -88,6 +88,9 @@ pub trait Units {
     fn job_has_unfinished_units(&mut self, job: JobId) -> StoreResult<bool>;
     /// A job's units by state.
     fn unit_counts(&mut self, job: JobId) -> StoreResult<UnitCounts>;
+    /// A job's open units that wait for another worker or account (the counts of
+    /// [`e2fleet_proto::api::status::Waiting`]; who is online is filled in by the caller).
+    fn waiting_units(&mut self, job: JobId) -> StoreResult<e2fleet_proto::api::status::Waiting>;
 }
 
 /// Leases: grants, expiry, extension, release.
@@ -228,6 +231,8 @@ pub trait Accounts {
     /// (however many identities each has) plus the operator's identities (it vouches for
     /// each of its machines).
     fn live_parties(&mut self, since_ms: i64) -> StoreResult<u32>;
+    /// Worker identities seen since `since_ms`, not quarantined, of active accounts.
+    fn live_workers(&mut self, since_ms: i64) -> StoreResult<u32>;
 }
 
 /// Verification: hardware classes, suites and suite results.

@@ -1,6 +1,7 @@
 //! Scenarios from the coordinator issue: exact totals, expiry, duplicates, liars,
 //! restarts, bad credentials and malformed requests.
 
+use e2fleet_engine::formats::{LoadOptions, load_file, to_site_json};
 use e2fleet_proto::v2;
 use tonic::Code;
 
@@ -453,5 +454,63 @@ async fn a_job_the_enumeration_finishes_shows_how_deep_it_got_and_its_warnings()
         doc["deepest"]["depth"], 16,
         "not 0: the enumeration got there before any unit ran"
     );
+    c.stop().await;
+}
+
+/// A cross-checked job on a one-worker fleet says what it needs at submission, and its
+/// status says why its units wait (issue #19): nothing waits silently.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cross_checked_job_says_what_it_waits_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let mut w1 = SimWorker::register(&c.url, "only", Behaviour::Honest).await;
+    let p = load_file(
+        &puzzle_path("brendan/set1/pieces_04x04.txt"),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let created = c
+        .operator()
+        .await
+        .submit_job(admin(v2::SubmitJobRequest {
+            name: "twice".into(),
+            puzzle_json: to_site_json(&p),
+            order: "row-major".into(),
+            split_depth: 2,
+            replicas: 2,
+            ..Default::default()
+        }))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        created
+            .warnings
+            .iter()
+            .any(|w| w.contains("2 different workers") && w.contains("1 worker is online")),
+        "{:?}",
+        created.warnings
+    );
+    // the only worker runs every unit once; then they wait, and the status says why
+    w1.work(1000).await;
+    let doc = c.job(&created.job_id).await;
+    assert_eq!(doc["state"], "running");
+    let waiting = &doc["waiting"];
+    assert!(
+        waiting["for_another_worker"].as_u64().unwrap() > 0,
+        "{waiting}"
+    );
+    let why = waiting["reason"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("has not run") && why.contains("Start another worker"),
+        "{waiting}"
+    );
+    // a second worker: nothing is waiting for the fleet any more, and the job completes
+    let mut w2 = SimWorker::register(&c.url, "second", Behaviour::Honest).await;
+    assert!(c.job(&created.job_id).await["waiting"]["reason"].is_null());
+    w2.work(1000).await;
+    let doc = c.job(&created.job_id).await;
+    assert_eq!(doc["state"], "complete");
+    assert_eq!(doc["nodes_total"], 4_470);
     c.stop().await;
 }

@@ -118,6 +118,67 @@ pub struct JobStatus {
     pub estimate: Option<Estimate>,
     /// Results by verdict and engine build.
     pub results: Vec<ResultGroup>,
+    /// Open units that wait for a run only another worker or account can make, and why.
+    pub waiting: Waiting,
+}
+
+/// Units of a job that wait for someone the fleet may not have online.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Waiting {
+    /// Open units with a result that need a run by a worker identity that has not run
+    /// them (replicas, spot checks).
+    pub for_another_worker: u64,
+    /// Open units whose results count only once another account (or one of the
+    /// operator's machines) runs them too.
+    pub for_another_account: u64,
+    /// Disputed units waiting for a deciding run.
+    pub disputed: u64,
+    /// Most worker identities any waiting unit needs for its next run.
+    pub workers_needed: u64,
+    /// Worker identities online now (not quarantined).
+    pub workers_online: u64,
+    /// Independent parties online now (volunteer accounts, operator machines).
+    pub parties_online: u64,
+    /// Why units wait, in words, when the fleet online cannot run them.
+    pub reason: Option<String>,
+}
+
+impl Waiting {
+    /// Fills in [`Waiting::reason`] from the counts: units wait for a second worker (or a
+    /// third, to decide a dispute) that is not online, or for another account.
+    pub fn explained(mut self) -> Waiting {
+        let workers = self.for_another_worker + self.disputed;
+        let mut why = Vec::new();
+        if workers > 0 && self.workers_online < self.workers_needed {
+            why.push(format!(
+                "{workers} unit{} need{} a run by a worker that has not run {} yet ({} workers in all; {} online): \
+                 cross-checks (--replicas, --spot-check) and disputes must be run by different workers. \
+                 Start another worker — on another machine, or here with its own --data-dir",
+                plural(workers),
+                if workers == 1 { "s" } else { "" },
+                if workers == 1 { "it" } else { "them" },
+                self.workers_needed,
+                self.workers_online
+            ));
+        }
+        if self.for_another_account > 0 && self.parties_online < 2 {
+            why.push(format!(
+                "{} unit{} wait{} for a run by another party: a volunteer account's results count once another account, \
+                 or one of the operator's machines, reports the same ({} part{} online)",
+                self.for_another_account,
+                plural(self.for_another_account),
+                if self.for_another_account == 1 { "s" } else { "" },
+                self.parties_online,
+                if self.parties_online == 1 { "y" } else { "ies" }
+            ));
+        }
+        self.reason = (!why.is_empty()).then(|| why.join("; "));
+        self
+    }
+}
+
+fn plural(n: u64) -> &'static str {
+    if n == 1 { "" } else { "s" }
 }
 
 /// Workers by state.

@@ -55,6 +55,15 @@ impl From<&JobStatus> for v2::JobStatus {
                     nodes: g.nodes,
                 })
                 .collect(),
+            waiting: Some(v2::Waiting {
+                for_another_worker: j.waiting.for_another_worker,
+                for_another_account: j.waiting.for_another_account,
+                disputed: j.waiting.disputed,
+                workers_needed: j.waiting.workers_needed,
+                workers_online: j.waiting.workers_online,
+                parties_online: j.waiting.parties_online,
+                reason: j.waiting.reason.clone(),
+            }),
         }
     }
 }
@@ -118,6 +127,19 @@ impl TryFrom<&v2::JobStatus> for JobStatus {
                     })
                 })
                 .collect::<Result<_, WireError>>()?,
+            waiting: j
+                .waiting
+                .as_ref()
+                .map(|w| Waiting {
+                    for_another_worker: w.for_another_worker,
+                    for_another_account: w.for_another_account,
+                    disputed: w.disputed,
+                    workers_needed: w.workers_needed,
+                    workers_online: w.workers_online,
+                    parties_online: w.parties_online,
+                    reason: w.reason.clone(),
+                })
+                .unwrap_or_default(),
         })
     }
 }

@@ -137,4 +137,15 @@ impl Accounts for SqliteTx<'_> {
             .query_row([since_ms], |r| r.get(0))?;
         Ok(n as u32)
     }
+
+    fn live_workers(&mut self, since_ms: i64) -> StoreResult<u32> {
+        let n: i64 = self
+            .c
+            .prepare_cached(
+                "SELECT COUNT(*) FROM workers w JOIN accounts a ON a.id = w.account_id \
+                 WHERE w.last_seen_ms >= ? AND w.quarantined = 0 AND a.quarantined = 0 AND a.revoked_ms IS NULL",
+            )?
+            .query_row([since_ms], |r| r.get(0))?;
+        Ok(n as u32)
+    }
 }

@@ -248,4 +248,27 @@ impl Units for SqliteTx<'_> {
         }
         Ok(counts)
     }
+
+    fn waiting_units(&mut self, job: JobId) -> StoreResult<e2fleet_proto::api::status::Waiting> {
+        // open units that already have a result: their next run must come from an identity
+        // (or, needs_new_account = 2, an account) that has not run them
+        let (for_worker, for_account, disputed, needed): (i64, i64, i64, i64) = self
+            .c
+            .prepare_cached(
+                "SELECT COALESCE(SUM(disputed = 0 AND needs_new_account < 2), 0), \
+                        COALESCE(SUM(disputed = 0 AND needs_new_account = 2), 0), \
+                        COALESCE(SUM(disputed = 1), 0), COALESCE(MAX(results + active_leases + 1), 0) \
+                 FROM units WHERE job_id = ? AND state = 'open' AND results > 0",
+            )?
+            .query_row([job.to_string()], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+            })?;
+        Ok(e2fleet_proto::api::status::Waiting {
+            for_another_worker: for_worker as u64,
+            for_another_account: for_account as u64,
+            disputed: disputed as u64,
+            workers_needed: needed as u64,
+            ..Default::default()
+        })
+    }
 }
