@@ -221,6 +221,9 @@ pub struct Fleet {
     pub(crate) lease_limits: policy::LeaseLimits,
     /// Verification submissions per worker identity.
     pub(crate) verification_limits: governor::DefaultKeyedRateLimiter<e2fleet_proto::api::WorkerId>,
+    /// New identities per volunteer account ([`policy::registration_quota`]).
+    pub(crate) registration_limits:
+        governor::DefaultKeyedRateLimiter<e2fleet_proto::api::AccountId>,
     /// Suite unit (as JSON) -> its puzzle's depths.
     suite_depths: Mutex<HashMap<String, usize>>,
 }
@@ -241,6 +244,7 @@ impl Fleet {
             live: Mutex::new((i64::MIN / 2, 0)),
             lease_limits: policy::LeaseLimits::new(),
             verification_limits: governor::RateLimiter::keyed(policy::verification_quota()),
+            registration_limits: governor::RateLimiter::keyed(policy::registration_quota()),
             suite_depths: Mutex::new(HashMap::new()),
         }
     }

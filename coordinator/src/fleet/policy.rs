@@ -91,6 +91,13 @@ pub fn verification_quota() -> governor::Quota {
         .allow_burst(std::num::NonZeroU32::new(10).expect("10"))
 }
 
+/// New identities one volunteer account may register: 5 a second, 200 at once (a lab
+/// starting its machines together; the workers retry). The operator's are not limited.
+pub fn registration_quota() -> governor::Quota {
+    governor::Quota::per_second(std::num::NonZeroU32::new(5).expect("5"))
+        .allow_burst(std::num::NonZeroU32::new(200).expect("200"))
+}
+
 /// Self-test budgets: a few slices of the tree, each continuing where the last stopped.
 pub const SELF_TEST_BUDGETS: [u64; 3] = [5_000, 50_000, 200_000];
 

@@ -14,6 +14,9 @@ use e2fleet_proto::api::{AccountId, AccountKind, HostInfo, WorkerId};
 use super::{Fleet, FleetError};
 use crate::store::{AccountRecord, WorkerRecord};
 
+/// Most worker tokens kept in memory.
+pub const TOKEN_CACHE_MAX: usize = 200_000;
+
 /// Longest label (host name, CPU model, versions, ...) a worker may send, in bytes.
 pub const MAX_LABEL_BYTES: usize = 256;
 
@@ -101,6 +104,22 @@ impl Fleet {
         Ok(account)
     }
 
+    /// Remembers a token's worker (the cache is emptied when it passes
+    /// [`TOKEN_CACHE_MAX`] entries: it refills from the database as workers call).
+    fn cache_token(&self, hash: String, worker: WorkerRecord) {
+        let mut tokens = self.tokens.lock().expect("token cache");
+        if tokens.len() >= TOKEN_CACHE_MAX {
+            tokens.clear();
+        }
+        tokens.insert(hash, worker);
+    }
+
+    /// The worker a token belongs to when it is in the in-memory cache (no database read).
+    pub fn cached_worker(&self, token: Option<&str>) -> Option<WorkerRecord> {
+        let hash = sha256_hex(token?.as_bytes());
+        self.tokens.lock().expect("token cache").get(&hash).cloned()
+    }
+
     /// The worker a bearer token belongs to.
     pub async fn worker_by_token(&self, token: Option<&str>) -> Result<WorkerRecord, FleetError> {
         let token =
@@ -129,10 +148,7 @@ impl Fleet {
                 worker.account_id
             )));
         }
-        self.tokens
-            .lock()
-            .expect("token cache")
-            .insert(hash, worker.clone());
+        self.cache_token(hash, worker.clone());
         Ok(worker)
     }
 
@@ -147,6 +163,15 @@ impl Fleet {
     ) -> Result<(WorkerId, String), FleetError> {
         let account = self.enrollment_account(enroll_token).await?;
         check_labels(&host)?;
+        if !account.id.is_operator()
+            && previous.is_none()
+            && self.registration_limits.check_key(&account.id).is_err()
+        {
+            return Err(FleetError::TooMany(format!(
+                "account {} is registering new workers too fast; retry in a few seconds",
+                account.id
+            )));
+        }
         let token = random_token();
         let now = self.now();
         let class_id = super::verification::class_id(&host);
@@ -166,6 +191,7 @@ impl Fleet {
             quarantined: false,
             leases_held: 0,
         };
+        let fresh = previous.is_none().then(|| record.clone());
         let (id, hostname) = self
             .store
             .write(move |tx| {
@@ -191,11 +217,16 @@ impl Fleet {
                 Ok::<_, FleetError>((record.id, record.host.hostname))
             })
             .await?;
-        // a re-registration replaces the worker's token: forget the old one
-        self.tokens
-            .lock()
-            .expect("token cache")
-            .retain(|_, w| w.id != id);
+        match fresh {
+            // a new identity: known at once, so its first call needs no database read
+            Some(record) if record.id == id => self.cache_token(record.token_hash.clone(), record),
+            // a re-registration replaces the worker's token: forget the old one
+            _ => self
+                .tokens
+                .lock()
+                .expect("token cache")
+                .retain(|_, w| w.id != id),
+        }
         info!(worker_id = %id, account = %account.id, %hostname, "worker registered");
         Ok((id, token))
     }

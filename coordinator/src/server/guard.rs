@@ -4,12 +4,16 @@
 //! report is kilobytes, a job's puzzle megabytes), and how fast it must arrive. A caller
 //! without a token costs a header lookup, never a body.
 //!
-//! Addresses that keep failing to authenticate, or keep registering, are slowed down per
-//! IP ([`Guard::strangers`]): each attempt costs a database read or write otherwise.
+//! Addresses that keep failing to authenticate (a wrong admin, worker or enrolment token)
+//! are shut out for a few seconds ([`Guard::failed`]): a shut-out address is refused before
+//! any token is looked up, so a stranger's guesses cost a header lookup each. Valid
+//! registrations are not limited per address (a cluster behind one NAT address starts
+//! its workers together); new identities are limited per volunteer account instead.
 
+use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -57,28 +61,56 @@ fn rule(path: &str) -> Option<(Auth, usize)> {
     })
 }
 
+/// How long an address that failed too often is refused.
+pub const SHUT_OUT: Duration = Duration::from_secs(5);
+
+/// Most addresses remembered as shut out (older entries are dropped first when full).
+const SHUT_OUT_MAX: usize = 100_000;
+
 /// The gate's state: the fleet (for tokens) and per-address limits on strangers.
 pub struct Guard {
     fleet: Arc<Fleet>,
-    /// Failed authentications and registrations per address.
-    strangers: governor::DefaultKeyedRateLimiter<IpAddr>,
+    /// Failed authentications per address: 20 a second, in bursts of 100.
+    failures: governor::DefaultKeyedRateLimiter<IpAddr>,
+    /// Addresses past that, and until when they are refused.
+    shut_out: Mutex<HashMap<IpAddr, Instant>>,
 }
 
 impl Guard {
-    /// A gate for `fleet`: an address may fail to authenticate (or register) 20 times a
-    /// second, in bursts of 100.
+    /// A gate for `fleet`.
     pub fn new(fleet: Arc<Fleet>) -> Guard {
         let quota = governor::Quota::per_second(std::num::NonZeroU32::new(20).expect("20"))
             .allow_burst(std::num::NonZeroU32::new(100).expect("100"));
         Guard {
             fleet,
-            strangers: governor::RateLimiter::keyed(quota),
+            failures: governor::RateLimiter::keyed(quota),
+            shut_out: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Whether `ip` may try once more.
-    fn stranger_may(&self, ip: Option<IpAddr>) -> bool {
-        ip.is_none_or(|ip| self.strangers.check_key(&ip).is_ok())
+    /// Whether `ip` is shut out now.
+    fn is_shut_out(&self, ip: Option<IpAddr>) -> bool {
+        let Some(ip) = ip else { return false };
+        let shut = self.shut_out.lock().expect("shut-out addresses");
+        shut.get(&ip).is_some_and(|&until| Instant::now() < until)
+    }
+
+    /// Counts a failed authentication from `ip`; past the limit the address is shut out
+    /// for [`SHUT_OUT`].
+    fn failed(&self, ip: Option<IpAddr>) {
+        let Some(ip) = ip else { return };
+        if self.failures.check_key(&ip).is_ok() {
+            return;
+        }
+        let now = Instant::now();
+        let mut shut = self.shut_out.lock().expect("shut-out addresses");
+        if shut.len() >= SHUT_OUT_MAX {
+            shut.retain(|_, until| now < *until);
+            if shut.len() >= SHUT_OUT_MAX {
+                shut.clear();
+            }
+        }
+        shut.insert(ip, now + SHUT_OUT);
     }
 }
 
@@ -99,39 +131,60 @@ pub async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) ->
             .and_then(|v| v.to_str().ok()),
     )
     .map(str::to_string);
+    let shut_out = || {
+        refuse(Status::resource_exhausted(
+            "too many failed attempts from this address; retry in a few seconds",
+        ))
+    };
     let mut request = request;
+    let registering = request.uri().path().ends_with("/RegisterWorker");
     match auth {
         Auth::Open => {
-            if request.uri().path().ends_with("/RegisterWorker") && !g.stranger_may(ip) {
-                return refuse(Status::resource_exhausted(
-                    "too many registrations from this address; retry later",
-                ));
+            if registering && g.is_shut_out(ip) {
+                return shut_out();
             }
         }
+        // a constant-time comparison: cheap, only counted
         Auth::Admin => {
             if let Err(e) = g.fleet.check_admin(token.as_deref()) {
-                if !g.stranger_may(ip) {
-                    return refuse(Status::resource_exhausted("too many failed attempts"));
-                }
+                g.failed(ip);
                 return refuse(status_of(e));
             }
         }
-        Auth::Worker => match g.fleet.worker_by_token(token.as_deref()).await {
-            Ok(worker) => {
-                request.extensions_mut().insert(worker);
-            }
-            Err(e) => {
-                if !g.stranger_may(ip) {
-                    return refuse(Status::resource_exhausted("too many failed attempts"));
+        // a known token is in memory; an unknown one costs a database read, which a
+        // shut-out address does not get
+        Auth::Worker => {
+            let worker = match g.fleet.cached_worker(token.as_deref()) {
+                Some(w) => Ok(w),
+                None if g.is_shut_out(ip) => return shut_out(),
+                None => g.fleet.worker_by_token(token.as_deref()).await,
+            };
+            match worker {
+                Ok(worker) => {
+                    request.extensions_mut().insert(worker);
                 }
-                return refuse(status_of(e));
+                Err(e) => {
+                    g.failed(ip);
+                    return refuse(status_of(e));
+                }
             }
-        },
+        }
     }
     // the body, read only now: at most `limit` bytes, each frame within the timeout
     let (parts, body) = request.into_parts();
     let body =
         Limited::new(body, limit).map_err(|e| Status::new(Code::ResourceExhausted, e.to_string()));
     let body = tower_http::timeout::TimeoutBody::new(BODY_FRAME_TIMEOUT, body);
-    next.run(Request::from_parts(parts, Body::new(body))).await
+    let response = next.run(Request::from_parts(parts, Body::new(body))).await;
+    // a registration's token is in its body: its failure shows in the answer (an error
+    // is a trailers-only response, its status in the headers)
+    if registering
+        && response
+            .headers()
+            .get("grpc-status")
+            .is_some_and(|s| s.as_bytes() == b"16")
+    {
+        g.failed(ip);
+    }
+    response
 }

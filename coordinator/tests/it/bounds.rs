@@ -191,3 +191,74 @@ async fn long_labels_and_verification_floods_are_refused() {
     }
     assert!(refused >= 15, "only {refused} of 30 refused");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guessing_shuts_an_address_out_and_valid_registrations_are_not_limited_per_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    // a cluster behind one address starts 300 of the operator's workers at once
+    let mut first = None;
+    for i in 0..300 {
+        let w = SimWorker::register(&c.url, &format!("node-{i}"), Behaviour::Honest).await;
+        first.get_or_insert(w);
+    }
+    let mut known = first.unwrap();
+    // a volunteer account makes new identities at a bounded rate (a burst of 200, then 5/s)
+    let (_, token) = c.admin().await.add_account("many").await.unwrap();
+    let mut refused = 0;
+    for i in 0..260 {
+        match SimWorker::try_register(
+            &c.url,
+            &token,
+            &format!("v-{i}"),
+            "cpu",
+            2,
+            Behaviour::Honest,
+        )
+        .await
+        {
+            Ok(_) => {}
+            Err(e) if e.code() == Code::ResourceExhausted => refused += 1,
+            Err(e) => panic!("{e}"),
+        }
+    }
+    assert!((20..=60).contains(&refused), "{refused} of 260 refused");
+    // a stranger at the same address guesses worker tokens: shut out after ~100 guesses
+    let mut guesser = v2::worker_service_client::WorkerServiceClient::connect(c.url.clone())
+        .await
+        .unwrap();
+    let mut codes = Vec::new();
+    for i in 0..200 {
+        let r = guesser
+            .heartbeat(e2fleet_proto::client::authed(
+                &format!("guess-{i}"),
+                v2::HeartbeatRequest::default(),
+            ))
+            .await;
+        codes.push(r.unwrap_err().code());
+    }
+    let exhausted = codes
+        .iter()
+        .filter(|c| **c == Code::ResourceExhausted)
+        .count();
+    assert!(
+        codes[..50].iter().all(|c| *c == Code::Unauthenticated) && exhausted >= 80,
+        "{codes:?}"
+    );
+    // ... a bad registration too; but a worker whose token the coordinator knows keeps
+    // working from that address
+    let err = SimWorker::try_register(
+        &c.url,
+        "not-the-token-0123456789",
+        "x",
+        "cpu",
+        2,
+        Behaviour::Honest,
+    )
+    .await
+    .err()
+    .unwrap();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err}");
+    known.lease(1).await.unwrap();
+    c.stop().await;
+}

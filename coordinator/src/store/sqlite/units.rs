@@ -95,28 +95,54 @@ impl Units for SqliteTx<'_> {
         // the identity never runs a unit twice; a volunteer account not either when the
         // unit requires another party's run, or prefers one and the fleet has another
         // party (the operator vouches for each of its machines: its identities are parties)
-        let mut q = self.c.prepare_cached(&format!(
-            "SELECT {U_COLUMNS} FROM units u JOIN jobs j ON j.id = u.job_id \
-             WHERE u.state = 'open' AND j.state = 'running' \
-               AND NOT EXISTS (SELECT 1 FROM leases l WHERE l.unit_id = u.id AND l.state = 'active' \
+        const ELIGIBLE: &str = "NOT EXISTS (SELECT 1 FROM leases l WHERE l.unit_id = u.id AND l.state = 'active' \
                      AND (l.worker_id = ?1 OR (?2 != 'operator' AND l.account_id = ?2 \
                           AND (u.needs_new_account = 2 OR (u.needs_new_account = 1 AND ?3 > 1))))) \
                AND NOT EXISTS (SELECT 1 FROM results r WHERE r.unit_id = u.id AND r.verdict NOT IN ('wrong', 'void') \
                      AND (r.worker_id = ?1 OR (?2 != 'operator' AND r.account_id = ?2 \
-                          AND (u.needs_new_account = 2 OR (u.needs_new_account = 1 AND ?3 > 1))))) \
-             ORDER BY CASE WHEN ?4 THEN u.disputed ELSE 0 END DESC, u.id LIMIT ?5"
-        ))?;
-        let rows = q.query_map(
-            params![
-                who.worker.to_string(),
-                who.account.as_str(),
-                who.live_parties,
-                who.trusted,
-                limit as i64
-            ],
-            from_row,
-        )?;
-        Ok(rows.collect::<Result<_, _>>()?)
+                          AND (u.needs_new_account = 2 OR (u.needs_new_account = 1 AND ?3 > 1)))))";
+        let worker = who.worker.to_string();
+        let mut units: Vec<UnitRecord> = Vec::with_capacity(limit);
+        // disputed units go to trusted workers first (few: their own partial index);
+        // then the oldest open units, in index order, so a lease reads `limit` rows and
+        // not the whole open set
+        if who.trusted {
+            let mut q = self.c.prepare_cached(&format!(
+                "SELECT {U_COLUMNS} FROM units u INDEXED BY units_disputed JOIN jobs j ON j.id = u.job_id \
+                 WHERE u.state = 'open' AND u.disputed = 1 AND j.state = 'running' AND {ELIGIBLE} \
+                 ORDER BY u.id LIMIT ?4"
+            ))?;
+            let rows = q.query_map(
+                params![worker, who.account.as_str(), who.live_parties, limit as i64],
+                from_row,
+            )?;
+            for row in rows {
+                units.push(row?);
+            }
+        }
+        if units.len() < limit {
+            let mut q = self.c.prepare_cached(&format!(
+                "SELECT {U_COLUMNS} FROM units u INDEXED BY units_by_state JOIN jobs j ON j.id = u.job_id \
+                 WHERE u.state = 'open' AND j.state = 'running' AND {ELIGIBLE} \
+                 ORDER BY u.id LIMIT ?4"
+            ))?;
+            let rows = q.query_map(
+                params![
+                    worker,
+                    who.account.as_str(),
+                    who.live_parties,
+                    (limit + units.len()) as i64
+                ],
+                from_row,
+            )?;
+            for row in rows {
+                let unit = row?;
+                if units.len() < limit && !units.iter().any(|u| u.id == unit.id) {
+                    units.push(unit);
+                }
+            }
+        }
+        Ok(units)
     }
 
     fn splittable_unit(&mut self) -> StoreResult<Option<UnitRecord>> {
