@@ -76,7 +76,8 @@ job_id=$(echo "$job" | sed -E 's/.*"job_id":"([^"]+)".*/\1/')
 echo "submitted $puzzle as job $job_id: $job"
 
 "$bin/e2fleet-worker" run ${E2FLEET_THREADS:+--threads "$E2FLEET_THREADS"} \
-  --data-dir "$work/worker" --hostname local-worker --nice 0 >"$work/worker.log" 2>&1 &
+  --data-dir "$work/worker" --hostname local-worker --nice 0 \
+  --cache-dir "${XDG_CACHE_HOME:-$HOME/.cache}/e2fleet/engines" >"$work/worker.log" 2>&1 &
 worker_pid=$!
 echo "worker started on ${E2FLEET_THREADS:-$(nproc)} cores (log: $work/worker.log)"
 echo "  it first checks this machine against the verification suite and compiles the engine"

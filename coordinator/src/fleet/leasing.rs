@@ -45,14 +45,19 @@ impl Fleet {
             )));
         }
         let now = self.now();
-        let (fleet, worker) = (self.clone(), worker.clone());
+        let (fleet, worker_c) = (self.clone(), worker.clone());
         let engine = engine.map(|(kind, build)| (kind, build.to_string()));
-        self.store
+        let leases = self
+            .store
             .write(move |tx| {
                 let engine = engine.as_ref().map(|(k, b)| (*k, b.as_str()));
-                fleet.lease_tx(tx, &worker, max, engine, now)
+                fleet.lease_tx(tx, &worker_c, max, engine, now)
             })
-            .await
+            .await?;
+        if leases.is_empty() {
+            self.lease_limits.found_nothing(worker.id);
+        }
+        Ok(leases)
     }
 
     fn lease_tx(

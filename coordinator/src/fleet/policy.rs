@@ -38,21 +38,36 @@ pub const MIN_LEASES_HELD: u64 = 4;
 /// Most leases one identity may hold.
 pub const MAX_LEASES_HELD: u64 = 64;
 
-/// Lease calls one identity may make per second (and in a burst).
-pub const LEASES_PER_SECOND_PER_WORKER: u32 = 20;
+/// Lease calls one identity may make per second (twice that in a burst), whatever they
+/// return: a backstop. A worker asks once per `threads` finished units, and what it may
+/// *hold* is bounded by [`lease_cap`], so calls that hand out units are paced by the
+/// worker's own reports.
+pub const LEASES_PER_SECOND_PER_WORKER: u32 = 200;
+/// Lease calls that found nothing one identity may make per second (twice that in a
+/// burst): polling an empty queue (or a full lease cap) is what a misbehaving client
+/// repeats. Past it, the identity's lease calls are refused for a tenth of a second
+/// (`1000 / EMPTY_LEASES_PER_SECOND_PER_WORKER` ms) after each empty call.
+pub const EMPTY_LEASES_PER_SECOND_PER_WORKER: u32 = 10;
 /// Lease calls one volunteer account's identities may make per second, together (the
 /// operator's own fleet is not limited: it is the operator's).
 pub const LEASES_PER_SECOND_PER_ACCOUNT: u32 = 400;
 
 /// In-memory rate limits on lease calls: one bucket per identity, one per volunteer
-/// account.
+/// account, and a pause for an identity that keeps finding nothing.
 pub struct LeaseLimits {
     per_worker: governor::DefaultKeyedRateLimiter<e2fleet_proto::api::WorkerId>,
     per_account: governor::DefaultKeyedRateLimiter<e2fleet_proto::api::AccountId>,
+    empty: governor::DefaultKeyedRateLimiter<e2fleet_proto::api::WorkerId>,
+    /// Identity -> when it may poll again after a call that found nothing (real time,
+    /// like the buckets: rate limits do not follow the fleet's clock).
+    quiet_until: std::sync::Mutex<
+        std::collections::HashMap<e2fleet_proto::api::WorkerId, std::time::Instant>,
+    >,
 }
 
 impl LeaseLimits {
-    /// The limits of [`LEASES_PER_SECOND_PER_WORKER`] and [`LEASES_PER_SECOND_PER_ACCOUNT`].
+    /// The limits of [`LEASES_PER_SECOND_PER_WORKER`], [`LEASES_PER_SECOND_PER_ACCOUNT`]
+    /// and [`EMPTY_LEASES_PER_SECOND_PER_WORKER`].
     pub fn new() -> LeaseLimits {
         let quota = |n: u32| {
             governor::Quota::per_second(std::num::NonZeroU32::new(n).expect("positive"))
@@ -61,6 +76,8 @@ impl LeaseLimits {
         LeaseLimits {
             per_worker: governor::RateLimiter::keyed(quota(LEASES_PER_SECOND_PER_WORKER)),
             per_account: governor::RateLimiter::keyed(quota(LEASES_PER_SECOND_PER_ACCOUNT)),
+            empty: governor::RateLimiter::keyed(quota(EMPTY_LEASES_PER_SECOND_PER_WORKER)),
+            quiet_until: Default::default(),
         }
     }
 
@@ -70,10 +87,34 @@ impl LeaseLimits {
         worker: &e2fleet_proto::api::WorkerId,
         account: &e2fleet_proto::api::AccountId,
     ) -> bool {
+        let quiet = self.quiet_until.lock().expect("quiet map");
+        if quiet
+            .get(worker)
+            .is_some_and(|&until| std::time::Instant::now() < until)
+        {
+            return false;
+        }
+        drop(quiet);
         if self.per_worker.check_key(worker).is_err() {
             return false;
         }
         account.is_operator() || self.per_account.check_key(account).is_ok()
+    }
+
+    /// A call by `worker` found nothing: past [`EMPTY_LEASES_PER_SECOND_PER_WORKER`] its
+    /// lease calls are refused for `1000 / EMPTY_LEASES_PER_SECOND_PER_WORKER` ms.
+    pub fn found_nothing(&self, worker: e2fleet_proto::api::WorkerId) {
+        if self.empty.check_key(&worker).is_ok() {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let mut quiet = self.quiet_until.lock().expect("quiet map");
+        if quiet.len() >= 100_000 {
+            quiet.retain(|_, until| *until > now);
+        }
+        let pause =
+            std::time::Duration::from_millis(1000 / EMPTY_LEASES_PER_SECOND_PER_WORKER as u64);
+        quiet.insert(worker, now + pause);
     }
 }
 
@@ -113,4 +154,46 @@ pub fn quorum_for(job: JobId, index: u64, replicas: u32, spot_check: f64) -> u32
     let h = Sha256::digest(format!("{job}/{index}").as_bytes());
     let x = u64::from_le_bytes(h[..8].try_into().expect("8 bytes")) as f64 / u64::MAX as f64;
     if x < spot_check { 2 } else { 1 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use e2fleet_proto::api::{AccountId, WorkerId};
+
+    /// A worker on short units asks often and gets units each time: only the backstop
+    /// applies, well above what a worker asking once per `threads` units needs.
+    #[test]
+    fn calls_that_hand_out_units_are_not_slowed_by_the_empty_poll_rule() {
+        let limits = LeaseLimits::new();
+        let (worker, account) = (WorkerId::random(), "lab".parse::<AccountId>().unwrap());
+        let allowed = (0..2 * LEASES_PER_SECOND_PER_WORKER)
+            .filter(|_| limits.allow(&worker, &account))
+            .count();
+        assert_eq!(allowed, 2 * LEASES_PER_SECOND_PER_WORKER as usize);
+    }
+
+    /// Polling an empty queue is let through for a burst, then refused for a while; other
+    /// identities are not affected.
+    #[test]
+    fn an_identity_polling_an_empty_queue_is_paused_after_its_burst() {
+        let limits = LeaseLimits::new();
+        let account = AccountId::operator();
+        let (poller, other) = (WorkerId::random(), WorkerId::random());
+        for _ in 0..2 * EMPTY_LEASES_PER_SECOND_PER_WORKER {
+            assert!(limits.allow(&poller, &account));
+            limits.found_nothing(poller);
+        }
+        assert!(
+            limits.allow(&poller, &account),
+            "the burst is not used up yet"
+        );
+        limits.found_nothing(poller);
+        assert!(!limits.allow(&poller, &account), "past the burst: paused");
+        assert!(limits.allow(&other, &account));
+        std::thread::sleep(std::time::Duration::from_millis(
+            1000 / EMPTY_LEASES_PER_SECOND_PER_WORKER as u64 + 20,
+        ));
+        assert!(limits.allow(&poller, &account), "the pause ends");
+    }
 }

@@ -36,7 +36,7 @@ use clap::Args;
 use e2fleet_proto::api::{JobId, Lease};
 use e2fleet_proto::logs::LogFormat;
 use tonic::Code;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 
 use crate::connect_args::ConnectArgs;
 use crate::engine_args::EngineArgs;
@@ -379,8 +379,14 @@ async fn run_async(args: RunArgs) -> Result<()> {
         let queued = queued + waiting.len();
 
         // keep every thread busy with a queue of one more unit per thread, so short units
-        // never leave a thread waiting on a round trip
-        let want = (2 * executor.threads()).saturating_sub(queued + running);
+        // never leave a thread waiting on a round trip; on many threads ask in batches of
+        // at least half the thread count (a queue never runs below half full)
+        let room = (2 * executor.threads()).saturating_sub(queued + running);
+        let want = if 2 * room >= executor.threads() {
+            room
+        } else {
+            0
+        };
         let remaining = args
             .stop_after_units
             .map_or(u64::MAX, |n| n.saturating_sub(units_taken));
@@ -396,6 +402,14 @@ async fn run_async(args: RunArgs) -> Result<()> {
                     }
                     units_taken += leases.len() as u64;
                     waiting.extend(leases);
+                }
+                // asked too often (many short units): not a failure, just ask a little later
+                Err(s) if s.code() == Code::ResourceExhausted => {
+                    debug!(
+                        message = s.message(),
+                        "lease calls slowed down by the coordinator"
+                    );
+                    retry_after = Duration::from_millis(250);
                 }
                 Err(s) => {
                     link.fail("lease", &s);
