@@ -30,14 +30,15 @@ pub struct Program {
     pub cells: usize,
     pub depths: usize,
     pub pieces: usize,
-    pub colours: usize,
+    /// log2 of the bucket table stride (colours rounded up to a power of two).
+    pub stride_log2: u32,
     pub poll: u64,
     pub protocol: u32,
     pub build_key: &'static str,
     pub fault_depth: Option<usize>,
     pub cands: &'static [u64],
     pub offs: &'static [u32],
-    pub init_board: &'static [u32],
+    pub init_board: &'static [u64],
     pub init_used: &'static [u8],
     pub dpos: &'static [u16],
     /// Per depth: table offset, key A cell and shift, key B cell and shift, extra mask.
@@ -52,16 +53,19 @@ pub struct Program {
 static STOP: AtomicBool = AtomicBool::new(false);
 
 /// The search state. The hot fields are public: generated code indexes them with
-/// constants, so no bounds checks remain. `repr(C)` fixes the layout: the per-depth node
-/// count and path entry share a cache line (`dp[d] = [nodes, path]`), so the two stores
-/// of every node never 4K-alias each other as two separate 8 KiB arrays would.
+/// constants, so no bounds checks remain. `repr(C)` fixes the layout.
+///
+/// `cells[pos] = [candidate, nodes]`: the candidate placed on the cell (its colours are
+/// what later cells key on, its piece and rotation are the path) and the node count of
+/// the depth that fills it, side by side, so the two stores of every node share a cache
+/// line and never 4K-alias each other. The last entry is the dummy cell (always 0) that
+/// key reads of a missing neighbour point at.
 #[repr(C)]
 pub struct St {
     pub left: u64,
     pub deepest: usize,
     pub used: [u8; 1024],
-    pub board: [u32; MAX_CELLS + 1],
-    pub dp: [[u64; 2]; MAX_CELLS],
+    pub cells: [[u64; 2]; MAX_CELLS + 1],
     window: u64,
     committed: u64,
     budget: u64,
@@ -75,13 +79,20 @@ pub struct St {
 }
 
 impl St {
+    /// The candidate placed at depth `d`.
+    #[inline]
+    fn path(&self, d: usize) -> u64 {
+        self.cells[self.program.dpos[d] as usize][0]
+    }
+
     /// Records the first board to reach a new depth.
     #[cold]
     #[inline(never)]
     pub fn snapshot(&mut self, d: usize) {
         self.deepest = d + 1;
         self.deepest_board.clear();
-        self.deepest_board.extend(self.dp[..d + 1].iter().map(|e| e[1]));
+        let path: Vec<u64> = (0..d + 1).map(|k| self.path(k)).collect();
+        self.deepest_board.extend(path);
     }
 
     /// Records a solution.
@@ -93,7 +104,7 @@ impl St {
             let p = self.program;
             let mut b: Vec<(u16, u16, u8)> = p.hints.to_vec();
             for d in 0..p.depths {
-                let c = self.dp[d][1];
+                let c = self.path(d);
                 b.push((p.dpos[d], (c >> 32) as u16, ((c >> 48) & 3) as u8));
             }
             b.sort();
@@ -127,9 +138,9 @@ impl St {
     fn bucket(&self, d: usize) -> usize {
         let p = self.program;
         let k = p.dkey[d];
-        let a = ((self.board[k[1] as usize] >> k[2]) & 0xFF) as usize;
-        let b = ((self.board[k[3] as usize] >> k[4]) & 0xFF) as usize;
-        p.offs[k[0] as usize + a * p.colours + b] as usize
+        let a = ((self.cells[k[1] as usize][0] >> k[2]) & 0xFF) as usize;
+        let b = ((self.cells[k[3] as usize][0] >> k[4]) & 0xFF) as usize;
+        p.offs[k[0] as usize + (a << p.stride_log2) + b] as usize
     }
 
     fn expect(&self, d: usize) -> u32 {
@@ -137,7 +148,7 @@ impl St {
         let mut e = 0u32;
         if p.dkey[d][5] != 0 {
             for r in p.dextra[d] {
-                e |= ((self.board[r[0] as usize] >> r[1]) & 0xFF) << (8 * r[2]);
+                e |= (((self.cells[r[0] as usize][0] >> r[1]) & 0xFF) as u32) << (8 * r[2]);
             }
         }
         e
@@ -164,8 +175,7 @@ impl St {
                     return Err(illegal());
                 }
                 self.used[piece] = 1;
-                self.board[p.dpos[d] as usize] = c as u32;
-                self.dp[d][1] = c;
+                self.cells[p.dpos[d] as usize][0] = c;
                 return Ok(i);
             }
             i += 1;
@@ -193,9 +203,8 @@ pub fn scan(st: &mut St, d: usize, start: usize) -> bool {
             continue;
         }
         st.used[piece] = 1;
-        st.board[pos] = c as u32;
-        st.dp[d][1] = c;
-        st.dp[d][0] += 1;
+        st.cells[pos][0] = c;
+        st.cells[pos][1] += 1;
         if d >= st.deepest {
             st.snapshot(d);
         }
@@ -265,12 +274,11 @@ fn run_unit(
     cursor: &[(u16, u16, u8)],
 ) -> Result<String, String> {
     let p = st.program;
-    st.board[..p.cells + 1].copy_from_slice(p.init_board);
+    for (cell, &v) in st.cells[..p.cells + 1].iter_mut().zip(p.init_board) {
+        *cell = [v, 0];
+    }
     st.used = [0; 1024];
     st.used[..p.pieces].copy_from_slice(p.init_used);
-    for e in st.dp.iter_mut() {
-        e[0] = 0;
-    }
     st.budget = if budget == 0 { u64::MAX } else { budget };
     st.committed = 0;
     st.window = st.budget.min(p.poll);
@@ -293,7 +301,7 @@ fn run_unit(
     }
     st.deepest = floor;
     st.deepest_board.clear();
-    let prefix_path: Vec<u64> = st.dp[..floor].iter().map(|e| e[1]).collect();
+    let prefix_path: Vec<u64> = (0..floor).map(|k| st.path(k)).collect();
     st.deepest_board.extend_from_slice(&prefix_path);
     let mut stopped = false;
     if start < p.depths {
@@ -302,7 +310,7 @@ fn run_unit(
     }
     if !stopped {
         for l in (floor..start).rev() {
-            let piece = ((st.dp[l][1] >> 32) & 1023) as usize;
+            let piece = ((st.path(l) >> 32) & 1023) as usize;
             st.used[piece] = 0;
             if scan(st, l, idx[l - floor] + 1) {
                 stopped = true;
@@ -312,7 +320,7 @@ fn run_unit(
     }
     if let Some(d) = p.fault_depth {
         if !stopped && d < p.depths && d >= floor {
-            st.dp[d][0] += 1;
+            st.cells[p.dpos[d] as usize][1] += 1;
         }
     }
     let reason = match (stopped, st.stop) {
@@ -321,14 +329,14 @@ fn run_unit(
         _ => "requested",
     };
     let mut r = format!("result {reason} {}\nnodes", st.deepest);
-    for e in &st.dp[..p.depths] {
-        let n = e[0];
+    for d in 0..p.depths {
+        let n = st.cells[p.dpos[d] as usize][1];
         r.push(' ');
         r.push_str(&n.to_string());
     }
     r.push_str("\ncursor ");
     if stopped {
-        let cells: Vec<u64> = st.dp[floor..st.stop_depth + 1].iter().map(|e| e[1]).collect();
+        let cells: Vec<u64> = (floor..st.stop_depth + 1).map(|k| st.path(k)).collect();
         push_cells(&mut r, p, &cells, floor);
     } else {
         r.push_str("none");
@@ -370,8 +378,7 @@ pub fn serve(program: &'static Program) {
         left: 0,
         deepest: 0,
         used: [0; 1024],
-        board: [0; MAX_CELLS + 1],
-        dp: [[0; 2]; MAX_CELLS],
+        cells: [[0; 2]; MAX_CELLS + 1],
         window: 0,
         committed: 0,
         budget: 0,

@@ -27,7 +27,7 @@
 
 use std::fmt::Write;
 
-use crate::plan::SearchPlan;
+use crate::plan::{SENTINEL, SearchPlan};
 
 /// Options that change the generated source.
 #[derive(Clone, Debug)]
@@ -91,6 +91,16 @@ pub fn release_id(options: &CodegenOptions, target_cpu: Option<&str>) -> String 
     id
 }
 
+/// A plan candidate as the generated program stores it: unchanged, plus the piece id again
+/// in the top ten bits, so the hot loop gets the used-set index with one shift (bits 50..54
+/// stay clear, so no candidate equals the sentinel).
+fn encode(c: u64) -> u64 {
+    if c == SENTINEL {
+        return c;
+    }
+    c | ((crate::plan::candidate_piece(c) as u64) & 1023) << 54
+}
+
 /// The protocol version spoken by generated programs.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -132,17 +142,25 @@ impl Gen<'_> {
         );
         w!(self, "extern crate e2fleet_rt;");
         w!(self, "use e2fleet_rt::{{scan, Program, St, SENTINEL}};");
+        // Every index reaching `cand` is a bucket start from `OFFS` or a later slot of the
+        // same bucket, and every walk stops at the bucket's SENTINEL: the index is always
+        // inside `CANDS` (the plan is checked when it is built), so the hot loop skips the
+        // bounds check. The cold runtime reads `CANDS` with checks.
+        w!(
+            self,
+            "#[inline(always)]\nfn cand(i: usize) -> u64 {{ unsafe {{ *CANDS.get_unchecked(i) }} }}"
+        );
     }
 
     fn program(&mut self, options: &CodegenOptions, build_key: &str) {
         let p = self.plan;
         w!(
             self,
-            "static PROGRAM: Program = Program {{ cells: {}, depths: {}, pieces: {}, colours: {}, poll: {}, protocol: {PROTOCOL_VERSION}, build_key: {build_key:?}, fault_depth: {:?}, cands: &CANDS, offs: &OFFS, init_board: &INIT_BOARD, init_used: &INIT_USED, dpos: &DPOS, dkey: &DKEY, dextra: &DEXTRA, hints: &HINTS, heads: &HEADS }};",
+            "static PROGRAM: Program = Program {{ cells: {}, depths: {}, pieces: {}, stride_log2: {}, poll: {}, protocol: {PROTOCOL_VERSION}, build_key: {build_key:?}, fault_depth: {:?}, cands: &CANDS, offs: &OFFS, init_board: &INIT_BOARD, init_used: &INIT_USED, dpos: &DPOS, dkey: &DKEY, dextra: &DEXTRA, hints: &HINTS, heads: &HEADS }};",
             p.cells,
             p.len(),
             p.pieces,
-            p.colours,
+            self.stride_log2(),
             options.poll_interval.max(1),
             options.fault_depth
         );
@@ -162,33 +180,35 @@ impl Gen<'_> {
         self.array(
             "CANDS",
             "u64",
-            p.candidates.iter().map(|c| format!("{c:#x}")),
+            p.candidates.iter().map(|&c| format!("{:#x}", encode(c))),
         );
-        self.array("OFFS", "u32", p.offsets.iter().map(|o| o.to_string()));
+        let offs = self.offsets();
+        self.array("OFFS", "u32", offs.iter().map(|o| o.to_string()));
         let mut init = p.initial_board.clone();
         init.truncate(p.cells + 1);
-        self.array("INIT_BOARD", "u32", init.iter().map(|v| format!("{v:#x}")));
+        self.array("INIT_BOARD", "u64", init.iter().map(|v| format!("{v:#x}")));
         self.array(
             "INIT_USED",
             "u8",
             p.initial_used.iter().map(|v| v.to_string()),
         );
         self.array("DPOS", "u16", p.depths.iter().map(|d| d.pos.to_string()));
-        self.array(
-            "DKEY",
-            "[u32; 6]",
-            p.depths.iter().map(|d| {
+        let dkey: Vec<String> = p
+            .depths
+            .iter()
+            .map(|d| {
                 format!(
                     "[{}, {}, {}, {}, {}, {}]",
-                    d.table,
+                    self.table_offset(d.table),
                     d.key[0].cell,
                     d.key[0].shift,
                     d.key[1].cell,
                     d.key[1].shift,
                     d.extra_mask
                 )
-            }),
-        );
+            })
+            .collect();
+        self.array("DKEY", "[u32; 6]", dkey.into_iter());
         // extra reads: up to two per depth, (cell, shift, side); dummy cell when unused
         self.array(
             "DEXTRA",
@@ -211,6 +231,36 @@ impl Gen<'_> {
                 .iter()
                 .map(|h| format!("({}, {}, {})", h.pos, h.piece, h.rot)),
         );
+    }
+
+    /// log2 of the bucket table stride: colours rounded up to a power of two, so a key is a
+    /// shift and an add.
+    fn stride_log2(&self) -> u32 {
+        self.plan.colours.next_power_of_two().trailing_zeros()
+    }
+
+    /// Where table `t` (of the plan) starts in the emitted `OFFS`.
+    fn table_offset(&self, plan_table: usize) -> usize {
+        let c = self.plan.colours;
+        (plan_table / (c * c)) << (2 * self.stride_log2())
+    }
+
+    /// The plan's bucket offsets re-laid with the power-of-two stride, padded so that any
+    /// two key bytes (0..=255) index inside the array: the compiler then drops the bounds
+    /// check of every lookup.
+    fn offsets(&self) -> Vec<u32> {
+        let (p, log) = (self.plan, self.stride_log2());
+        let c = p.colours;
+        let stride = 1usize << log;
+        let mut offs = vec![0u32; (p.tables << (2 * log)) + 255 * stride + 256];
+        for t in 0..p.tables {
+            for a in 0..c {
+                for b in 0..c {
+                    offs[(t << (2 * log)) + (a << log) + b] = p.offsets[t * c * c + a * c + b];
+                }
+            }
+        }
+        offs
     }
 
     fn array(&mut self, name: &str, ty: &str, items: impl Iterator<Item = String>) {
@@ -241,7 +291,7 @@ impl Gen<'_> {
             return format!("((c{src} >> {}) & 0xFF) as usize", read.shift);
         }
         format!(
-            "((st.board[{}] >> {}) & 0xFF) as usize",
+            "((st.cells[{}][0] >> {}) & 0xFF) as usize",
             read.cell, read.shift
         )
     }
@@ -251,8 +301,9 @@ impl Gen<'_> {
         let a = self.key_expr(d, 0, locals);
         let b = self.key_expr(d, 1, locals);
         format!(
-            "OFFS[{} + {a} * {} + {b}] as usize",
-            dp.table, self.plan.colours
+            "OFFS[{} + (({a}) << {}) + {b}] as usize",
+            self.table_offset(dp.table),
+            self.stride_log2()
         )
     }
 
@@ -265,7 +316,7 @@ impl Gen<'_> {
         for &(read, side) in &dp.extra {
             let _ = write!(
                 expect,
-                " | (((st.board[{}] >> {}) & 0xFF) << {})",
+                " | ((((st.cells[{}][0] >> {}) & 0xFF) as u32) << {})",
                 read.cell,
                 read.shift,
                 8 * side
@@ -284,9 +335,8 @@ impl Gen<'_> {
         let mut s = String::new();
         let _ = write!(
             s,
-            "st.used[p{d}] = 1; st.board[{}] = c{d} as u32; st.dp[{d}][1] = c{d}; st.dp[{d}][0] += 1;\n\
-             if {d} >= st.deepest {{ st.snapshot({d}); }}\n",
-            dp.pos
+            "st.used[p{d}] = 1; st.cells[{pos}][0] = c{d}; st.cells[{pos}][1] += 1;\n",
+            pos = dp.pos
         );
         if leaf {
             s.push_str("st.solution();\n");
@@ -312,9 +362,9 @@ impl Gen<'_> {
         format!(
             "let mut i{d}: usize = {start};\n\
              loop {{\n\
-             let c{d} = CANDS[i{d}]; i{d} += 1;\n\
+             let c{d} = cand(i{d}); i{d} += 1;\n\
              if c{d} == SENTINEL {{ break; }}\n\
-             let p{d} = ((c{d} >> 32) as usize) & 1023;\n\
+             let p{d} = (c{d} >> 54) as usize;\n\
              if st.used[p{d}] != 0 {{ continue; }}\n\
              {extra}\n\
              {commit}\
@@ -356,9 +406,16 @@ impl Gen<'_> {
                 let start = self.bucket_expr(d, &locals);
                 body = self.level(d, &start, &body);
             }
+            // The fused body never checks for a new deepest depth: until the search has
+            // been deeper than this whole group, the group is walked by the cold scan,
+            // which records every new depth (one check per call, not one per node).
+            let frontier = format!(
+                "if st.deepest < {end} {{ let start = {}; return scan(st, {head}, start); }}",
+                self.bucket_expr(head, &[])
+            );
             w!(
                 self,
-                "#[inline(never)]\nfn g{head}(st: &mut St) -> bool {{\n{body}false\n}}"
+                "#[inline(never)]\nfn g{head}(st: &mut St) -> bool {{\n{frontier}\n{body}false\n}}"
             );
             head = end;
         }
