@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use e2fleet_proto::api::WorkerState;
 use e2fleet_proto::api::status::{
     AGGREGATE_WHAT, AggregateRate, FleetStatus, MinuteSample, PER_CORE_WHAT, PerCoreRates,
-    RateGroup, UnitEvents, WorkerCounts, WorkerStatus, median,
+    RateGroup, UnitEvents, WorkerCounts, WorkerStatus,
 };
 
 use super::{RATE_WINDOW_MS, worker_state};
@@ -17,16 +17,16 @@ const HISTORY_MS: i64 = 3_600_000;
 
 /// Per-core rate samples grouped by a key, with their medians.
 fn grouped_medians(samples: &[RateSample], key: impl Fn(&RateSample) -> String) -> Vec<RateGroup> {
-    let mut groups: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    let mut groups: BTreeMap<String, Vec<&RateSample>> = BTreeMap::new();
     for s in samples {
-        groups.entry(key(s)).or_default().push(s.rate());
+        groups.entry(key(s)).or_default().push(s);
     }
     groups
         .into_iter()
-        .map(|(key, rates)| RateGroup {
+        .map(|(key, group)| RateGroup {
             key,
-            results: rates.len() as u64,
-            median_nodes_per_s: median(rates),
+            results: group.len() as u64,
+            median_nodes_per_s: RateSample::per_core(group),
         })
         .collect()
 }
@@ -92,7 +92,7 @@ impl Fleet {
                     aggregate_series: minutes.into_values().collect(),
                     per_core_nodes_per_s: PerCoreRates {
                         what: PER_CORE_WHAT.into(),
-                        overall: median(samples.iter().map(RateSample::rate).collect()),
+                        overall: RateSample::per_core(&samples),
                         by_cpu_model: grouped_medians(&samples, |s| s.cpu_model.clone()),
                         by_engine_kind: grouped_medians(&samples, |s| s.engine_kind.to_string()),
                         by_host: grouped_medians(&samples, |s| s.hostname.clone()),

@@ -1,11 +1,11 @@
 //! A job's status.
 
-use e2fleet_proto::api::status::{DeepestBoard, Estimate, JobStatus, ResultGroup, Waiting, median};
+use e2fleet_proto::api::status::{DeepestBoard, Estimate, JobStatus, ResultGroup, Waiting};
 use e2fleet_proto::api::{JobId, JobState};
 
 use super::RATE_WINDOW_MS;
 use crate::fleet::{Fleet, FleetError};
-use crate::store::{JobRecord, Tx};
+use crate::store::{JobRecord, RateSample, Tx};
 
 /// Solutions shown in a job's status.
 const SOLUTIONS_SHOWN: usize = 100;
@@ -139,7 +139,7 @@ fn job_status(
         solutions,
         deepest,
         conservation_ok: job.conservation_ok,
-        per_core_nodes_per_s: median(samples.iter().map(|s| s.rate()).collect()),
+        per_core_nodes_per_s: RateSample::per_core(&samples),
         aggregate_nodes_per_s: received.verified as f64 / seconds,
         aggregate_raw_nodes_per_s: received.raw as f64 / seconds,
         estimate,

@@ -333,9 +333,9 @@ impl Gen<'_> {
         let dp = &self.plan.depths[d];
         let leaf = d + 1 == self.plan.len();
         let mut s = String::new();
-        let _ = write!(
+        let _ = writeln!(
             s,
-            "st.used[p{d}] = 1; st.cells[{pos}][0] = c{d}; st.cells[{pos}][1] += 1;\n",
+            "st.used[p{d}] = 1; st.cells[{pos}][0] = c{d}; st.cells[{pos}][1] += 1;",
             pos = dp.pos
         );
         if leaf {

@@ -401,6 +401,10 @@ async fn run_async(args: RunArgs) -> Result<()> {
                             wait.clamp(Duration::from_millis(100), Duration::from_secs(30));
                     }
                     units_taken += leases.len() as u64;
+                    if !leases.is_empty() {
+                        // start them now: the loop's top hands leases to the engines
+                        retry_after = Duration::ZERO;
+                    }
                     waiting.extend(leases);
                 }
                 // asked too often (many short units): not a failure, just ask a little later

@@ -90,6 +90,49 @@ fn assert_exact(doc: &serde_json::Value) {
     assert_eq!(doc["conservation_ok"], true);
 }
 
+/// 2,466 tiny units (Brendan 6x6 split at depth 5, ~28 k nodes each) on one engine
+/// thread: the worker starts each leased unit at once. With a fixed wait between a lease
+/// and the start of its units (up to 200 ms per round) this job took ~40 s here; now ~9 s
+/// with the reference engine, and the bound leaves a slow or busy CI machine three times
+/// that while still failing the old loop. The job also gets a per-core rate although no
+/// unit is long enough to time alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_of_tiny_units_is_not_paced_by_the_worker_loop() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_coordinator, url) = serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
+    let puzzle = puzzle_path("brendan/set1/pieces_06x06.txt");
+    let job = admin(
+        &url,
+        &["submit", puzzle.to_str().unwrap(), "--split-depth", "5"],
+    )["job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let started = Instant::now();
+    let _worker = worker(
+        &url,
+        &dir.path().join("w"),
+        "w",
+        &["--engine", "reference"],
+        false,
+    );
+    let doc = wait_complete(&url, &job, Duration::from_secs(120)).await;
+    let took = started.elapsed();
+    assert_exact(&doc);
+    assert_eq!(units_done(&doc), 2466);
+    assert!(
+        took < Duration::from_secs(30),
+        "2,466 tiny units on one thread took {took:?}: the worker loop waits between units"
+    );
+    assert!(
+        doc["per_core_nodes_per_s"]
+            .as_f64()
+            .is_some_and(|r| r > 0.0),
+        "short units still give a per-core rate: {}",
+        doc["per_core_nodes_per_s"]
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_the_coordinator_mid_job_and_restart_it() {
     let dir = tempfile::tempdir().unwrap();

@@ -190,7 +190,7 @@ impl Results for SqliteTx<'_> {
     fn rate_samples(&mut self, job: Option<JobId>, since_ms: i64) -> StoreResult<Vec<RateSample>> {
         let mut q = self.c.prepare_cached(
             "SELECT committed, engine_seconds, hostname, cpu_model, engine_kind FROM results \
-             WHERE verdict IN ('accepted', 'agree') AND engine_seconds >= 0.01 AND received_ms >= ?1 AND (?2 IS NULL OR job_id = ?2)",
+             WHERE verdict IN ('accepted', 'agree') AND engine_seconds > 0 AND received_ms >= ?1 AND (?2 IS NULL OR job_id = ?2)",
         )?;
         let rows = q.query_map(params![since_ms, job.map(|j| j.to_string())], |r| {
             Ok(RateSample {
