@@ -127,6 +127,8 @@ async fn run() {
                     budget: Some(1),
                     replicas: 1,
                     spot_check: 0.0,
+                    priority: 0,
+                    share: 1.0,
                 })
                 .await
                 .unwrap();

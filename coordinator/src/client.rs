@@ -113,6 +113,27 @@ impl Operator {
         Ok(())
     }
 
+    /// Changes a job's priority, share or pause.
+    pub async fn set_schedule(
+        &mut self,
+        id: JobId,
+        change: e2fleet_proto::api::ScheduleChange,
+    ) -> Result<(), ClientError> {
+        self.client
+            .set_job_schedule(authed(
+                &self.token,
+                v2::SetJobScheduleRequest {
+                    job_id: id.to_string(),
+                    priority: change.priority,
+                    share: change.share,
+                    paused: change.paused,
+                },
+            ))
+            .await
+            .map_err(|s| self.failed(s))?;
+        Ok(())
+    }
+
     /// Every worker.
     pub async fn workers(&mut self) -> Result<Vec<WorkerStatus>, ClientError> {
         let r = self

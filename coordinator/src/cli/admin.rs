@@ -6,7 +6,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use e2fleet_coordinator::client::Operator;
 use e2fleet_engine::formats;
-use e2fleet_proto::api::{JobId, JobRequest, JobState, WorkerId};
+use e2fleet_proto::api::{JobId, JobRequest, JobState, ScheduleChange, WorkerId};
 
 use super::args::{AccountCommand, AdminArgs, Command, SubmitArgs, VerifyCommand};
 use super::print;
@@ -45,6 +45,8 @@ async fn submit(args: SubmitArgs) -> Result<()> {
         budget: args.budget,
         replicas: args.replicas,
         spot_check: args.spot_check.unwrap_or(0.0),
+        priority: args.priority,
+        share: args.share,
     };
     let created = connect(&args.admin).await?.submit(&request).await?;
     // (the loader already said what it saw in the file)
@@ -107,6 +109,22 @@ async fn account(action: AccountCommand) -> Result<()> {
 }
 
 /// Runs an operator command.
+/// Pauses (`pause`) or resumes a job.
+async fn pause(id: &str, admin: &AdminArgs, pause: bool) -> Result<()> {
+    let id = job_id(id)?;
+    let change = ScheduleChange {
+        paused: Some(pause),
+        ..ScheduleChange::default()
+    };
+    connect(admin).await?.set_schedule(id, change).await?;
+    if pause {
+        outln!("job {id} paused: no new leases (the ones out finish); `resume {id}` goes on");
+    } else {
+        outln!("job {id} resumed");
+    }
+    Ok(())
+}
+
 pub async fn run(command: Command) -> Result<()> {
     match command {
         Command::Serve(_) => unreachable!("serve is not an operator command"),
@@ -154,6 +172,34 @@ pub async fn run(command: Command) -> Result<()> {
             }
             Ok(())
         }
+        Command::Schedule {
+            id,
+            priority,
+            share,
+            admin,
+        } => {
+            let id = job_id(&id)?;
+            if priority.is_none() && share.is_none() {
+                bail!("give --priority, --share or both (`pause` and `resume` pause a job)");
+            }
+            let change = ScheduleChange {
+                priority,
+                share,
+                paused: None,
+            };
+            let mut c = connect(&admin).await?;
+            c.set_schedule(id, change).await?;
+            let job = c.job(id).await?;
+            outln!(
+                "job {id}: priority {}, share {}{}",
+                job.priority,
+                job.share,
+                if job.paused { ", paused" } else { "" }
+            );
+            Ok(())
+        }
+        Command::Pause { id, admin } => pause(&id, &admin, true).await,
+        Command::Resume { id, admin } => pause(&id, &admin, false).await,
         Command::Cancel { id, admin } => {
             let id = job_id(&id)?;
             connect(&admin).await?.cancel(id).await?;

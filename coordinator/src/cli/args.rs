@@ -38,6 +38,35 @@ pub enum Command {
     Workers(AdminArgs),
     /// Fleet summary: workers and both rates.
     Fleet(AdminArgs),
+    /// Set how a job shares the fleet with other running jobs: jobs of a higher priority
+    /// get units first; among equal priorities each gets engines in proportion to its
+    /// share.
+    Schedule {
+        /// The job id.
+        id: String,
+        /// Jobs of a higher priority get units first (default 0).
+        #[arg(long, allow_hyphen_values = true)]
+        priority: Option<i32>,
+        /// Share of the fleet among jobs of equal priority (default 1).
+        #[arg(long)]
+        share: Option<f64>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Pause a job: no new leases (the ones out finish); `resume` goes on.
+    Pause {
+        /// The job id.
+        id: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+    /// Resume a paused job.
+    Resume {
+        /// The job id.
+        id: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// Cancel a job.
     Cancel {
         /// The job id.
@@ -249,6 +278,12 @@ pub struct SubmitArgs {
     /// Run this fraction of units twice.
     #[arg(long)]
     pub spot_check: Option<f64>,
+    /// Jobs of a higher priority get units first (see `schedule`).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub priority: i32,
+    /// Share of the fleet's engines among running jobs of equal priority.
+    #[arg(long, default_value_t = 1.0)]
+    pub share: f64,
     #[command(flatten)]
     pub admin: AdminArgs,
 }

@@ -55,6 +55,12 @@ pub fn job(j: &JobStatus, json: bool) {
         ),
         rate(Some(j.aggregate_nodes_per_s), "fleet", ""),
     );
+    if j.paused {
+        outln!("  paused: no new leases (`resume {}` goes on)", j.job_id);
+    }
+    if j.priority != 0 || j.share != 1.0 {
+        outln!("  schedule: priority {}, share {}", j.priority, j.share);
+    }
     if let Some(why) = &j.waiting.reason {
         outln!("  waiting: {why}");
     }

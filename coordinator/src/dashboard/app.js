@@ -425,7 +425,9 @@ async function jobPage(id) {
       el("h1", {}, job.name || job.job_id, " ", badge(job.state)), actions),
     el("p", { class: "muted" }, `Job ${job.job_id} · ${puzzle.width}×${puzzle.height} · order ${job.order} · split depth ${job.split_depth} · budget ${job.budget ? exact(job.budget) + " nodes/run" : "none"} · ` +
       (job.replicas > 1 ? `${job.replicas} replicas per unit` : job.spot_check > 0 ? `spot check ${(job.spot_check * 100).toFixed(0)}%` : "no cross-check") +
+      ` · priority ${job.priority}, share ${job.share}` +
       ` · submitted ${when(job.created_ms)}` + (job.finished_ms ? ` · finished ${when(job.finished_ms)}` : "")),
+    job.paused ? el("p", { class: "notice", id: "paused" }, "Paused: no new leases; the ones out finish (e2fleet-coordinator resume " + job.job_id + ")") : null,
     job.waiting && job.waiting.reason ? el("p", { class: "notice", id: "waiting" }, "Waiting: " + job.waiting.reason) : null,
     el("div", { class: "cards" },
       card("Nodes counted (exact)", exact(job.nodes_total),

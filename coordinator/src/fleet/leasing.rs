@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use e2fleet_engine::engine::EngineKind;
 use e2fleet_engine::search::Walker;
-use e2fleet_proto::api::{Lease, LeaseId};
+use e2fleet_proto::api::{JobId, Lease, LeaseId};
 use tracing::{info, instrument, warn};
 
 use super::policy::{MAX_LEASES_PER_CALL, MAX_LEASES_PER_REQUEST, lease_cap};
@@ -98,7 +98,8 @@ impl Fleet {
             trusted: self.trusted(&account),
             live_parties: self.live_parties(tx, now)?,
         };
-        let mut rows = tx.leasable_units(&who, max)?;
+        let plan = self.lease_plan(tx, now, max)?;
+        let mut rows = self.leasable(tx, &who, plan.as_deref(), max)?;
         if rows.len() < max {
             // idle capacity: split a waiting continuation into sibling prefixes
             // (a unit that cannot be split is logged and left as it is: this path has
@@ -108,7 +109,7 @@ impl Fleet {
                     // read the units again even when no sibling was made: the split
                     // still moved the unit's first cursor step into its prefix, and a
                     // lease must hand out the unit as it is stored (it may be in `rows`)
-                    Ok(_) => rows = tx.leasable_units(&who, max)?,
+                    Ok(_) => rows = self.leasable(tx, &who, plan.as_deref(), max)?,
                     Err(FleetError::Store(e @ (StoreError::Sqlite(_) | StoreError::Db(_)))) => {
                         return Err(e.into());
                     }
@@ -118,6 +119,7 @@ impl Fleet {
         }
         let mut grants = Vec::with_capacity(rows.len());
         for row in rows {
+            self.shares_granted(row.job_id, 1);
             // a job's budget never changes: read from the cached job context
             let budget = self.context_tx(tx, row.job_id)?.budget;
             let lease = LeaseRecord {
@@ -152,6 +154,45 @@ impl Fleet {
             });
         }
         Ok(grants)
+    }
+
+    /// Up to `max` units `who` may run: any job's when `plan` is `None` (one job running),
+    /// else each job's part of the plan in turn, then what is left of `max` from the same
+    /// jobs in the same order (a job short of units leaves its part to the others).
+    fn leasable(
+        &self,
+        tx: &mut dyn Tx,
+        who: &Leasing<'_>,
+        plan: Option<&[Vec<(JobId, usize)>]>,
+        max: usize,
+    ) -> Result<Vec<UnitRecord>, FleetError> {
+        let Some(plan) = plan else {
+            return Ok(tx.leasable_units(who, None, max)?);
+        };
+        let mut rows: Vec<UnitRecord> = Vec::with_capacity(max);
+        for group in plan {
+            for &(job, part) in group {
+                let n = part.min(max - rows.len());
+                if n > 0 {
+                    rows.extend(tx.leasable_units(who, Some(job), n)?);
+                }
+            }
+            for &(job, _) in group {
+                if rows.len() >= max {
+                    break;
+                }
+                let more = tx.leasable_units(who, Some(job), max)?;
+                for unit in more {
+                    if rows.len() < max && !rows.iter().any(|r| r.id == unit.id) {
+                        rows.push(unit);
+                    }
+                }
+            }
+            if rows.len() >= max {
+                break;
+            }
+        }
+        Ok(rows)
     }
 
     /// Splits a waiting continuation: its untried siblings at the shallowest cursor level

@@ -43,6 +43,7 @@ pub mod policy;
 mod quorum;
 mod registration;
 mod reports;
+mod sharing;
 mod submission;
 pub mod verification;
 
@@ -226,6 +227,8 @@ pub struct Fleet {
         governor::DefaultKeyedRateLimiter<e2fleet_proto::api::AccountId>,
     /// Suite unit (as JSON) -> its puzzle's depths.
     suite_depths: Mutex<HashMap<String, usize>>,
+    /// Running jobs and their leases out, for sharing the fleet ([`sharing`]).
+    shares: sharing::Shares,
 }
 
 impl Fleet {
@@ -246,6 +249,7 @@ impl Fleet {
             verification_limits: governor::RateLimiter::keyed(policy::verification_quota()),
             registration_limits: governor::RateLimiter::keyed(policy::registration_quota()),
             suite_depths: Mutex::new(HashMap::new()),
+            shares: sharing::Shares::default(),
         }
     }
 

@@ -22,6 +22,12 @@ pub const MAX_LEASES_PER_REQUEST: usize = 256;
 /// Most leases one heartbeat or release may name (the rest are ignored).
 pub const MAX_LEASES_PER_CALL: usize = 1024;
 
+/// How long a count of leases out per job is reused, ms (see `sharing`).
+pub const SHARES_EVERY_MS: i64 = 500;
+
+/// Largest share a job may have (shares are relative: 1 is the default).
+pub const MAX_SHARE: f64 = 1_000_000.0;
+
 /// How long a count of live parties is reused, ms.
 pub const LIVE_PARTIES_EVERY_MS: i64 = 2_000;
 

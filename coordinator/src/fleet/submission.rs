@@ -10,11 +10,11 @@ use e2fleet_proto::api::{JobCreated, JobId, JobRequest, JobSpec, JobState, SelfT
 use tracing::{info, warn};
 
 use super::policy::{
-    DEFAULT_ORDER, DEFAULT_TARGET_UNITS, MAX_REPLICAS, MAX_UNITS_PER_JOB, SELF_TEST_BUDGETS,
-    quorum_for,
+    DEFAULT_ORDER, DEFAULT_TARGET_UNITS, MAX_REPLICAS, MAX_SHARE, MAX_UNITS_PER_JOB,
+    SELF_TEST_BUDGETS, quorum_for,
 };
 use super::{Fleet, FleetError, JobCtx, REPORT_MAX_SOLUTIONS, finish_if_done};
-use crate::store::{JobRecord, NewJob, NewUnit, UnitKind};
+use crate::store::{JobRecord, NewJob, NewUnit, Schedule, UnitKind};
 
 impl Fleet {
     /// Validates, splits and stores a job.
@@ -28,6 +28,12 @@ impl Fleet {
             return Err(FleetError::InvalidArgument(
                 "spot_check must be within 0..=1".into(),
             ));
+        }
+        if !(request.share.is_finite() && request.share > 0.0 && request.share <= MAX_SHARE) {
+            return Err(FleetError::InvalidArgument(format!(
+                "a share must be a number above 0 and at most {MAX_SHARE}, not {}",
+                request.share
+            )));
         }
         if request.budget == Some(0) {
             return Err(FleetError::InvalidArgument(
@@ -92,6 +98,11 @@ impl Fleet {
                 accepted: vec![0; depths],
                 accepted_solutions: 0,
                 conservation_ok: None,
+                schedule: Schedule {
+                    priority: request.priority,
+                    share: request.share,
+                    paused: false,
+                },
             },
             puzzle_json: e2fleet_engine::formats::to_site_json(&spec.puzzle),
         };

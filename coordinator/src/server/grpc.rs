@@ -327,6 +327,26 @@ impl OperatorService for OperatorApi {
     }
 
     #[instrument(skip_all)]
+    async fn set_job_schedule(
+        &self,
+        request: Request<v2::SetJobScheduleRequest>,
+    ) -> Result<Response<v2::SetJobScheduleResponse>, Status> {
+        self.admin(&request)?;
+        let r = request.get_ref();
+        let job_id = wire(r.job_id.parse::<JobId>())?;
+        let change = e2fleet_proto::api::ScheduleChange {
+            priority: r.priority,
+            share: r.share,
+            paused: r.paused,
+        };
+        self.0
+            .set_schedule(job_id, change)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v2::SetJobScheduleResponse {}))
+    }
+
+    #[instrument(skip_all)]
     async fn fleet_status(
         &self,
         request: Request<v2::FleetStatusRequest>,

@@ -145,5 +145,8 @@ fn job_status(
         estimate,
         results,
         waiting,
+        priority: job.schedule.priority,
+        share: job.schedule.share,
+        paused: job.schedule.paused,
     })
 }

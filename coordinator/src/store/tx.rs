@@ -46,6 +46,10 @@ pub trait Jobs {
     ) -> StoreResult<()>;
     /// Re-opens a completed job (a late result disputes one of its units); `true` if it was.
     fn reopen_job(&mut self, id: JobId) -> StoreResult<bool>;
+    /// Sets how a job shares the fleet; `false` when there is no such job.
+    fn set_schedule(&mut self, id: JobId, schedule: &Schedule) -> StoreResult<bool>;
+    /// Every running job's schedule, oldest job first.
+    fn running_schedules(&mut self) -> StoreResult<Vec<(JobId, Schedule)>>;
 }
 
 /// Units: creation, the leasable queue, counters and decisions.
@@ -54,12 +58,19 @@ pub trait Units {
     fn insert_units(&mut self, job: JobId, units: &[NewUnit], now_ms: i64) -> StoreResult<()>;
     /// One unit.
     fn unit(&mut self, id: UnitId) -> StoreResult<Option<UnitRecord>>;
-    /// Up to `limit` open units of running jobs `worker` may run, oldest first (disputed
-    /// ones first for a `trusted` worker): not one it holds or has a valid result for,
-    /// nor one its account holds or has a valid result for when the unit requires a new
-    /// account ([`AccountNeed::Required`]), or prefers one and the fleet has more than one
-    /// live account.
-    fn leasable_units(&mut self, who: &Leasing<'_>, limit: usize) -> StoreResult<Vec<UnitRecord>>;
+    /// Up to `limit` open units of running, unpaused jobs (of `job` only, if given)
+    /// `worker` may run, oldest first (disputed ones first for a `trusted` worker): not one
+    /// it holds or has a valid result for, nor one its account holds or has a valid result
+    /// for when the unit requires a new account ([`AccountNeed::Required`]), or prefers one
+    /// and the fleet has more than one live account.
+    fn leasable_units(
+        &mut self,
+        who: &Leasing<'_>,
+        job: Option<JobId>,
+        limit: usize,
+    ) -> StoreResult<Vec<UnitRecord>>;
+    /// Active leases per job.
+    fn active_leases_by_job(&mut self) -> StoreResult<Vec<(JobId, u64)>>;
     /// An open continuation nobody holds and no result names, to split for idle workers.
     fn splittable_unit(&mut self) -> StoreResult<Option<UnitRecord>>;
     /// Rewrites a unit's prefix and cursor (after a split).

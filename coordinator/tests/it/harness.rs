@@ -174,6 +174,7 @@ impl Coordinator {
                 budget,
                 replicas,
                 spot_check: 0.0,
+                ..Default::default()
             }))
             .await
             .unwrap()

@@ -7,5 +7,6 @@ mod dashboard;
 mod harness;
 mod http_api;
 mod scenarios;
+mod sharing;
 mod trust;
 mod verification;

@@ -120,6 +120,12 @@ pub struct JobStatus {
     pub results: Vec<ResultGroup>,
     /// Open units that wait for a run only another worker or account can make, and why.
     pub waiting: Waiting,
+    /// Jobs of a higher priority get units first.
+    pub priority: i32,
+    /// Share of the fleet's engines among running jobs of equal priority.
+    pub share: f64,
+    /// Paused: no new leases.
+    pub paused: bool,
 }
 
 /// Units of a job that wait for someone the fleet may not have online.

@@ -54,6 +54,21 @@ pub struct JobRequest {
     pub replicas: u32,
     /// Fraction of units run twice.
     pub spot_check: f64,
+    /// Jobs of a higher priority get units first.
+    pub priority: i32,
+    /// Share of the fleet among jobs of equal priority (positive; 1 by default).
+    pub share: f64,
+}
+
+/// A change to how a job shares the fleet; `None` keeps the current value.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ScheduleChange {
+    /// New priority.
+    pub priority: Option<i32>,
+    /// New share (positive).
+    pub share: Option<f64>,
+    /// Pause or resume.
+    pub paused: Option<bool>,
 }
 
 /// A submitted job.

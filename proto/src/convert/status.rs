@@ -64,6 +64,9 @@ impl From<&JobStatus> for v2::JobStatus {
                 parties_online: j.waiting.parties_online,
                 reason: j.waiting.reason.clone(),
             }),
+            priority: j.priority,
+            share: j.share,
+            paused: j.paused,
         }
     }
 }
@@ -140,6 +143,9 @@ impl TryFrom<&v2::JobStatus> for JobStatus {
                     reason: w.reason.clone(),
                 })
                 .unwrap_or_default(),
+            priority: j.priority,
+            share: j.share,
+            paused: j.paused,
         })
     }
 }

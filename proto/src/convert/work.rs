@@ -55,6 +55,8 @@ impl From<&JobRequest> for v2::SubmitJobRequest {
             budget: r.budget.unwrap_or(0),
             replicas: r.replicas,
             spot_check: r.spot_check,
+            priority: r.priority,
+            share: r.share,
         }
     }
 }
@@ -70,6 +72,8 @@ impl From<&v2::SubmitJobRequest> for JobRequest {
             budget: (r.budget > 0).then_some(r.budget),
             replicas: r.replicas.max(1),
             spot_check: r.spot_check,
+            priority: r.priority,
+            share: if r.share == 0.0 { 1.0 } else { r.share },
         }
     }
 }

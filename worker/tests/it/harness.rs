@@ -86,6 +86,8 @@ impl Coordinator {
                 budget,
                 replicas: 1,
                 spot_check: 0.0,
+                priority: 0,
+                share: 1.0,
             })
             .await
             .unwrap()

@@ -44,6 +44,31 @@ pub struct JobRecord {
     pub accepted_solutions: u64,
     /// Conservation, checked at completion.
     pub conservation_ok: Option<bool>,
+    /// How the job shares the fleet.
+    pub schedule: Schedule,
+}
+
+/// How a job shares the fleet with other jobs: jobs of a higher priority get units first;
+/// among jobs of equal priority each gets engines in proportion to its share; a paused job
+/// gets no new leases (the ones out finish).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Schedule {
+    /// Higher first.
+    pub priority: i32,
+    /// Weight among jobs of equal priority (positive).
+    pub share: f64,
+    /// No new leases.
+    pub paused: bool,
+}
+
+impl Default for Schedule {
+    fn default() -> Schedule {
+        Schedule {
+            priority: 0,
+            share: 1.0,
+            paused: false,
+        }
+    }
 }
 
 impl JobRecord {

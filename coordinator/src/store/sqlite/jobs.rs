@@ -6,13 +6,13 @@ use rusqlite::{OptionalExtension, Row, params};
 use super::codec::{counts_at, decode_budget, decode_counts, encode_budget, encode_counts};
 use super::{SqliteTx, parsed};
 use crate::store::tx::{Jobs, StoreResult};
-use crate::store::{JobHead, JobRecord, JobSource, NewJob};
+use crate::store::{JobHead, JobRecord, JobSource, NewJob, Schedule};
 
 /// Every column but the puzzle (tens of KiB, needed only to set a job up), in the order
 /// [`from_row`] reads.
 const COLUMNS: &str = "SELECT id, name, order_spec, depths, split_depth, budget, replicas, \
      spot_check, state, created_ms, finished_ms, enumeration_json, enumeration_solutions, split_json, \
-     accepted_json, accepted_solutions, conservation_ok FROM jobs";
+     accepted_json, accepted_solutions, conservation_ok, priority, share, paused FROM jobs";
 
 /// Reads a row of [`COLUMNS`] (by position: a name lookup per field costs more than the
 /// query on the write path).
@@ -35,6 +35,11 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
         accepted: counts_at(r, 14)?,
         accepted_solutions: r.get::<_, i64>(15)? as u64,
         conservation_ok: r.get(16)?,
+        schedule: Schedule {
+            priority: r.get(17)?,
+            share: r.get(18)?,
+            paused: r.get(19)?,
+        },
     })
 }
 
@@ -68,8 +73,8 @@ impl Jobs for SqliteTx<'_> {
     fn insert_job(&mut self, job: &NewJob) -> StoreResult<()> {
         let j = &job.record;
         self.c.prepare_cached(
-            "INSERT INTO jobs (id, name, puzzle_json, order_spec, depths, split_depth, budget, replicas, spot_check, state, created_ms, enumeration_json, enumeration_solutions, split_json, accepted_json) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO jobs (id, name, puzzle_json, order_spec, depths, split_depth, budget, replicas, spot_check, state, created_ms, enumeration_json, enumeration_solutions, split_json, accepted_json, priority, share, paused) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )?
         .execute(params![
             j.id.to_string(),
@@ -86,9 +91,42 @@ impl Jobs for SqliteTx<'_> {
             encode_counts(&j.enumeration),
             j.enumeration_solutions as i64,
             encode_counts(&j.split),
-            encode_counts(&j.accepted)
+            encode_counts(&j.accepted),
+            j.schedule.priority,
+            j.schedule.share,
+            j.schedule.paused
         ])?;
         Ok(())
+    }
+
+    fn set_schedule(&mut self, id: JobId, schedule: &Schedule) -> StoreResult<bool> {
+        Ok(self
+            .c
+            .prepare_cached("UPDATE jobs SET priority = ?, share = ?, paused = ? WHERE id = ?")?
+            .execute(params![
+                schedule.priority,
+                schedule.share,
+                schedule.paused,
+                id.to_string()
+            ])?
+            == 1)
+    }
+
+    fn running_schedules(&mut self) -> StoreResult<Vec<(JobId, Schedule)>> {
+        let mut q = self.c.prepare_cached(
+            "SELECT id, priority, share, paused FROM jobs WHERE state = 'running' ORDER BY created_ms, id",
+        )?;
+        let rows = q.query_map([], |r| {
+            Ok((
+                parsed(r, 0)?,
+                Schedule {
+                    priority: r.get(1)?,
+                    share: r.get(2)?,
+                    paused: r.get(3)?,
+                },
+            ))
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     fn job(&mut self, id: JobId) -> StoreResult<Option<JobRecord>> {

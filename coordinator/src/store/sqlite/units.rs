@@ -91,7 +91,12 @@ impl Units for SqliteTx<'_> {
             .optional()?)
     }
 
-    fn leasable_units(&mut self, who: &Leasing<'_>, limit: usize) -> StoreResult<Vec<UnitRecord>> {
+    fn leasable_units(
+        &mut self,
+        who: &Leasing<'_>,
+        job: Option<JobId>,
+        limit: usize,
+    ) -> StoreResult<Vec<UnitRecord>> {
         // the identity never runs a unit twice; a volunteer account not either when the
         // unit requires another party's run, or prefers one and the fleet has another
         // party (the operator vouches for each of its machines: its identities are parties)
@@ -102,6 +107,12 @@ impl Units for SqliteTx<'_> {
                      AND (r.worker_id = ?1 OR (?2 != 'operator' AND r.account_id = ?2 \
                           AND (u.needs_new_account = 2 OR (u.needs_new_account = 1 AND ?3 > 1)))))";
         let worker = who.worker.to_string();
+        let job = job.map(|j| j.to_string());
+        // one job's units from that job's index; any job's from the open queue
+        let (open_index, of_job) = match job {
+            Some(_) => ("units_by_job", "u.job_id = ?5"),
+            None => ("units_by_state", "?5 IS NULL"),
+        };
         let mut units: Vec<UnitRecord> = Vec::with_capacity(limit);
         // disputed units go to trusted workers first (few: their own partial index);
         // then the oldest open units, in index order, so a lease reads `limit` rows and
@@ -109,11 +120,18 @@ impl Units for SqliteTx<'_> {
         if who.trusted {
             let mut q = self.c.prepare_cached(&format!(
                 "SELECT {U_COLUMNS} FROM units u INDEXED BY units_disputed JOIN jobs j ON j.id = u.job_id \
-                 WHERE u.state = 'open' AND u.disputed = 1 AND j.state = 'running' AND {ELIGIBLE} \
+                 WHERE u.state = 'open' AND u.disputed = 1 AND j.state = 'running' AND j.paused = 0 \
+                   AND {of_job} AND {ELIGIBLE} \
                  ORDER BY u.id LIMIT ?4"
             ))?;
             let rows = q.query_map(
-                params![worker, who.account.as_str(), who.live_parties, limit as i64],
+                params![
+                    worker,
+                    who.account.as_str(),
+                    who.live_parties,
+                    limit as i64,
+                    job
+                ],
                 from_row,
             )?;
             for row in rows {
@@ -122,8 +140,9 @@ impl Units for SqliteTx<'_> {
         }
         if units.len() < limit {
             let mut q = self.c.prepare_cached(&format!(
-                "SELECT {U_COLUMNS} FROM units u INDEXED BY units_by_state JOIN jobs j ON j.id = u.job_id \
-                 WHERE u.state = 'open' AND j.state = 'running' AND {ELIGIBLE} \
+                "SELECT {U_COLUMNS} FROM units u INDEXED BY {open_index} JOIN jobs j ON j.id = u.job_id \
+                 WHERE u.state = 'open' AND j.state = 'running' AND j.paused = 0 \
+                   AND {of_job} AND {ELIGIBLE} \
                  ORDER BY u.id LIMIT ?4"
             ))?;
             let rows = q.query_map(
@@ -131,7 +150,8 @@ impl Units for SqliteTx<'_> {
                     worker,
                     who.account.as_str(),
                     who.live_parties,
-                    (limit + units.len()) as i64
+                    (limit + units.len()) as i64,
+                    job
                 ],
                 from_row,
             )?;
@@ -145,12 +165,21 @@ impl Units for SqliteTx<'_> {
         Ok(units)
     }
 
+    fn active_leases_by_job(&mut self) -> StoreResult<Vec<(JobId, u64)>> {
+        let mut q = self.c.prepare_cached(
+            "SELECT u.job_id, COUNT(*) FROM leases l INDEXED BY leases_by_state JOIN units u ON u.id = l.unit_id \
+             WHERE l.state = 'active' GROUP BY u.job_id",
+        )?;
+        let rows = q.query_map([], |r| Ok((parsed(r, 0)?, r.get::<_, i64>(1)? as u64)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     fn splittable_unit(&mut self) -> StoreResult<Option<UnitRecord>> {
         Ok(self
             .c
             .prepare_cached(&format!(
                 "SELECT {U_COLUMNS} FROM units u JOIN jobs j ON j.id = u.job_id \
-                 WHERE u.state = 'open' AND j.state = 'running' AND u.cursor_json != '[]' \
+                 WHERE u.state = 'open' AND j.state = 'running' AND j.paused = 0 AND u.cursor_json != '[]' \
                    AND u.active_leases = 0 AND u.results = 0 AND u.needed = 1 \
                  ORDER BY u.id LIMIT 1"
             ))?
