@@ -19,6 +19,37 @@ fn rate(v: Option<f64>, what: &str, none: &str) -> String {
 }
 
 /// A job as text (or one line of JSON).
+/// A node count for reading: exact below a million, else three digits and a power of ten.
+fn sci(v: f64) -> String {
+    if v < 1e6 {
+        format!("{:.0}", v.max(0.0))
+    } else {
+        format!("{v:.2e}")
+    }
+}
+
+/// Seconds as the largest unit that keeps them readable.
+fn duration(s: f64) -> String {
+    const UNITS: [(f64, &str); 5] = [
+        (365.25 * 86400.0, "years"),
+        (86400.0, "days"),
+        (3600.0, "hours"),
+        (60.0, "minutes"),
+        (1.0, "seconds"),
+    ];
+    for (size, name) in UNITS {
+        if s >= size || size == 1.0 {
+            let n = s / size;
+            return if n >= 1e6 {
+                format!("{n:.2e} {name}")
+            } else {
+                format!("{n:.1} {name}")
+            };
+        }
+    }
+    unreachable!("the last unit always matches")
+}
+
 pub fn job(j: &JobStatus, json: bool) {
     if json {
         outln!(
@@ -55,6 +86,20 @@ pub fn job(j: &JobStatus, json: bool) {
         ),
         rate(Some(j.aggregate_nodes_per_s), "fleet", ""),
     );
+    if let Some(e) = &j.estimate {
+        if let (Some(tree), Some(low), Some(high)) = (e.tree_nodes, e.tree_low, e.tree_high) {
+            let eta = e.eta_seconds.map_or("no rate yet".to_string(), |s| {
+                format!("~{} at this job's rate", duration(s))
+            });
+            outln!(
+                "  estimate: tree ~{} nodes (95% interval {} - {}), ~{} left, {eta}",
+                sci(tree),
+                sci(low),
+                sci(high),
+                sci(tree - j.nodes_total as f64)
+            );
+        }
+    }
     if j.paused {
         outln!("  paused: no new leases (`resume {}` goes on)", j.job_id);
     }

@@ -104,6 +104,16 @@ function rate(v) {
   return v.toFixed(0) + " /s";
 }
 
+function duration(s) {
+  const units = [[365.25 * 86400, "years"], [86400, "days"], [3600, "hours"], [60, "minutes"], [1, "seconds"]];
+  for (const [size, name] of units) {
+    if (s >= size || size === 1) {
+      const n = s / size;
+      return (n >= 1e6 ? n.toExponential(2) : n.toFixed(1)) + " " + name;
+    }
+  }
+}
+
 function compact(v) {
   v = Number(v);
   for (const [scale, p] of [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]]) {
@@ -442,7 +452,10 @@ async function jobPage(id) {
         { id: "aggregate-rate", "data-value": job.aggregate_nodes_per_s })),
     section("Progress", progressBar(Number(u.done), total),
       el("p", {}, est ? `Estimated remaining: about ${compact(est.remaining_nodes)} nodes. How: ${est.how}.` :
-        job.state === "running" ? "No estimate yet: it needs finished units." : "Nothing remains.")),
+        job.state === "running" ? "No estimate yet: it needs finished units." : "Nothing remains."),
+      est && est.tree_nodes != null ? el("p", { id: "tree-estimate" },
+        `The whole tree: about ${compact(est.tree_nodes)} nodes (95% interval ${compact(est.tree_low)} to ${compact(est.tree_high)})` +
+        (est.eta_seconds != null ? `, about ${duration(est.eta_seconds)} to go at this job's rate` : "") + `. How: ${est.tree_how}.`) : null),
     el("div", { class: "grid2" },
       section("Boards", el("div", { class: "boards" }, boards)),
       section("Nodes per depth (log scale)", depthChart(job.nodes_by_depth || []),

@@ -172,6 +172,8 @@ pub struct JobCtx {
     pub self_tests: OnceLock<Vec<SelfTest>>,
     /// The job's node budget per run.
     pub budget: Option<u64>,
+    /// The tree's size by random probes, made on first request (`status::job`).
+    pub tree: OnceLock<e2fleet_engine::search::estimate::TreeEstimate>,
 }
 
 /// Builds the search context of a job from what the store keeps of it.
@@ -182,6 +184,7 @@ pub fn job_context(source: &JobSource) -> Result<JobCtx, FleetError> {
         spec,
         self_tests: OnceLock::new(),
         budget: source.budget,
+        tree: OnceLock::new(),
     })
 }
 
@@ -325,6 +328,11 @@ impl Fleet {
             return Ok(ctx);
         }
         self.cache_context(job_id, tx.job_source(job_id)?)
+    }
+
+    /// A job's search context if it is cached (never reads the store).
+    pub(crate) fn contexts_get(&self, job_id: JobId) -> Option<Arc<JobCtx>> {
+        self.cached_context(job_id)
     }
 
     fn cached_context(&self, job_id: JobId) -> Option<Arc<JobCtx>> {

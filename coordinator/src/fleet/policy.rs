@@ -28,6 +28,11 @@ pub const SHARES_EVERY_MS: i64 = 500;
 /// Largest share a job may have (shares are relative: 1 is the default).
 pub const MAX_SHARE: f64 = 1_000_000.0;
 
+/// Prefixes a job's tree estimate probes below (a uniform sample; all when fewer).
+pub const TREE_PREFIXES: usize = 200;
+/// Random probes below each sampled prefix.
+pub const TREE_PROBES: usize = 50;
+
 /// How long a count of live parties is reused, ms.
 pub const LIVE_PARTIES_EVERY_MS: i64 = 2_000;
 

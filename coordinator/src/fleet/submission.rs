@@ -158,8 +158,10 @@ impl Fleet {
                 spec,
                 self_tests: Default::default(),
                 budget: request.budget,
+                tree: Default::default(),
             }),
         );
+        self.shares_changed();
         info!(%job_id, units = count, depth, "job split");
         Ok(JobCreated {
             job_id,

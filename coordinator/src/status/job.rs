@@ -1,9 +1,11 @@
 //! A job's status.
 
+use e2fleet_engine::search::estimate::{self, TreeEstimate};
 use e2fleet_proto::api::status::{DeepestBoard, Estimate, JobStatus, ResultGroup, Waiting};
 use e2fleet_proto::api::{JobId, JobState};
 
 use super::RATE_WINDOW_MS;
+use crate::fleet::policy::{TREE_PREFIXES, TREE_PROBES};
 use crate::fleet::{Fleet, FleetError};
 use crate::store::{JobRecord, RateSample, Tx};
 
@@ -15,17 +17,36 @@ impl Fleet {
     pub async fn job_status(&self, job_id: JobId) -> Result<JobStatus, FleetError> {
         let now = self.now();
         let live_since = now - 2 * self.config.lease.as_millis() as i64;
-        self.store
+        let mut status = self
+            .store
             .read(move |tx| {
                 let job = tx
                     .job(job_id)?
                     .ok_or_else(|| FleetError::NotFound(format!("job {job_id}")))?;
                 job_status(tx, job, now, live_since)
             })
-            .await
+            .await?;
+        // the tree estimate: made once per job (tens of ms), off the async threads
+        let ctx = self.context(job_id).await?;
+        let split_depth = status.split_depth;
+        let tree = tokio::task::spawn_blocking(move || {
+            *ctx.tree.get_or_init(|| {
+                estimate::estimate_tree(
+                    &ctx.spec.plan,
+                    split_depth,
+                    TREE_PREFIXES,
+                    TREE_PROBES,
+                    seed_of(job_id),
+                )
+            })
+        })
+        .await
+        .map_err(|e| FleetError::FailedPrecondition(format!("tree estimate: {e}")))?;
+        add_tree_estimate(&mut status, &tree);
+        Ok(status)
     }
 
-    /// The status of every job, newest first.
+    /// The status of every job, newest first (with tree estimates already made).
     pub async fn list_jobs(&self) -> Result<Vec<JobStatus>, FleetError> {
         let now = self.now();
         let live_since = now - 2 * self.config.lease.as_millis() as i64;
@@ -34,9 +55,17 @@ impl Fleet {
                 tx.list_jobs()?
                     .into_iter()
                     .map(|job| job_status(tx, job, now, live_since))
-                    .collect()
+                    .collect::<Result<Vec<_>, FleetError>>()
             })
             .await
+            .map(|mut jobs| {
+                for j in jobs.iter_mut() {
+                    if let Some(tree) = self.made_tree_estimate(j.job_id) {
+                        add_tree_estimate(j, &tree);
+                    }
+                }
+                jobs
+            })
     }
 
     /// What the dashboard needs to draw any board of a job: size, every piece's colours
@@ -116,6 +145,7 @@ fn job_status(
     let estimate = (units.done > 0 && unfinished > 0).then(|| Estimate {
         remaining_nodes: accepted_nodes as f64 / units.done as f64 * unfinished as f64,
         how: "mean accepted nodes per finished unit x unfinished units (a rough guide: subtrees vary by orders of magnitude)".into(),
+        ..Estimate::default()
     });
     Ok(JobStatus {
         job_id: job.id,
@@ -149,4 +179,44 @@ fn job_status(
         share: job.schedule.share,
         paused: job.schedule.paused,
     })
+}
+
+impl Fleet {
+    /// A job's tree estimate, if already made.
+    fn made_tree_estimate(&self, job: JobId) -> Option<TreeEstimate> {
+        self.contexts_get(job)
+            .and_then(|ctx| ctx.tree.get().copied())
+    }
+}
+
+/// The probes' seed for a job: the same estimate on every request and every coordinator.
+fn seed_of(job: JobId) -> u64 {
+    u64::from_le_bytes(job.0.as_bytes()[..8].try_into().expect("8 bytes"))
+}
+
+/// Adds the tree estimate to a running job's status: the tree's size with its interval,
+/// what it leaves to walk and how long that takes at the job's aggregate rate.
+fn add_tree_estimate(status: &mut JobStatus, tree: &TreeEstimate) {
+    if status.state != JobState::Running || tree.sampled == 0 {
+        return;
+    }
+    let counted = status.nodes_total as f64;
+    let (low, high) = tree.interval(counted);
+    let nodes = tree.nodes.max(counted);
+    let left = nodes - counted;
+    let eta = (status.aggregate_nodes_per_s > 0.0).then(|| left / status.aggregate_nodes_per_s);
+    let tree_how = format!(
+        "Knuth's random probes below {} of the {} prefixes at split depth {} ({} probes), the interval from their spread (95%); subtree sizes are heavy-tailed, so the true size is more often above the interval than below",
+        tree.sampled, tree.prefixes, status.split_depth, tree.probes
+    );
+    let estimate = status.estimate.get_or_insert_with(|| Estimate {
+        remaining_nodes: left,
+        how: "the tree estimate less the nodes counted (no unit has finished yet)".into(),
+        ..Estimate::default()
+    });
+    estimate.tree_nodes = Some(nodes);
+    estimate.tree_low = Some(low);
+    estimate.tree_high = Some(high);
+    estimate.eta_seconds = eta;
+    estimate.tree_how = tree_how;
 }

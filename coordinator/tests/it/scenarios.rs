@@ -514,3 +514,26 @@ async fn a_cross_checked_job_says_what_it_waits_for() {
     assert_eq!(doc["nodes_total"], 4_470);
     c.stop().await;
 }
+
+/// A running job's status carries the tree estimate (Knuth's probes): near Brendan 6x6's
+/// known size, with an interval around it, and no time to go before there is a rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_job_says_how_big_its_tree_is_with_an_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let job = c.submit("brendan/set1/pieces_06x06.txt", 4, 0, 1).await;
+    let doc = c.job(&job).await;
+    let e = &doc["estimate"];
+    let (nodes, low, high) = (
+        e["tree_nodes"].as_f64().unwrap(),
+        e["tree_low"].as_f64().unwrap(),
+        e["tree_high"].as_f64().unwrap(),
+    );
+    let truth = 69_284_103.0;
+    assert!((0.6 * truth..1.5 * truth).contains(&nodes), "{e}");
+    assert!(low <= nodes && nodes <= high && low < high, "{e}");
+    assert!(e["eta_seconds"].is_null(), "no rate yet: {e}");
+    assert!(e["tree_how"].as_str().unwrap().contains("Knuth"));
+    // the same figure on every request (fixed seed per job)
+    assert_eq!(c.job(&job).await["estimate"]["tree_nodes"], e["tree_nodes"]);
+}

@@ -14,6 +14,7 @@
 //! a masked compare for the rare third/fourth dynamic side, then the commit. Budgets and
 //! stop requests share one counter compare per node ([`POLL_INTERVAL`]).
 
+pub mod estimate;
 mod prefixes;
 
 pub use prefixes::Split;

@@ -4,6 +4,7 @@
 mod accounting;
 mod bad_input;
 mod compiled;
+mod estimate;
 mod formats;
 mod known_counts;
 mod properties;

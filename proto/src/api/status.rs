@@ -40,12 +40,22 @@ pub struct DeepestBoard {
 }
 
 /// How much work is left, roughly.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Estimate {
     /// Estimated nodes still to walk.
     pub remaining_nodes: f64,
     /// How the figure was made, and how far to trust it.
     pub how: String,
+    /// The whole tree's estimated nodes (Knuth's random probes), when made.
+    pub tree_nodes: Option<f64>,
+    /// Low end of its 95% interval (never below the nodes already counted).
+    pub tree_low: Option<f64>,
+    /// High end of its 95% interval.
+    pub tree_high: Option<f64>,
+    /// Seconds to walk what the tree estimate leaves, at the job's aggregate rate.
+    pub eta_seconds: Option<f64>,
+    /// How the tree estimate was made.
+    pub tree_how: String,
 }
 
 /// Results of a job with one verdict and engine build.

@@ -43,6 +43,11 @@ impl From<&JobStatus> for v2::JobStatus {
             estimate: j.estimate.as_ref().map(|e| v2::Estimate {
                 remaining_nodes: e.remaining_nodes,
                 how: e.how.clone(),
+                tree_nodes: e.tree_nodes,
+                tree_low: e.tree_low,
+                tree_high: e.tree_high,
+                eta_seconds: e.eta_seconds,
+                tree_how: e.tree_how.clone(),
             }),
             results: j
                 .results
@@ -116,6 +121,11 @@ impl TryFrom<&v2::JobStatus> for JobStatus {
             estimate: j.estimate.as_ref().map(|e| Estimate {
                 remaining_nodes: e.remaining_nodes,
                 how: e.how.clone(),
+                tree_nodes: e.tree_nodes,
+                tree_low: e.tree_low,
+                tree_high: e.tree_high,
+                eta_seconds: e.eta_seconds,
+                tree_how: e.tree_how.clone(),
             }),
             results: j
                 .results
