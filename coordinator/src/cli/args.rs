@@ -266,7 +266,8 @@ pub struct SubmitArgs {
     /// Split depth.
     #[arg(long, conflicts_with = "units")]
     pub split_depth: Option<usize>,
-    /// Target number of units (the coordinator picks the depth; default 1000).
+    /// Target number of units (the coordinator picks the depth). Default: with a budget,
+    /// 1000; without, units of about a minute of one core by the tree estimate.
     #[arg(long)]
     pub units: Option<usize>,
     /// Node budget per run (budget stops become continuation units).

@@ -7,8 +7,16 @@ use sha2::{Digest, Sha256};
 /// Fill order of a job submitted without one.
 pub const DEFAULT_ORDER: &str = "row-major";
 
-/// Units a job is split into when its submitter gives neither a depth nor a count.
+/// Units a job with a budget (or too big a tree to size by time) is split into when its
+/// submitter gives neither a depth nor a count.
 pub const DEFAULT_TARGET_UNITS: usize = 1000;
+
+/// Seconds of one core a unit of a job submitted without a depth, count or budget takes,
+/// by the tree estimate (see `submission::size_by_time`).
+pub const UNIT_SECONDS: f64 = 60.0;
+
+/// Per-core nodes/s assumed for sizing units when no result of the last hour was timed.
+pub const DEFAULT_PER_CORE_NODES_PER_S: f64 = 100e6;
 
 /// Most units a job may be split into.
 pub const MAX_UNITS_PER_JOB: usize = 5_000_000;

@@ -5,16 +5,17 @@ use std::sync::Arc;
 
 use e2fleet_engine::Unit;
 use e2fleet_engine::plan::SearchPlan;
-use e2fleet_engine::search::{NoControl, RunOptions, Walker};
+use e2fleet_engine::search::{NoControl, RunOptions, Walker, estimate};
 use e2fleet_proto::api::{JobCreated, JobId, JobRequest, JobSpec, JobState, SelfTest};
+use sha2::{Digest, Sha256};
 use tracing::{info, warn};
 
 use super::policy::{
-    DEFAULT_ORDER, DEFAULT_TARGET_UNITS, MAX_REPLICAS, MAX_SHARE, MAX_UNITS_PER_JOB,
-    SELF_TEST_BUDGETS, quorum_for,
+    DEFAULT_ORDER, DEFAULT_PER_CORE_NODES_PER_S, DEFAULT_TARGET_UNITS, MAX_REPLICAS, MAX_SHARE,
+    MAX_UNITS_PER_JOB, SELF_TEST_BUDGETS, TREE_PREFIXES, TREE_PROBES, UNIT_SECONDS, quorum_for,
 };
 use super::{Fleet, FleetError, JobCtx, REPORT_MAX_SOLUTIONS, finish_if_done};
-use crate::store::{JobRecord, NewJob, NewUnit, Schedule, UnitKind};
+use crate::store::{JobRecord, NewJob, NewUnit, RateSample, Schedule, UnitKind};
 
 impl Fleet {
     /// Validates, splits and stores a job.
@@ -44,6 +45,7 @@ impl Fleet {
         let spec = e2fleet_engine::SearchSpec::from_site_json(&request.puzzle_json, order)
             .map_err(|e| FleetError::InvalidArgument(e.to_string()))?;
         let depths = spec.plan.len();
+        let mut sizing_notes = Vec::new();
         let depth = match request.split_depth {
             Some(d) if d > depths => {
                 return Err(FleetError::InvalidArgument(format!(
@@ -51,6 +53,30 @@ impl Fleet {
                 )));
             }
             Some(d) => d,
+            // neither a depth, a unit count nor a budget: units of about a minute
+            None if request.target_units.is_none() && request.budget.is_none() => {
+                let now = self.now();
+                let per_core = self
+                    .store
+                    .read(move |tx| {
+                        Ok::<_, FleetError>(RateSample::per_core(
+                            &tx.rate_samples(None, now - 3_600_000)?,
+                        ))
+                    })
+                    .await?
+                    .unwrap_or(DEFAULT_PER_CORE_NODES_PER_S);
+                let plan = spec.plan.clone();
+                let digest = Sha256::digest(request.puzzle_json.as_bytes());
+                let job_seed = u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"));
+                let sized =
+                    tokio::task::spawn_blocking(move || size_by_time(&plan, per_core, job_seed))
+                        .await
+                        .map_err(|e| {
+                            FleetError::FailedPrecondition(format!("sizing units: {e}"))
+                        })?;
+                sizing_notes.extend(sized.note);
+                sized.depth
+            }
             None => choose_split_depth(
                 &spec.plan,
                 request.target_units.unwrap_or(DEFAULT_TARGET_UNITS).max(1),
@@ -118,6 +144,7 @@ impl Fleet {
             .collect();
         let count = new_units.len();
         let mut warnings = e2fleet_engine::formats::duplicate_notes(&spec.puzzle);
+        warnings.extend(sizing_notes);
         let runs_needed = new_units.iter().map(|u| u.quorum).max().unwrap_or(1);
         if runs_needed > 1 {
             let since = now - 2 * self.config.lease.as_millis() as i64;
@@ -212,6 +239,56 @@ impl Fleet {
             .await?;
         info!(%job_id, "job cancelled");
         Ok(())
+    }
+}
+
+/// A split chosen by time, and what the operator should know about it.
+pub struct Sized {
+    /// The split depth.
+    pub depth: usize,
+    /// Said when no depth gives units of a human duration.
+    pub note: Option<String>,
+}
+
+/// The split depth whose units take about [`UNIT_SECONDS`] on one core at `per_core`
+/// nodes/s: the shallowest depth where the tree estimate's nodes per prefix fall to that
+/// (0, one unit, for a tree smaller than one such unit), never more than
+/// [`MAX_UNITS_PER_JOB`] units. A tree too big for that (the real Eternity II) gets
+/// [`DEFAULT_TARGET_UNITS`] units and a note to give a budget.
+pub fn size_by_time(plan: &SearchPlan, per_core: f64, seed: u64) -> Sized {
+    let target = UNIT_SECONDS * per_core;
+    let probe_depth = choose_split_depth(plan, 64);
+    let tree = estimate::estimate_tree(plan, probe_depth, TREE_PREFIXES, TREE_PROBES, seed);
+    if tree.nodes <= target {
+        return Sized {
+            depth: 0,
+            note: None,
+        };
+    }
+    let mut walker = Walker::new(plan);
+    for depth in 1..=plan.len() {
+        let counts = walker
+            .enumerate(&[], depth, &mut |_| {})
+            .expect("root enumeration");
+        let prefixes = counts[depth - 1] as f64;
+        let known = counts.iter().sum::<u64>() as f64;
+        if prefixes == 0.0 || prefixes > MAX_UNITS_PER_JOB as f64 {
+            break;
+        }
+        if (tree.nodes - known) / prefixes <= target {
+            return Sized { depth, note: None };
+        }
+    }
+    let depth = choose_split_depth(plan, DEFAULT_TARGET_UNITS);
+    let years = tree.nodes / per_core / (365.25 * 86400.0);
+    Sized {
+        depth,
+        note: Some(format!(
+            "this tree is estimated at ~{:.1e} nodes, ~{years:.1e} years on one core: no split gives units of about a minute, \
+             so it is split into about {DEFAULT_TARGET_UNITS} units that will not finish; give --budget N (nodes per run) so every \
+             run ends with an exact cursor and continues",
+            tree.nodes
+        )),
     }
 }
 

@@ -537,3 +537,53 @@ async fn a_running_job_says_how_big_its_tree_is_with_an_interval() {
     // the same figure on every request (fixed seed per job)
     assert_eq!(c.job(&job).await["estimate"]["tree_nodes"], e["tree_nodes"]);
 }
+
+/// Without a depth, a unit count or a budget, units are sized to about a minute of one
+/// core by the tree estimate: Brendan 6x6 (~70 M nodes) is one unit, walked exactly; the
+/// real Eternity II is too big for any such split and the submission says to give a budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn units_are_sized_by_time_and_an_endless_tree_asks_for_a_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let load = |rel: &str| {
+        let p = e2fleet_engine::formats::load_file(
+            &puzzle_path(rel),
+            &e2fleet_engine::formats::LoadOptions::default(),
+        )
+        .unwrap();
+        e2fleet_engine::formats::to_site_json(&p)
+    };
+    let submit = |json: String| v2::SubmitJobRequest {
+        name: "sized".into(),
+        puzzle_json: json,
+        replicas: 1,
+        ..Default::default()
+    };
+    let six = c
+        .operator()
+        .await
+        .submit_job(admin(submit(load("brendan/set1/pieces_06x06.txt"))))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!((six.units, six.split_depth), (1, 0), "{six:?}");
+    let mut w = SimWorker::register(&c.url, "w", Behaviour::Honest).await;
+    w.work(3).await;
+    let doc = c.job(&six.job_id).await;
+    assert_eq!(doc["state"], "complete");
+    assert_eq!(doc["nodes_total"], 69_284_103);
+    assert_eq!(doc["conservation_ok"], true);
+    let e2 = c
+        .operator()
+        .await
+        .submit_job(admin(submit(load("e2/official.json"))))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(e2.units >= 1000, "{} units", e2.units);
+    assert!(
+        e2.warnings.iter().any(|w| w.contains("--budget")),
+        "{:?}",
+        e2.warnings
+    );
+}
