@@ -530,6 +530,57 @@ async function verificationPage() {
   ];
 }
 
+function dayName(day) {
+  return new Date(day * 86400000).toISOString().slice(0, 10);
+}
+
+// one bar per day of the last 30, height by confirmed nodes (SVG, no script in it)
+function dayBars(days, today, max) {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", "0 0 120 20");
+  svg.setAttribute("class", "daybars");
+  for (const d of days) {
+    const x = 4 * (29 - (today - d.day));
+    if (x < 0) continue;
+    const h = max > 0 ? Math.max(1, Math.round(20 * Number(d.nodes) / max)) : 0;
+    const r = document.createElementNS(ns, "rect");
+    r.setAttribute("x", String(x));
+    r.setAttribute("y", String(20 - h));
+    r.setAttribute("width", "3");
+    r.setAttribute("height", String(h));
+    const t = document.createElementNS(ns, "title");
+    t.textContent = `${dayName(d.day)}: ${exact(d.nodes)} nodes, ${exact(d.results)} results`;
+    r.appendChild(t);
+    svg.appendChild(r);
+  }
+  return svg;
+}
+
+async function statsPage() {
+  const s = await api("/api/stats");
+  const max = Math.max(0, ...s.accounts.flatMap((a) => a.days.map((d) => Number(d.nodes))));
+  const rows = s.accounts.map((a) => [
+    exact(a.rank),
+    el("span", { class: "host" }, a.id),
+    el("span", { class: "num" }, exact(a.confirmed_nodes)),
+    exact(a.confirmed_results),
+    a.first_day != null ? dayName(a.first_day) : "–",
+    a.last_day != null ? dayName(a.last_day) : "–",
+    dayBars(a.days, s.today, max),
+    a.inactive ? badge("inactive") : a.trusted ? badge("trusted") : badge("confirming"),
+  ]);
+  const totalMax = Math.max(0, ...s.days.map((d) => Number(d.nodes)));
+  return [
+    el("h1", {}, "Stats"),
+    el("p", { class: "muted" }, "Credit per volunteer account: nodes and results another party confirmed (the same exact result from another account or one of the operator's machines). Unconfirmed work earns nothing; the operator's own machines are not ranked."),
+    section("All volunteers, last 30 days", dayBars(s.days, s.today, totalMax)),
+    section(`${s.accounts.length} accounts`,
+      table(["Rank", "Account", "Confirmed nodes", "Results", "First credit", "Last credit", "Last 30 days", ""], rows,
+        "No volunteer account yet. The operator makes one with: e2fleet-coordinator account add NAME")),
+  ];
+}
+
 function route() {
   const path = location.pathname;
   let m;
@@ -537,6 +588,7 @@ function route() {
   if (path === "/jobs") return { nav: "jobs", key: "jobs", render: jobsPage };
   if (path === "/workers") return { nav: "workers", key: "workers", render: workersPage };
   if (path === "/verification") return { nav: "verification", key: "verification", render: verificationPage };
+  if (path === "/stats") return { nav: "stats", key: "stats", render: statsPage };
   return { nav: "fleet", key: "fleet", render: fleetPage };
 }
 

@@ -1,6 +1,6 @@
-//! The operators' dashboard: three pages (fleet, job, workers) served by the coordinator
-//! itself on its one port, from assets compiled into the binary (no build step, no
-//! separate process).
+//! The operators' dashboard: fleet, jobs, job, workers, verification and stats pages,
+//! served by the coordinator itself on its one port, from assets compiled into the binary
+//! (no build step, no separate process).
 //!
 //! The pages are one static shell plus `app.js`, which reads the JSON API under `/api/`
 //! every two seconds and draws with the DOM (text is only ever set as text, so host,
@@ -56,6 +56,7 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> axum::Router<S> {
         .route("/jobs/{id}", get(page))
         .route("/workers", get(page))
         .route("/verification", get(page))
+        .route("/stats", get(page))
         .route(
             "/assets/app.js",
             get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),

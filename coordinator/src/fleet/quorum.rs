@@ -246,7 +246,7 @@ impl Fleet {
             let mut credited = BTreeSet::new();
             for r in best_results.iter().filter(|r| !r.account_id.is_operator()) {
                 if credited.insert(r.account_id.clone()) {
-                    tx.account_confirmed(&r.account_id, r.committed)?;
+                    tx.account_confirmed(&r.account_id, r.committed, now)?;
                 }
             }
         }

@@ -108,3 +108,8 @@ pub async fn fleet_status(State(fleet): State<Arc<Fleet>>) -> Response {
 pub async fn workers(State(fleet): State<Arc<Fleet>>) -> Response {
     reply(fleet.list_workers().await)
 }
+
+/// `GET /api/stats`: credit per volunteer account (public, like the rest of the reads).
+pub async fn stats(State(fleet): State<Arc<Fleet>>) -> Response {
+    reply(fleet.stats().await)
+}

@@ -80,6 +80,7 @@ pub fn router(fleet: Arc<Fleet>) -> axum::Router {
         .route("/api/hosts/{hostname}/release", post(http::release_host))
         .route("/api/fleet", get(http::fleet_status))
         .route("/api/workers", get(http::workers))
+        .route("/api/stats", get(http::stats))
         .route("/api/verification", get(http::verification))
         .route("/metrics", get(metrics::metrics))
         .merge(crate::dashboard::routes())

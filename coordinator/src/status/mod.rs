@@ -9,6 +9,7 @@
 
 mod fleet;
 mod job;
+pub mod stats;
 
 use e2fleet_proto::api::WorkerState;
 

@@ -233,8 +233,13 @@ pub trait Accounts {
     fn revoke_account(&mut self, id: &AccountId, now_ms: i64) -> StoreResult<bool>;
     /// Lifts an account's quarantine and clears its errors; whether it was quarantined.
     fn release_account(&mut self, id: &AccountId) -> StoreResult<bool>;
-    /// Another account confirmed one of its results (`nodes` committed): trust and credit.
-    fn account_confirmed(&mut self, id: &AccountId, nodes: u64) -> StoreResult<()>;
+    /// Another account confirmed one of its results (`nodes` committed): trust and credit
+    /// (also on the account's line for the UTC day of `now_ms`).
+    fn account_confirmed(&mut self, id: &AccountId, nodes: u64, now_ms: i64) -> StoreResult<()>;
+    /// Credit per account and day, from day `since_day` (days since the epoch, UTC).
+    fn credit_days(&mut self, since_day: i64) -> StoreResult<Vec<CreditDay>>;
+    /// Each credited account's first and last day of credit.
+    fn credit_spans(&mut self) -> StoreResult<Vec<(AccountId, i64, i64)>>;
     /// One of its results was wrong: its trust streak restarts; a volunteer account is
     /// quarantined at `threshold` errors. `true` when this error quarantined it.
     fn account_error(&mut self, id: &AccountId, threshold: u64) -> StoreResult<bool>;

@@ -151,7 +151,7 @@ async fn pages_load_and_show_a_running_job_moving() {
     let mut odd = SimWorker::register_as(&c.url, "odd-host", "CPU Odd", Behaviour::Honest).await;
     assert!(odd.verify("", &["clue1-budget"]).await.class_flagged);
     w.verify("", &[]).await;
-    for path in ["/", "/jobs", "/workers", "/verification"] {
+    for path in ["/", "/jobs", "/workers", "/verification", "/stats"] {
         let url = format!("{}{path}", c.url);
         let dom = tokio::task::spawn_blocking({
             let (b, p) = (browser.clone(), profile.clone());
@@ -160,6 +160,9 @@ async fn pages_load_and_show_a_running_job_moving() {
         .await
         .unwrap();
         assert!(dom.contains("browser-host") || path != "/workers", "{dom}");
+        if path == "/stats" {
+            assert!(dom.contains("No volunteer account yet"), "{dom}");
+        }
         if path == "/verification" {
             assert!(
                 dom.contains("CPU Odd") && dom.contains("DISAGREES"),

@@ -423,3 +423,73 @@ async fn forgeries_survive_with_the_probability_docs_security_states() {
         );
     }
 }
+
+/// Credit on the public stats page: a volunteer's results the operator's machines
+/// confirm, on two days, appear as its confirmed nodes and results, per UTC day; the
+/// operator is not ranked; nothing unconfirmed counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn confirmed_work_is_credited_per_account_and_day_on_the_stats_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let trust = TrustPolicy {
+        trust_after: 100,
+        ..TrustPolicy::default()
+    };
+    let clock = Arc::new(AtomicI64::new(10 * 86_400_000 + 1_000));
+    let c = Coordinator::start_with(&temp_db(&dir), 100, trust, clock).await;
+    let (_, token) = c.admin().await.add_account("vera").await.unwrap();
+    let (_, idle) = c.admin().await.add_account("ivan").await.unwrap();
+    let mut v = SimWorker::register_with(&c.url, &token, "vera-1", "x", 2, Behaviour::Honest).await;
+    let _i = SimWorker::register_with(&c.url, &idle, "ivan-1", "x", 2, Behaviour::Honest).await;
+    let mut op = SimWorker::register(&c.url, "operator-1", Behaviour::Honest).await;
+    c.submit(FOUR, 2, 0, 1).await;
+    let mut nodes = [0u64; 2];
+    for day in 0..2 {
+        for _ in 0..2 {
+            let l = v.lease(1).await.unwrap().remove(0);
+            let r = v.compute(&l).await;
+            v.report(&l, &r).await.unwrap();
+            nodes[day] += r.committed;
+            let ol = op.lease(1).await.unwrap().remove(0);
+            let or = op.compute(&ol).await;
+            op.report(&ol, &or).await.unwrap();
+        }
+        c.advance(86_400_000);
+    }
+    // one more of vera's, never confirmed: no credit
+    let l = v.lease(1).await.unwrap().remove(0);
+    let r = v.compute(&l).await;
+    v.report(&l, &r).await.unwrap();
+    let (status, body) = crate::http_api::get(&c.url, "/api/stats").await;
+    assert_eq!(status, 200, "{body}");
+    let s: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(s["today"], 12);
+    let accounts = s["accounts"].as_array().unwrap();
+    assert_eq!(accounts.len(), 2, "volunteers only: {s}");
+    let vera = &accounts[0];
+    assert_eq!(
+        (vera["rank"].as_u64(), vera["id"].as_str()),
+        (Some(1), Some("vera"))
+    );
+    assert_eq!(vera["confirmed_results"], 4);
+    assert_eq!(vera["confirmed_nodes"], nodes[0] + nodes[1]);
+    assert_eq!(
+        (vera["first_day"].as_i64(), vera["last_day"].as_i64()),
+        (Some(10), Some(11))
+    );
+    let days: Vec<(i64, u64, u64)> = vera["days"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            (
+                d["day"].as_i64().unwrap(),
+                d["nodes"].as_u64().unwrap(),
+                d["results"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(days, vec![(10, nodes[0], 2), (11, nodes[1], 2)]);
+    assert_eq!(accounts[1]["id"], "ivan");
+    assert_eq!(accounts[1]["confirmed_nodes"], 0);
+    assert_eq!(s["days"].as_array().unwrap().len(), 2);
+}

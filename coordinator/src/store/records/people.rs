@@ -66,3 +66,19 @@ pub struct WorkerRecord {
     /// Active leases it holds (filled by [`crate::store::Workers::list_workers`] only).
     pub leases_held: u64,
 }
+
+/// Milliseconds in a day (credit is kept per UTC day).
+pub const DAY_MS: i64 = 86_400_000;
+
+/// One account's credit on one day.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CreditDay {
+    /// The account.
+    pub account: AccountId,
+    /// Days since the epoch (UTC).
+    pub day: i64,
+    /// Confirmed nodes that day.
+    pub nodes: u64,
+    /// Confirmed results that day.
+    pub results: u64,
+}

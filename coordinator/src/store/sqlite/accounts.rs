@@ -5,8 +5,8 @@ use e2fleet_proto::api::AccountId;
 use rusqlite::{OptionalExtension, Row, params};
 
 use super::{SqliteTx, parsed};
-use crate::store::AccountRecord;
 use crate::store::tx::{Accounts, StoreResult};
+use crate::store::{AccountRecord, CreditDay, DAY_MS};
 
 /// The columns [`from_row`] reads, in order (`a.` prefixed).
 const COLUMNS: &str = "a.id, a.kind, a.created_ms, a.revoked_ms, a.confirmed_streak, \
@@ -94,7 +94,7 @@ impl Accounts for SqliteTx<'_> {
             == 1)
     }
 
-    fn account_confirmed(&mut self, id: &AccountId, nodes: u64) -> StoreResult<()> {
+    fn account_confirmed(&mut self, id: &AccountId, nodes: u64, now_ms: i64) -> StoreResult<()> {
         self.c
             .prepare_cached(
                 "UPDATE accounts SET confirmed_streak = confirmed_streak + 1, \
@@ -102,7 +102,36 @@ impl Accounts for SqliteTx<'_> {
                  WHERE id = ?",
             )?
             .execute(params![nodes as i64, id.as_str()])?;
+        self.c
+            .prepare_cached(
+                "INSERT INTO account_days (account_id, day, nodes, results) VALUES (?, ?, ?, 1) \
+                 ON CONFLICT (account_id, day) DO UPDATE SET nodes = nodes + excluded.nodes, results = results + 1",
+            )?
+            .execute(params![id.as_str(), now_ms.div_euclid(DAY_MS), nodes as i64])?;
         Ok(())
+    }
+
+    fn credit_days(&mut self, since_day: i64) -> StoreResult<Vec<CreditDay>> {
+        let mut q = self.c.prepare_cached(
+            "SELECT account_id, day, nodes, results FROM account_days WHERE day >= ? ORDER BY account_id, day",
+        )?;
+        let rows = q.query_map([since_day], |r| {
+            Ok(CreditDay {
+                account: parsed(r, 0)?,
+                day: r.get(1)?,
+                nodes: r.get::<_, i64>(2)? as u64,
+                results: r.get::<_, i64>(3)? as u64,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn credit_spans(&mut self) -> StoreResult<Vec<(AccountId, i64, i64)>> {
+        let mut q = self.c.prepare_cached(
+            "SELECT account_id, MIN(day), MAX(day) FROM account_days GROUP BY account_id",
+        )?;
+        let rows = q.query_map([], |r| Ok((parsed(r, 0)?, r.get(1)?, r.get(2)?)))?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     fn account_error(&mut self, id: &AccountId, threshold: u64) -> StoreResult<bool> {

@@ -1,0 +1,124 @@
+//! The public stats page's read model: credit per volunteer account, as distributed.net
+//! and BOINC projects show it. Only confirmed work earns credit (a result another party
+//! agreed with, `fleet/quorum.rs`); the operator's own machines are not ranked.
+
+use std::collections::HashMap;
+
+use e2fleet_proto::api::{AccountId, AccountKind};
+use serde::Serialize;
+
+use crate::fleet::{Fleet, FleetError};
+use crate::store::DAY_MS;
+
+/// Days of history each account carries.
+pub const STATS_DAYS: i64 = 30;
+
+/// One day of an account's credit.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct DayCredit {
+    /// Days since the epoch (UTC).
+    pub day: i64,
+    /// Confirmed nodes.
+    pub nodes: u64,
+    /// Confirmed results.
+    pub results: u64,
+}
+
+/// One account on the stats page.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AccountStats {
+    /// 1 = most confirmed nodes.
+    pub rank: usize,
+    /// The account.
+    pub id: AccountId,
+    /// Confirmed nodes, ever.
+    pub confirmed_nodes: u64,
+    /// Confirmed results, ever.
+    pub confirmed_results: u64,
+    /// Its results count alone now.
+    pub trusted: bool,
+    /// Revoked or quarantined: earns nothing now.
+    pub inactive: bool,
+    /// First and last day with credit (days since the epoch, UTC).
+    pub first_day: Option<i64>,
+    /// Last day with credit.
+    pub last_day: Option<i64>,
+    /// Credit per day over the last [`STATS_DAYS`] days, oldest first, days without any
+    /// left out.
+    pub days: Vec<DayCredit>,
+}
+
+/// The stats page.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Stats {
+    /// Today (days since the epoch, UTC).
+    pub today: i64,
+    /// Volunteer accounts, most confirmed nodes first.
+    pub accounts: Vec<AccountStats>,
+    /// Confirmed nodes of all volunteer accounts per day, last [`STATS_DAYS`] days.
+    pub days: Vec<DayCredit>,
+}
+
+impl Fleet {
+    /// Credit per volunteer account: totals, first and last day, the last 30 days.
+    pub async fn stats(&self) -> Result<Stats, FleetError> {
+        let today = self.now().div_euclid(DAY_MS);
+        let since = today - STATS_DAYS + 1;
+        let (accounts, days, spans) = self
+            .store
+            .read(move |tx| {
+                Ok::<_, FleetError>((
+                    tx.list_accounts()?,
+                    tx.credit_days(since)?,
+                    tx.credit_spans()?,
+                ))
+            })
+            .await?;
+        let spans: HashMap<AccountId, (i64, i64)> =
+            spans.into_iter().map(|(a, f, l)| (a, (f, l))).collect();
+        let mut per_account: HashMap<AccountId, Vec<DayCredit>> = HashMap::new();
+        let mut total: std::collections::BTreeMap<i64, DayCredit> = Default::default();
+        for d in days {
+            let t = total.entry(d.day).or_insert(DayCredit {
+                day: d.day,
+                nodes: 0,
+                results: 0,
+            });
+            t.nodes += d.nodes;
+            t.results += d.results;
+            per_account.entry(d.account).or_default().push(DayCredit {
+                day: d.day,
+                nodes: d.nodes,
+                results: d.results,
+            });
+        }
+        let mut ranked: Vec<AccountStats> = accounts
+            .into_iter()
+            .filter(|a| a.kind == AccountKind::Volunteer)
+            .map(|a| AccountStats {
+                rank: 0,
+                trusted: self.trusted(&a),
+                inactive: a.revoked_ms.is_some() || a.quarantined,
+                first_day: spans.get(&a.id).map(|s| s.0),
+                last_day: spans.get(&a.id).map(|s| s.1),
+                days: per_account.remove(&a.id).unwrap_or_default(),
+                confirmed_nodes: a.confirmed_nodes,
+                confirmed_results: a.confirmed_results,
+                id: a.id,
+            })
+            .collect();
+        ranked.sort_by(|a, b| {
+            b.confirmed_nodes
+                .cmp(&a.confirmed_nodes)
+                .then_with(|| a.id.cmp(&b.id))
+        });
+        for (i, a) in ranked.iter_mut().enumerate() {
+            a.rank = i + 1;
+        }
+        Ok(Stats {
+            today,
+            accounts: ranked,
+            days: total.into_values().collect(),
+        })
+    }
+}
