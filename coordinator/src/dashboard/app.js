@@ -413,6 +413,7 @@ async function jobPage(id) {
   const job = await api("/api/jobs/" + encodeURIComponent(id));
   if (!puzzleCache.has(id)) puzzleCache.set(id, await api("/api/jobs/" + encodeURIComponent(id) + "/puzzle"));
   const puzzle = puzzleCache.get(id);
+  const best = await api("/api/jobs/" + encodeURIComponent(id) + "/best");
   const u = job.units;
   const total = Number(u.open) + Number(u.leased) + Number(u.done);
   const sols = job.solutions || [];
@@ -460,6 +461,11 @@ async function jobPage(id) {
       section("Boards", el("div", { class: "boards" }, boards)),
       section("Nodes per depth (log scale)", depthChart(job.nodes_by_depth || []),
         el("p", { class: "note" }, "Exact counts on hover. Depth k is the k-th free cell in the fill order."))),
+    section("Best boards", table(["#", "Depth", "Score", "Account", "Host", "Found"],
+      best.map((b) => [exact(b.rank), exact(b.depth), `${exact(b.score)} / ${exact(b.max_score)}`, b.account,
+        el("span", { class: "host" }, b.hostname), el("span", { title: when(b.found_ms) }, ago(b.found_ms))]),
+      "No accepted result yet."),
+      el("p", { class: "note" }, "The deepest boards of accepted (cross-checked where the job asks for it) results, each verified when it was reported; score = matched inner edges, hints included.")),
     section("Results by verdict and engine", table(["Verdict", "Engine kind", "Engine build", "Results", "Nodes"],
       (job.results || []).map((r) => [badge(r.verdict), r.engine_kind, el("code", {}, r.engine_build), exact(r.results), el("span", { class: "num" }, exact(r.nodes))]),
       "No results yet.")),

@@ -109,6 +109,11 @@ pub async fn workers(State(fleet): State<Arc<Fleet>>) -> Response {
     reply(fleet.list_workers().await)
 }
 
+/// `GET /api/jobs/{id}/best`: the job's best boards.
+pub async fn best_boards(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>) -> Response {
+    reply(async { fleet.best_boards(job_id(&id)?).await }.await)
+}
+
 /// `GET /api/stats`: credit per volunteer account (public, like the rest of the reads).
 pub async fn stats(State(fleet): State<Arc<Fleet>>) -> Response {
     reply(fleet.stats().await)

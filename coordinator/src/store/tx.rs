@@ -172,6 +172,9 @@ pub trait Results {
     fn solution_bodies_of_job(&mut self, job: JobId, limit: usize) -> StoreResult<Vec<UnitResult>>;
     /// The accepted result of a job that went deepest (earliest unit on ties).
     fn deepest_body_of_job(&mut self, job: JobId) -> StoreResult<Option<UnitResult>>;
+    /// A job's `limit` accepted results that went deepest (earliest received first on
+    /// ties), with who reported them and when.
+    fn deepest_results_of_job(&mut self, job: JobId, limit: usize) -> StoreResult<Vec<FoundBoard>>;
     /// Per-core rate samples of accepted or agreeing results since `since_ms` with a
     /// measurable run time; `job` narrows to one job.
     fn rate_samples(&mut self, job: Option<JobId>, since_ms: i64) -> StoreResult<Vec<RateSample>>;

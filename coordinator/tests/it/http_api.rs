@@ -202,3 +202,36 @@ async fn every_endpoint_answers_with_a_running_job() {
     assert_eq!(status, 409, "cancelling twice is a conflict: {body}");
     c.stop().await;
 }
+
+/// A finished Brendan 6x6 job's best boards: its solutions first (depth 36 of 36, all 60
+/// inner edges matched), deepest first, each with who found it and when.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_lists_its_best_boards_deepest_first_with_their_finders() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let job = c.submit("brendan/set1/pieces_06x06.txt", 4, 0, 1).await;
+    let mut w = SimWorker::register(&c.url, "finder", Behaviour::Honest).await;
+    w.work(200).await;
+    assert_eq!(c.job(&job).await["state"], "complete");
+    let (status, body) = get(&c.url, &format!("/api/jobs/{job}/best")).await;
+    assert_eq!(status, 200, "{body}");
+    let best: Vec<serde_json::Value> = serde_json::from_str(&body).unwrap();
+    assert_eq!(best.len(), 10);
+    assert_eq!(best[0]["rank"], 1);
+    assert_eq!(best[0]["depth"], 36);
+    assert_eq!(
+        (best[0]["score"].as_u64(), best[0]["max_score"].as_u64()),
+        (Some(60), Some(60))
+    );
+    assert_eq!(best[0]["board"].as_array().unwrap().len(), 36);
+    assert_eq!(best[0]["hostname"], "finder");
+    assert_eq!(best[0]["account"], "operator");
+    let depths: Vec<u64> = best.iter().map(|b| b["depth"].as_u64().unwrap()).collect();
+    assert!(depths.windows(2).all(|p| p[0] >= p[1]), "{depths:?}");
+    let (missing, _) = get(
+        &c.url,
+        "/api/jobs/00000000-0000-0000-0000-000000000000/best",
+    )
+    .await;
+    assert_eq!(missing, 404);
+}

@@ -250,3 +250,16 @@ pub struct NewResult {
     /// The whole result.
     pub body: ResultBody,
 }
+
+/// An accepted result's deepest board, with who found it and when.
+#[derive(Clone, Debug, PartialEq)]
+pub struct FoundBoard {
+    /// The result (its `deepest` board and `max_depth`).
+    pub result: e2fleet_engine::UnitResult,
+    /// Whose worker reported it.
+    pub account: e2fleet_proto::api::AccountId,
+    /// That worker's host label.
+    pub hostname: String,
+    /// When it was received, ms.
+    pub found_ms: i64,
+}

@@ -8,8 +8,8 @@ use rusqlite::{OptionalExtension, Row, params};
 use super::{SqliteTx, parsed};
 use crate::store::tx::{Results, StoreResult};
 use crate::store::{
-    NewResult, NodesReceived, RateSample, ResultBody, ResultBreakdown, ResultId, ResultMinute,
-    ResultRecord,
+    FoundBoard, NewResult, NodesReceived, RateSample, ResultBody, ResultBreakdown, ResultId,
+    ResultMinute, ResultRecord,
 };
 
 /// The columns [`from_row`] reads, in order (no body: decisions compare digests).
@@ -177,6 +177,32 @@ impl Results for SqliteTx<'_> {
             params![job.to_string(), limit as i64],
         )?;
         bodies(rows)
+    }
+
+    fn deepest_results_of_job(&mut self, job: JobId, limit: usize) -> StoreResult<Vec<FoundBoard>> {
+        let mut q = self.c.prepare_cached(
+            "SELECT result_json, account_id, hostname, received_ms FROM results INDEXED BY results_by_job_depth \
+             WHERE job_id = ? AND verdict = 'accepted' ORDER BY max_depth DESC, received_ms, id LIMIT ?",
+        )?;
+        let rows = q.query_map(params![job.to_string(), limit as i64], |r| {
+            Ok((
+                r.get::<_, String>(0)?,
+                parsed::<AccountId>(r, 1)?,
+                r.get::<_, String>(2)?,
+                r.get::<_, i64>(3)?,
+            ))
+        })?;
+        let mut found = Vec::new();
+        for row in rows {
+            let (body, account, hostname, found_ms) = row?;
+            found.push(FoundBoard {
+                result: ResultBody(body).decode()?,
+                account,
+                hostname,
+                found_ms,
+            });
+        }
+        Ok(found)
     }
 
     fn deepest_body_of_job(&mut self, job: JobId) -> StoreResult<Option<UnitResult>> {
