@@ -11,6 +11,7 @@
 //!
 //! ```sh
 //! cargo bench -p e2fleet-coordinator --bench load -- --workers 1000 --think-ms 400 --seconds 20
+//! (`--jobs N`: N jobs side by side with equal shares)
 //! ```
 //! Prints completed units/s, lease/report latency percentiles as the workers saw them,
 //! and the writer thread's figures (queue wait, run time per job, commits, busy share).
@@ -89,6 +90,8 @@ async fn run() {
     let think = Duration::from_millis(arg("--think-ms", 100));
     let seconds = arg("--seconds", 20);
     let channels = arg("--connections", 32) as usize;
+    // jobs running side by side (equal shares): the lease path then follows the shares
+    let jobs = arg("--jobs", 1).max(1) as usize;
 
     // the coordinator gets a runtime (threads) of its own, as it would as its own
     // process; the simulated workers run on this one
@@ -117,21 +120,22 @@ async fn run() {
                 .join("../puzzles/bench/bench-hard.json");
             let puzzle = load_file(&puzzle_path, &LoadOptions::default()).unwrap();
             // a 1-node budget: every report carries a cursor and spawns the next unit
-            let created = fleet
-                .submit_job(JobRequest {
-                    name: "load".into(),
-                    puzzle_json: to_site_json(&puzzle),
-                    order: None,
-                    split_depth: None,
-                    target_units: Some(workers * 2),
-                    budget: Some(1),
-                    replicas: 1,
-                    spot_check: 0.0,
-                    priority: 0,
-                    share: 1.0,
-                })
-                .await
-                .unwrap();
+            let request = JobRequest {
+                name: "load".into(),
+                puzzle_json: to_site_json(&puzzle),
+                order: None,
+                split_depth: None,
+                target_units: Some(workers * 2),
+                budget: Some(1),
+                replicas: 1,
+                spot_check: 0.0,
+                priority: 0,
+                share: 1.0,
+            };
+            let created = fleet.submit_job(request.clone()).await.unwrap();
+            for _ in 1..jobs {
+                fleet.submit_job(request.clone()).await.unwrap();
+            }
             let (job_id, units, depth) = (created.job_id, created.units, created.split_depth);
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let url = format!("http://{}", listener.local_addr().unwrap());

@@ -171,15 +171,24 @@ impl Fleet {
         };
         let mut rows: Vec<UnitRecord> = Vec::with_capacity(max);
         for group in plan {
+            // jobs that gave fewer units than asked have no more for this worker
+            let mut exhausted = Vec::new();
             for &(job, part) in group {
                 let n = part.min(max - rows.len());
                 if n > 0 {
-                    rows.extend(tx.leasable_units(who, Some(job), n)?);
+                    let got = tx.leasable_units(who, Some(job), n)?;
+                    if got.len() < n {
+                        exhausted.push(job);
+                    }
+                    rows.extend(got);
                 }
             }
             for &(job, _) in group {
                 if rows.len() >= max {
                     break;
+                }
+                if exhausted.contains(&job) {
+                    continue;
                 }
                 let more = tx.leasable_units(who, Some(job), max)?;
                 for unit in more {

@@ -36,7 +36,7 @@ pub struct HostInfo {
 
 /// A job to submit. Fields left `None` take the coordinator's defaults
 /// (`e2fleet_coordinator::fleet::policy`).
-#[derive(Clone, Debug, Default, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct JobRequest {
     /// Human name.
     pub name: String,
@@ -58,6 +58,25 @@ pub struct JobRequest {
     pub priority: i32,
     /// Share of the fleet among jobs of equal priority (positive; 1 by default).
     pub share: f64,
+}
+
+impl Default for JobRequest {
+    /// No puzzle yet, one run per unit, priority 0, share 1, everything else the
+    /// coordinator's default.
+    fn default() -> JobRequest {
+        JobRequest {
+            name: String::new(),
+            puzzle_json: String::new(),
+            order: None,
+            split_depth: None,
+            target_units: None,
+            budget: None,
+            replicas: 1,
+            spot_check: 0.0,
+            priority: 0,
+            share: 1.0,
+        }
+    }
 }
 
 /// A change to how a job shares the fleet; `None` keeps the current value.
