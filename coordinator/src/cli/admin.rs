@@ -8,7 +8,9 @@ use e2fleet_coordinator::client::Operator;
 use e2fleet_engine::formats;
 use e2fleet_proto::api::{JobId, JobRequest, JobState, ScheduleChange, WorkerId};
 
-use super::args::{AccountCommand, AdminArgs, Command, SubmitArgs, VerifyCommand};
+use super::args::{
+    AccountCommand, AdminArgs, Command, JobAction, JobArgs, SubmitArgs, VerifyCommand,
+};
 use super::print;
 use crate::{out, outln};
 
@@ -135,8 +137,41 @@ pub async fn run(command: Command) -> Result<()> {
             }
             Ok(())
         }
-        Command::Job { id, watch, admin } => {
+        Command::Job(JobArgs {
+            action:
+                Some(JobAction::Set {
+                    id,
+                    priority,
+                    share,
+                    admin,
+                }),
+            ..
+        }) => {
             let id = job_id(&id)?;
+            if priority.is_none() && share.is_none() {
+                bail!("give --priority, --share or both (`pause` and `resume` pause a job)");
+            }
+            let change = ScheduleChange {
+                priority,
+                share,
+                paused: None,
+            };
+            let mut c = connect(&admin).await?;
+            c.set_schedule(id, change).await?;
+            let job = c.job(id).await?;
+            outln!(
+                "job {id}: priority {}, share {}{}",
+                job.priority,
+                job.share,
+                if job.paused { ", paused" } else { "" }
+            );
+            Ok(())
+        }
+        Command::Job(JobArgs {
+            id, watch, admin, ..
+        }) => {
+            let id = job_id(&id.unwrap_or_default())?;
+            let admin = admin.expect("clap requires the admin flags without a subcommand");
             let mut c = connect(&admin).await?;
             let started = std::time::Instant::now();
             loop {
@@ -170,32 +205,6 @@ pub async fn run(command: Command) -> Result<()> {
             } else {
                 out!("{}", print::fleet(&fleet));
             }
-            Ok(())
-        }
-        Command::Schedule {
-            id,
-            priority,
-            share,
-            admin,
-        } => {
-            let id = job_id(&id)?;
-            if priority.is_none() && share.is_none() {
-                bail!("give --priority, --share or both (`pause` and `resume` pause a job)");
-            }
-            let change = ScheduleChange {
-                priority,
-                share,
-                paused: None,
-            };
-            let mut c = connect(&admin).await?;
-            c.set_schedule(id, change).await?;
-            let job = c.job(id).await?;
-            outln!(
-                "job {id}: priority {}, share {}{}",
-                job.priority,
-                job.share,
-                if job.paused { ", paused" } else { "" }
-            );
             Ok(())
         }
         Command::Pause { id, admin } => pause(&id, &admin, true).await,

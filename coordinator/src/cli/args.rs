@@ -24,35 +24,12 @@ pub enum Command {
     Submit(SubmitArgs),
     /// List jobs.
     Jobs(AdminArgs),
-    /// Show one job.
-    Job {
-        /// The job id.
-        id: String,
-        /// Keep showing live progress until the job ends.
-        #[arg(long)]
-        watch: bool,
-        #[command(flatten)]
-        admin: AdminArgs,
-    },
+    /// Show one job (`job ID`), or change how it shares the fleet (`job set ID ...`).
+    Job(JobArgs),
     /// List workers.
     Workers(AdminArgs),
     /// Fleet summary: workers and both rates.
     Fleet(AdminArgs),
-    /// Set how a job shares the fleet with other running jobs: jobs of a higher priority
-    /// get units first; among equal priorities each gets engines in proportion to its
-    /// share.
-    Schedule {
-        /// The job id.
-        id: String,
-        /// Jobs of a higher priority get units first (default 0).
-        #[arg(long, allow_hyphen_values = true)]
-        priority: Option<i32>,
-        /// Share of the fleet among jobs of equal priority (default 1).
-        #[arg(long)]
-        share: Option<f64>,
-        #[command(flatten)]
-        admin: AdminArgs,
-    },
     /// Pause a job: no new leases (the ones out finish); `resume` goes on.
     Pause {
         /// The job id.
@@ -251,6 +228,44 @@ pub struct AdminArgs {
     pub json: bool,
 }
 
+/// `job ID [--watch]` or `job set ID [--priority P] [--share S]`.
+#[derive(clap::Args)]
+#[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
+pub struct JobArgs {
+    /// What to change instead of showing the job.
+    #[command(subcommand)]
+    pub action: Option<JobAction>,
+    /// The job id.
+    #[arg(required = true)]
+    pub id: Option<String>,
+    /// Keep showing live progress until the job ends.
+    #[arg(long)]
+    pub watch: bool,
+    /// (`None` only with a subcommand, which has its own)
+    #[command(flatten)]
+    pub admin: Option<AdminArgs>,
+}
+
+/// Changes to a job.
+#[derive(Subcommand)]
+pub enum JobAction {
+    /// Set how a job shares the fleet with other running jobs: jobs of a higher priority
+    /// get units first; among equal priorities each gets engines in proportion to its
+    /// share (`pause` and `resume` stop and restart its leases).
+    Set {
+        /// The job id.
+        id: String,
+        /// Jobs of a higher priority get units first (default 0).
+        #[arg(long, allow_hyphen_values = true)]
+        priority: Option<i32>,
+        /// Share of the fleet among jobs of equal priority (default 1).
+        #[arg(long)]
+        share: Option<f64>,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
+}
+
 /// Flags of `submit`.
 #[derive(clap::Args)]
 pub struct SubmitArgs {
@@ -279,7 +294,7 @@ pub struct SubmitArgs {
     /// Run this fraction of units twice.
     #[arg(long)]
     pub spot_check: Option<f64>,
-    /// Jobs of a higher priority get units first (see `schedule`).
+    /// Jobs of a higher priority get units first (see `job set`).
     #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
     pub priority: i32,
     /// Share of the fleet's engines among running jobs of equal priority.

@@ -155,3 +155,59 @@ fn submit_takes_the_loader_flags_and_says_what_it_had_to_assume() {
         "the coordinator says it too: {doc}"
     );
 }
+
+/// Runs an admin subcommand of the coordinator binary; (success, stdout, stderr).
+fn admin_cli(url: &str, args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(coordinator_bin())
+        .args(args)
+        .args(["--coordinator", url, "--admin-token", ADMIN])
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Sharing the fleet from the command line as the operator guide shows it: `submit
+/// --share`, `job set`, `pause`, `resume`, and `job` saying what it is.
+#[test]
+fn jobs_are_scheduled_paused_and_resumed_from_the_command_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_c, url) = serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
+    let six = puzzle_path("brendan/set1/pieces_06x06.txt");
+    let (ok, out, err) = submit(
+        &url,
+        &[six.to_str().unwrap(), "--split-depth", "4", "--share", "2"],
+    );
+    assert!(ok, "{err}");
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let job = doc["job_id"].as_str().unwrap().to_string();
+    let (ok, out, err) = admin_cli(
+        &url,
+        &["job", "set", &job, "--priority", "-1", "--share", "5"],
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("priority -1, share 5"), "{out}");
+    let (ok, _, err) = admin_cli(&url, &["job", "set", &job]);
+    assert!(!ok && err.contains("--priority"), "{err}");
+    assert!(admin_cli(&url, &["pause", &job]).0);
+    let (_, out, _) = admin_cli(&url, &["job", &job]);
+    assert!(
+        out.contains("paused") && out.contains("schedule: priority -1, share 5"),
+        "{out}"
+    );
+    assert!(out.contains("estimate: tree ~"), "{out}");
+    assert!(admin_cli(&url, &["resume", &job]).0);
+    let (_, out, _) = admin_cli(&url, &["job", &job, "--json"]);
+    let doc: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (
+            doc["paused"].as_bool(),
+            doc["share"].as_f64(),
+            doc["priority"].as_i64()
+        ),
+        (Some(false), Some(5.0), Some(-1))
+    );
+}
