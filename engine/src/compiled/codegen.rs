@@ -335,7 +335,8 @@ impl Gen<'_> {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "st.used[p{d}] = 1; st.cells[{pos}][0] = c{d}; st.cells[{pos}][1] += 1;",
+            "st.used[p{d}] = 1; st.cells[{pos}][0] = c{d}; st.cells[{pos}][1] += 1;\n\
+             if {d} >= st.deepest {{ st.snapshot({d}); }}",
             pos = dp.pos
         );
         if leaf {
@@ -406,16 +407,9 @@ impl Gen<'_> {
                 let start = self.bucket_expr(d, &locals);
                 body = self.level(d, &start, &body);
             }
-            // The fused body never checks for a new deepest depth: until the search has
-            // been deeper than this whole group, the group is walked by the cold scan,
-            // which records every new depth (one check per call, not one per node).
-            let frontier = format!(
-                "if st.deepest < {end} {{ let start = {}; return scan(st, {head}, start); }}",
-                self.bucket_expr(head, &[])
-            );
             w!(
                 self,
-                "#[inline(never)]\nfn g{head}(st: &mut St) -> bool {{\n{frontier}\n{body}false\n}}"
+                "#[inline(never)]\nfn g{head}(st: &mut St) -> bool {{\n{body}false\n}}"
             );
             head = end;
         }
