@@ -331,11 +331,7 @@ impl Fleet {
     }
 
     /// A job's search context if it is cached (never reads the store).
-    pub(crate) fn contexts_get(&self, job_id: JobId) -> Option<Arc<JobCtx>> {
-        self.cached_context(job_id)
-    }
-
-    fn cached_context(&self, job_id: JobId) -> Option<Arc<JobCtx>> {
+    pub(crate) fn cached_context(&self, job_id: JobId) -> Option<Arc<JobCtx>> {
         self.contexts
             .lock()
             .expect("context cache")

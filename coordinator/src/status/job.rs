@@ -184,7 +184,7 @@ fn job_status(
 impl Fleet {
     /// A job's tree estimate, if already made.
     fn made_tree_estimate(&self, job: JobId) -> Option<TreeEstimate> {
-        self.contexts_get(job)
+        self.cached_context(job)
             .and_then(|ctx| ctx.tree.get().copied())
     }
 }

@@ -134,22 +134,6 @@ impl<'p> Probe<'p> {
     }
 }
 
-/// Estimates the nodes of the tree below `prefix` (its own nodes not included) with
-/// `probes` probes: (mean, standard error of the mean).
-pub fn estimate_below(
-    plan: &SearchPlan,
-    prefix: &[Placement],
-    probes: usize,
-    rng: &mut Rng,
-) -> (f64, f64) {
-    let mut p = Probe::new(plan);
-    p.set(prefix);
-    let xs: Vec<f64> = (0..probes.max(1))
-        .map(|_| p.probe(prefix.len(), rng))
-        .collect();
-    mean_and_error(&xs)
-}
-
 fn mean_and_error(xs: &[f64]) -> (f64, f64) {
     let n = xs.len() as f64;
     let mean = xs.iter().sum::<f64>() / n;

@@ -86,19 +86,14 @@ fn bench_runs_its_built_in_boards_from_any_directory() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("built-in: "));
 }
 
-/// Runs `submit` on the coordinator binary; (success, stdout, stderr).
+/// Runs `submit ARGS --json` on the coordinator binary; (success, stdout, stderr).
 fn submit(url: &str, args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(coordinator_bin())
-        .arg("submit")
-        .args(args)
-        .args(["--coordinator", url, "--admin-token", ADMIN, "--json"])
-        .output()
-        .unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let args: Vec<&str> = ["submit"]
+        .into_iter()
+        .chain(args.iter().copied())
+        .chain(["--json"])
+        .collect();
+    admin_cli(url, &args)
 }
 
 #[test]

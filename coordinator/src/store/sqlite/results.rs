@@ -47,6 +47,23 @@ fn bodies(rows: Vec<String>) -> StoreResult<Vec<UnitResult>> {
 }
 
 impl SqliteTx<'_> {
+    /// Accepted results whose `column` (`account_id` or `worker_id`) is `id` and that no
+    /// other account or identity (by the same column) reported the same digest for.
+    fn unconfirmed_accepted_by(
+        &mut self,
+        column: &'static str,
+        id: &str,
+    ) -> StoreResult<Vec<ResultRecord>> {
+        let mut q = self.c.prepare_cached(&format!(
+            "SELECT {COLUMNS} FROM results r0 WHERE r0.{column} = ?1 AND r0.verdict = 'accepted' \
+               AND NOT EXISTS (SELECT 1 FROM results r WHERE r.unit_id = r0.unit_id AND r.digest = r0.digest \
+                                 AND r.{column} != ?1 AND r.verdict IN ('agree', 'accepted')) \
+             ORDER BY r0.id"
+        ))?;
+        let rows = q.query_map([id], from_row)?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
     fn strings(&mut self, sql: &str, params: impl rusqlite::Params) -> StoreResult<Vec<String>> {
         let mut q = self.c.prepare_cached(sql)?;
         let rows = q.query_map(params, |r| r.get(0))?;
@@ -128,28 +145,14 @@ impl Results for SqliteTx<'_> {
         &mut self,
         account: &AccountId,
     ) -> StoreResult<Vec<ResultRecord>> {
-        let mut q = self.c.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM results r0 WHERE r0.account_id = ?1 AND r0.verdict = 'accepted' \
-               AND NOT EXISTS (SELECT 1 FROM results r WHERE r.unit_id = r0.unit_id AND r.digest = r0.digest \
-                                 AND r.account_id != ?1 AND r.verdict IN ('agree', 'accepted')) \
-             ORDER BY r0.id"
-        ))?;
-        let rows = q.query_map([account.as_str()], from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.unconfirmed_accepted_by("account_id", account.as_str())
     }
 
     fn unconfirmed_accepted_of_worker(
         &mut self,
         worker: WorkerId,
     ) -> StoreResult<Vec<ResultRecord>> {
-        let mut q = self.c.prepare_cached(&format!(
-            "SELECT {COLUMNS} FROM results r0 WHERE r0.worker_id = ?1 AND r0.verdict = 'accepted' \
-               AND NOT EXISTS (SELECT 1 FROM results r WHERE r.unit_id = r0.unit_id AND r.digest = r0.digest \
-                                 AND r.worker_id != ?1 AND r.verdict IN ('agree', 'accepted')) \
-             ORDER BY r0.id"
-        ))?;
-        let rows = q.query_map([worker.to_string()], from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        self.unconfirmed_accepted_by("worker_id", &worker.to_string())
     }
 
     fn pending_results_of_account(
