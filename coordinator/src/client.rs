@@ -297,4 +297,29 @@ impl Operator {
             .into_inner();
         Ok(VerificationMatrix::try_from(&r)?)
     }
+
+    /// A job's certificate file (`partial`: also of a job that is not complete).
+    pub async fn export_certificate(
+        &mut self,
+        id: JobId,
+        partial: bool,
+    ) -> Result<Vec<u8>, ClientError> {
+        let mut stream = self
+            .client
+            .export_certificate(authed(
+                &self.token,
+                v2::ExportCertificateRequest {
+                    job_id: id.to_string(),
+                    partial,
+                },
+            ))
+            .await
+            .map_err(|s| self.failed(s))?
+            .into_inner();
+        let mut file = Vec::new();
+        while let Some(chunk) = stream.message().await.map_err(|s| self.failed(s))? {
+            file.extend_from_slice(&chunk.data);
+        }
+        Ok(file)
+    }
 }

@@ -17,6 +17,8 @@
 //!   enumeration and continuation splitting.
 //! - [`unit`]: work units and their exact results.
 //! - [`verify`]: the independent board verifier and the score.
+//! - [`certificate`]: a finished job as a file anyone can audit (format, Merkle root,
+//!   the tiling check, re-run comparison).
 //! - [`suite`]: verification suites (fixed units with golden exact results).
 //! - [`compiled`]: the compiled engine: code generator, local rustc build and cache, child process.
 //! - [`engine`]: one interface over every engine kind.
@@ -32,6 +34,7 @@
 //! assert!(result.solutions_count > 0);
 //! ```
 
+pub mod certificate;
 pub mod compiled;
 pub mod engine;
 pub mod formats;

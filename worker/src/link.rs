@@ -9,8 +9,8 @@ use std::time::Duration;
 use e2fleet_engine::engine::EngineKind;
 use e2fleet_engine::suite::SuiteUnit;
 use e2fleet_proto::api::{
-    HostInfo, JobId, JobSpec, Lease, LeaseId, Report, ReportOutcome, SuiteResult,
-    VerificationOutcome, WorkerId,
+    AuditOutcome, AuditSubmission, HostInfo, JobId, JobSpec, Lease, LeaseId, Report, ReportOutcome,
+    SuiteResult, VerificationOutcome, WorkerId,
 };
 use e2fleet_proto::client::{authed, endpoint};
 use e2fleet_proto::convert::{WireError, engine_kind_to_wire, suite_unit_from_wire};
@@ -155,6 +155,16 @@ impl Coordinator {
             .await?
             .into_inner();
         VerificationOutcome::try_from(&r).map_err(malformed)
+    }
+
+    /// Submits an audit of a job's certificate.
+    pub async fn submit_audit(&mut self, audit: &AuditSubmission) -> Result<AuditOutcome, Status> {
+        let r = self
+            .client
+            .submit_audit(self.req(v2::SubmitAuditRequest::from(audit)))
+            .await?
+            .into_inner();
+        Ok(AuditOutcome::from(&r))
     }
 
     /// A job's puzzle, order and self-tests.

@@ -1,7 +1,8 @@
 //! # e2fleet-worker
 //!
 //! The program volunteers run: `run` joins a fleet; `solve` walks a puzzle on this machine
-//! (whole or split into units, with exact per-depth counts); `bench` measures per-core speed.
+//! (whole or split into units, with exact per-depth counts); `bench` measures per-core speed;
+//! `verify` checks the engine against known results; `audit` checks a published job.
 //!
 //! # Layout
 //! - `main.rs`: the command line (clap) and dispatch.
@@ -9,11 +10,13 @@
 //! - `bench.rs`: the `bench` command (per-core speed with exact counts).
 //! - `engine_args.rs`: flags that choose and build an engine.
 //! - `verify.rs`: `verify`, the verification suite (offline or with a coordinator).
+//! - `audit.rs`: `audit`, a job's certificate checked and sampled on this machine.
 //! - `host.rs`: what this machine is (labels sent at registration).
 //! - `link.rs`: the fleet API as typed calls (used by `run` and `verify`).
 //! - `run/`: the fleet client (`run`): identity, jobs and engines, engine threads,
 //!   journal, signals, the loop.
 
+mod audit;
 mod bench;
 mod connect_args;
 mod engine_args;
@@ -45,6 +48,8 @@ enum Command {
     Run(run::RunArgs),
     /// Check this machine's engine against the built-in suite of exact results.
     Verify(verify::VerifyArgs),
+    /// Check a job's certificate: its structure, and a sample of units re-run here.
+    Audit(audit::AuditArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -54,6 +59,7 @@ fn main() -> std::process::ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Run(args) => run::run(args),
         Command::Verify(args) => verify::run(args),
+        Command::Audit(args) => audit::run(args),
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -127,6 +127,50 @@ async fn pause(id: &str, admin: &AdminArgs, pause: bool) -> Result<()> {
     Ok(())
 }
 
+async fn export(id: &str, out: &std::path::Path, partial: bool, admin: &AdminArgs) -> Result<()> {
+    let id = job_id(id)?;
+    let file = connect(admin)
+        .await?
+        .export_certificate(id, partial)
+        .await?;
+    let cert = e2fleet_engine::certificate::decode(&file)
+        .context("the coordinator sent a certificate that does not read back")?;
+    std::fs::write(out, &file).with_context(|| format!("cannot write {}", out.display()))?;
+    if admin.json {
+        outln!(
+            "{}",
+            serde_json::json!({
+                "file": out.display().to_string(),
+                "bytes": file.len(),
+                "units": cert.units.len(),
+                "complete": cert.job.complete,
+                "sha256": cert.digest(),
+                "merkle_root": cert.merkle_root,
+                "nodes": cert.totals.iter().sum::<u64>(),
+                "solutions": cert.solutions_count,
+            })
+        );
+    } else {
+        outln!(
+            "wrote {} ({} bytes): job {id}, {} units{}\n  nodes {}, solutions {}\n  sha256      {}\n  merkle root {}\nanyone can check it: e2fleet-worker audit {} --sample 100",
+            out.display(),
+            file.len(),
+            cert.units.len(),
+            if cert.job.complete {
+                ""
+            } else {
+                " (partial: the job is not complete)"
+            },
+            cert.totals.iter().sum::<u64>(),
+            cert.solutions_count,
+            cert.digest(),
+            cert.merkle_root,
+            out.display()
+        );
+    }
+    Ok(())
+}
+
 pub async fn run(command: Command) -> Result<()> {
     match command {
         Command::Serve(_) => unreachable!("serve is not an operator command"),
@@ -187,6 +231,12 @@ pub async fn run(command: Command) -> Result<()> {
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
+        Command::Export {
+            id,
+            out,
+            partial,
+            admin,
+        } => export(&id, &out, partial, &admin).await,
         Command::Workers(admin) => {
             let workers = connect(&admin).await?.workers().await?;
             if admin.json {

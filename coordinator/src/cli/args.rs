@@ -26,6 +26,21 @@ pub enum Command {
     Jobs(AdminArgs),
     /// Show one job (`job ID`), or change how it shares the fleet (`job set ID ...`).
     Job(JobArgs),
+    /// Write a job's certificate: every unit with its exact counts and a Merkle root, a
+    /// file anyone can check with `e2fleet-worker audit FILE`.
+    Export {
+        /// The job id.
+        id: String,
+        /// Where to write it (conventionally NAME.e2cert).
+        #[arg(long)]
+        out: PathBuf,
+        /// Also a job that is not complete: its open units are listed without results
+        /// and its totals are exact for the part walked so far.
+        #[arg(long)]
+        partial: bool,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// List workers.
     Workers(AdminArgs),
     /// Fleet summary: workers and both rates.

@@ -10,7 +10,8 @@
 //! - `leasing.rs`: leases, expiry, idle-time splitting, heartbeats, releases;
 //! - `reports.rs`: recording results exactly once; `checks.rs`: verifying a result
 //!   without re-running it; `quorum.rs`: deciding units (accept, confirm, overturn);
-//! - [`verification`]: suites, hardware classes and the conformance matrix.
+//! - [`verification`]: suites, hardware classes and the conformance matrix;
+//! - `audits.rs`: a job as a certificate anyone can audit, and the audits sent back.
 //!
 //! # Accounting
 //! `job total = enumeration + split-created prefixes + accepted unit results`, per depth.
@@ -37,6 +38,7 @@ use e2fleet_proto::api::{JobId, LeaseId, SelfTest};
 use crate::store::{JobSource, Store, StoreError, WorkerRecord};
 
 mod accounts;
+mod audits;
 mod checks;
 mod leasing;
 pub mod policy;

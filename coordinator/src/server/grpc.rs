@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use e2fleet_proto::api::{HostInfo, JobId, JobRequest, LeaseId, Report, SuiteResult, WorkerId};
+use e2fleet_proto::api::{
+    AuditSubmission, HostInfo, JobId, JobRequest, LeaseId, Report, SuiteResult, WorkerId,
+};
 use e2fleet_proto::convert::{engine_kind_from_wire, suite_unit_to_wire};
 use e2fleet_proto::v2;
 use e2fleet_proto::v2::operator_service_server::OperatorService;
@@ -235,7 +237,26 @@ impl WorkerService for WorkerApi {
         warn!(worker_id = %worker.id, account = %worker.account_id, %job_id, engine_build = %r.engine_build, %detail, "engine build failed its self-test");
         Ok(Response::new(v2::ReportBuildFailureResponse {}))
     }
+
+    #[instrument(skip_all, fields(job_id))]
+    async fn submit_audit(
+        &self,
+        request: Request<v2::SubmitAuditRequest>,
+    ) -> Result<Response<v2::SubmitAuditResponse>, Status> {
+        let worker = self.worker(&request).await?;
+        let audit = wire(AuditSubmission::try_from(request.get_ref()))?;
+        tracing::Span::current().record("job_id", tracing::field::display(audit.job_id));
+        let outcome = self
+            .0
+            .submit_audit(&worker, audit)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new((&outcome).into()))
+    }
 }
+
+/// Bytes per certificate chunk on the wire.
+const CERTIFICATE_CHUNK: usize = 1 << 20;
 
 /// The operator-facing service.
 pub struct OperatorApi(pub Arc<Fleet>);
@@ -248,6 +269,31 @@ impl OperatorApi {
 
 #[tonic::async_trait]
 impl OperatorService for OperatorApi {
+    type ExportCertificateStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<v2::CertificateChunk, Status>> + Send>,
+    >;
+
+    #[instrument(skip_all, fields(job_id))]
+    async fn export_certificate(
+        &self,
+        request: Request<v2::ExportCertificateRequest>,
+    ) -> Result<Response<Self::ExportCertificateStream>, Status> {
+        self.admin(&request)?;
+        let r = request.into_inner();
+        let job_id = wire(r.job_id.parse::<JobId>())?;
+        tracing::Span::current().record("job_id", tracing::field::display(job_id));
+        let file = self
+            .0
+            .certificate(job_id, r.partial)
+            .await
+            .map_err(status_of)?;
+        let chunks: Vec<Result<v2::CertificateChunk, Status>> = file
+            .chunks(CERTIFICATE_CHUNK)
+            .map(|c| Ok(v2::CertificateChunk { data: c.to_vec() }))
+            .collect();
+        Ok(Response::new(Box::pin(tokio_stream::iter(chunks))))
+    }
+
     #[instrument(skip_all)]
     async fn submit_suite(
         &self,

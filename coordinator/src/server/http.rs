@@ -41,6 +41,52 @@ pub async fn job(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>) -> Res
     reply(async { fleet.job_status(job_id(&id)?).await }.await)
 }
 
+/// `GET /api/jobs/{id}/audits`
+pub async fn job_audits(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>) -> Response {
+    reply(async { fleet.job_audits(job_id(&id)?).await }.await)
+}
+
+/// `GET /api/jobs/{id}/certificate[?partial=true]` with the admin token: the certificate
+/// file (building one reads every unit of the job, so it is not open to everyone).
+pub async fn certificate(
+    State(fleet): State<Arc<Fleet>>,
+    Path(id): Path<String>,
+    Query(q): Query<CertificateQuery>,
+    headers: HeaderMap,
+) -> Response {
+    let file = async {
+        fleet.check_admin(admin_token(&headers))?;
+        let id = job_id(&id)?;
+        Ok::<_, FleetError>((id, fleet.certificate(id, q.partial).await?))
+    }
+    .await;
+    match file {
+        Ok((id, bytes)) => (
+            [
+                (
+                    axum::http::header::CONTENT_TYPE,
+                    "application/gzip".to_string(),
+                ),
+                (
+                    axum::http::header::CONTENT_DISPOSITION,
+                    format!("attachment; filename=\"{id}.e2cert\""),
+                ),
+            ],
+            bytes,
+        )
+            .into_response(),
+        Err(e) => http_error(e),
+    }
+}
+
+/// Query of [`certificate`].
+#[derive(serde::Deserialize)]
+pub struct CertificateQuery {
+    /// Also a job that is not complete.
+    #[serde(default)]
+    partial: bool,
+}
+
 /// `GET /api/jobs/{id}/puzzle`
 pub async fn job_puzzle(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>) -> Response {
     reply(async { fleet.job_puzzle(job_id(&id)?).await }.await)

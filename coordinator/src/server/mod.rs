@@ -77,6 +77,8 @@ pub fn router(fleet: Arc<Fleet>) -> axum::Router {
         .route("/api/jobs/{id}", get(http::job))
         .route("/api/jobs/{id}/puzzle", get(http::job_puzzle))
         .route("/api/jobs/{id}/best", get(http::best_boards))
+        .route("/api/jobs/{id}/audits", get(http::job_audits))
+        .route("/api/jobs/{id}/certificate", get(http::certificate))
         .route("/api/jobs/{id}/cancel", post(http::cancel_job))
         .route("/api/hosts/{hostname}/release", post(http::release_host))
         .route("/api/fleet", get(http::fleet_status))

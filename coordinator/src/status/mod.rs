@@ -7,6 +7,7 @@
 //! walks); `aggregate_nodes_per_s` is nodes received per wall-clock second across the
 //! fleet over a window. Neither is ever computed from the other.
 
+pub mod audits;
 pub mod best;
 mod fleet;
 mod job;

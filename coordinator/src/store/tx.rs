@@ -188,6 +188,16 @@ pub trait Results {
     fn wrong_results(&mut self) -> StoreResult<u64>;
     /// A job's results per (verdict, engine kind, engine build).
     fn result_breakdown(&mut self, job: JobId) -> StoreResult<Vec<ResultBreakdown>>;
+    /// Every unit of a job that is not cancelled, by id, with its accepted result (a
+    /// certificate's units).
+    fn certificate_rows(&mut self, job: JobId) -> StoreResult<Vec<CertificateRow>>;
+    /// The digest of each unit's accepted result (`None`: no such unit in the job, or not
+    /// decided), in the order asked.
+    fn accepted_digests(
+        &mut self,
+        job: JobId,
+        units: &[UnitId],
+    ) -> StoreResult<Vec<Option<String>>>;
 }
 
 /// Workers: identities, tokens, liveness, errors and quarantine.
@@ -294,6 +304,10 @@ pub trait Verifications {
     fn unflag_class(&mut self, class: &str, now_ms: i64) -> StoreResult<()>;
     /// When each unflagged class was last unflagged.
     fn class_unflags(&mut self) -> StoreResult<Vec<(String, i64)>>;
+    /// Stores an audit of a job's certificate.
+    fn insert_audit(&mut self, audit: &AuditRecord) -> StoreResult<()>;
+    /// A job's audits, oldest first.
+    fn audits_of_job(&mut self, job: JobId) -> StoreResult<Vec<AuditRecord>>;
 }
 
 /// Who is asking to lease, for [`Units::leasable_units`].

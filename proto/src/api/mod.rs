@@ -18,6 +18,6 @@ pub use states::{
 };
 pub use status::UnitCounts;
 pub use work::{
-    HostInfo, JobCreated, JobRequest, JobSpec, Lease, Report, ReportOutcome, ScheduleChange,
-    SelfTest, SuiteResult, UnitVerdict, VerificationOutcome,
+    AuditOutcome, AuditSubmission, AuditedUnit, HostInfo, JobCreated, JobRequest, JobSpec, Lease,
+    Report, ReportOutcome, ScheduleChange, SelfTest, SuiteResult, UnitVerdict, VerificationOutcome,
 };

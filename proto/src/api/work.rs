@@ -204,3 +204,48 @@ pub struct VerificationOutcome {
     /// The class disagrees with some unit: no real work until a fixed build agrees.
     pub class_flagged: bool,
 }
+
+/// One unit an auditor re-ran.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditedUnit {
+    /// The unit.
+    pub unit: UnitId,
+    /// `engine::unit::result_digest` of the re-run.
+    pub digest: String,
+    /// Nodes it committed.
+    pub nodes: u64,
+}
+
+/// An audit of a job's certificate, re-run on the auditor's machine.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditSubmission {
+    /// The job.
+    pub job_id: JobId,
+    /// SHA-256 of the certificate body audited.
+    pub certificate_sha256: String,
+    /// Its Merkle root.
+    pub merkle_root: String,
+    /// Whether its structure passed (tiling, sums, boards).
+    pub structure_ok: bool,
+    /// The units re-run.
+    pub units: Vec<AuditedUnit>,
+    /// Engine that re-ran them.
+    pub engine_kind: EngineKind,
+    /// Its build id.
+    pub engine_build: String,
+    /// Engine-thread seconds spent.
+    pub engine_seconds: f64,
+}
+
+/// What the coordinator made of an audit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditOutcome {
+    /// The auditor's hardware class.
+    pub class_id: String,
+    /// Units whose re-run equals the job's accepted result.
+    pub agreed: u32,
+    /// Units whose re-run differs.
+    pub disagreed: Vec<UnitId>,
+    /// Units the job does not have, or has not decided.
+    pub unknown: Vec<UnitId>,
+}

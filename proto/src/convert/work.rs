@@ -5,8 +5,8 @@ use e2fleet_engine::suite::SuiteUnit;
 
 use super::*;
 use crate::api::{
-    HostInfo, JobCreated, JobRequest, JobSpec, Lease, Report, ReportOutcome, SelfTest, SuiteResult,
-    UnitId, UnitVerdict, VerificationOutcome,
+    AuditOutcome, AuditSubmission, AuditedUnit, HostInfo, JobCreated, JobRequest, JobSpec, Lease,
+    Report, ReportOutcome, SelfTest, SuiteResult, UnitId, UnitVerdict, VerificationOutcome,
 };
 
 impl From<&HostInfo> for v2::HostInfo {
@@ -327,5 +327,92 @@ impl TryFrom<&v2::SubmitVerificationResponse> for VerificationOutcome {
                 })
                 .collect::<Result<_, WireError>>()?,
         })
+    }
+}
+
+impl From<&AuditSubmission> for v2::SubmitAuditRequest {
+    fn from(a: &AuditSubmission) -> v2::SubmitAuditRequest {
+        v2::SubmitAuditRequest {
+            job_id: a.job_id.to_string(),
+            certificate_sha256: a.certificate_sha256.clone(),
+            merkle_root: a.merkle_root.clone(),
+            structure_ok: a.structure_ok,
+            units: a
+                .units
+                .iter()
+                .map(|u| v2::AuditedUnit {
+                    unit_id: u.unit.0,
+                    digest: u.digest.clone(),
+                    nodes: u.nodes,
+                })
+                .collect(),
+            engine_kind: engine_kind_to_wire(a.engine_kind).into(),
+            engine_build: a.engine_build.clone(),
+            engine_seconds: a.engine_seconds,
+        }
+    }
+}
+
+/// A SHA-256 in hex, as digests and roots are written.
+fn sha256_hex(text: &str, field: &str) -> Result<String, WireError> {
+    if text.len() == 64
+        && text
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        Ok(text.to_string())
+    } else {
+        Err(invalid(format!("{field}: not a SHA-256 in lower-case hex")))
+    }
+}
+
+impl TryFrom<&v2::SubmitAuditRequest> for AuditSubmission {
+    type Error = WireError;
+    fn try_from(a: &v2::SubmitAuditRequest) -> Result<AuditSubmission, WireError> {
+        if !a.engine_seconds.is_finite() || a.engine_seconds < 0.0 {
+            return Err(invalid("engine_seconds: not a duration".into()));
+        }
+        Ok(AuditSubmission {
+            job_id: id_from_wire(&a.job_id)?,
+            certificate_sha256: sha256_hex(&a.certificate_sha256, "certificate_sha256")?,
+            merkle_root: sha256_hex(&a.merkle_root, "merkle_root")?,
+            structure_ok: a.structure_ok,
+            units: a
+                .units
+                .iter()
+                .map(|u| {
+                    Ok(AuditedUnit {
+                        unit: UnitId(u.unit_id),
+                        digest: sha256_hex(&u.digest, "units.digest")?,
+                        nodes: u.nodes,
+                    })
+                })
+                .collect::<Result<_, WireError>>()?,
+            engine_kind: engine_kind_from_wire(a.engine_kind, "engine_kind")?,
+            engine_build: a.engine_build.clone(),
+            engine_seconds: a.engine_seconds,
+        })
+    }
+}
+
+impl From<&AuditOutcome> for v2::SubmitAuditResponse {
+    fn from(o: &AuditOutcome) -> v2::SubmitAuditResponse {
+        v2::SubmitAuditResponse {
+            class_id: o.class_id.clone(),
+            agreed: o.agreed,
+            disagreed: o.disagreed.iter().map(|u| u.0).collect(),
+            unknown: o.unknown.iter().map(|u| u.0).collect(),
+        }
+    }
+}
+
+impl From<&v2::SubmitAuditResponse> for AuditOutcome {
+    fn from(o: &v2::SubmitAuditResponse) -> AuditOutcome {
+        AuditOutcome {
+            class_id: o.class_id.clone(),
+            agreed: o.agreed,
+            disagreed: o.disagreed.iter().copied().map(UnitId).collect(),
+            unknown: o.unknown.iter().copied().map(UnitId).collect(),
+        }
     }
 }

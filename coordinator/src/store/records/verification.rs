@@ -98,3 +98,40 @@ pub struct VerificationRecord {
     /// Arrival time, ms.
     pub received_ms: i64,
 }
+
+/// An audit of a job's certificate: units re-run on someone's machine.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AuditRecord {
+    /// The job.
+    pub job_id: e2fleet_proto::api::JobId,
+    /// The auditor's worker identity.
+    pub worker_id: WorkerId,
+    /// Its account.
+    pub account_id: AccountId,
+    /// Its hardware class.
+    pub class_id: String,
+    /// Its host label.
+    pub hostname: String,
+    /// Engine that re-ran the units.
+    pub engine_kind: EngineKind,
+    /// Its build id.
+    pub engine_build: String,
+    /// SHA-256 of the certificate audited.
+    pub certificate_sha256: String,
+    /// Its Merkle root.
+    pub merkle_root: String,
+    /// Whether its structure passed on the auditor's machine.
+    pub structure_ok: bool,
+    /// Units re-run.
+    pub units_checked: u64,
+    /// Of them, equal to the job's accepted results.
+    pub units_agreed: u64,
+    /// Units whose re-run differs from the accepted result.
+    pub disagreed: Vec<i64>,
+    /// Units the job does not have or has not decided.
+    pub unknown: u64,
+    /// Engine-thread seconds.
+    pub engine_seconds: f64,
+    /// Arrival time, ms.
+    pub received_ms: i64,
+}

@@ -263,3 +263,13 @@ pub struct FoundBoard {
     /// When it was received, ms.
     pub found_ms: i64,
 }
+
+/// A unit of a job with its accepted result and how many results agree with it (a
+/// certificate's unit).
+#[derive(Clone, Debug, PartialEq)]
+pub struct CertificateRow {
+    /// The unit.
+    pub unit: UnitRecord,
+    /// Its accepted result and the results that agree with it (itself included).
+    pub accepted: Option<(UnitResult, u32)>,
+}

@@ -5,11 +5,12 @@ use e2fleet_engine::UnitResult;
 use e2fleet_proto::api::{AccountId, JobId, LeaseId, ResultVerdict, UnitId, WorkerId};
 use rusqlite::{OptionalExtension, Row, params};
 
+use super::units::U_COLUMNS;
 use super::{SqliteTx, parsed};
 use crate::store::tx::{Results, StoreResult};
 use crate::store::{
-    FoundBoard, NewResult, NodesReceived, RateSample, ResultBody, ResultBreakdown, ResultId,
-    ResultMinute, ResultRecord,
+    CertificateRow, FoundBoard, NewResult, NodesReceived, RateSample, ResultBody, ResultBreakdown,
+    ResultId, ResultMinute, ResultRecord,
 };
 
 /// The columns [`from_row`] reads, in order (no body: decisions compare digests).
@@ -293,5 +294,49 @@ impl Results for SqliteTx<'_> {
             })
         })?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn certificate_rows(&mut self, job: JobId) -> StoreResult<Vec<CertificateRow>> {
+        let sql = format!(
+            "SELECT {U_COLUMNS}, r.result_json, \
+               (SELECT COUNT(*) FROM results a WHERE a.unit_id = u.id AND a.digest = r.digest \
+                  AND a.verdict IN ('accepted', 'agree')) \
+             FROM units u LEFT JOIN results r ON r.id = u.accepted_result_id \
+             WHERE u.job_id = ? AND u.state != 'cancelled' ORDER BY u.id"
+        );
+        let mut q = self.c.prepare(&sql)?;
+        let rows = q.query_map([job.to_string()], |r| {
+            Ok((
+                super::units::from_row_at(r, 0)?,
+                r.get::<_, Option<String>>(15)?,
+                r.get::<_, Option<i64>>(16)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (unit, body, agreed) = row?;
+            let accepted = match body {
+                Some(b) => Some((ResultBody(b).decode()?, agreed.unwrap_or(1).max(1) as u32)),
+                None => None,
+            };
+            out.push(CertificateRow { unit, accepted });
+        }
+        Ok(out)
+    }
+
+    fn accepted_digests(
+        &mut self,
+        job: JobId,
+        units: &[UnitId],
+    ) -> StoreResult<Vec<Option<String>>> {
+        let mut q = self.c.prepare_cached(
+            "SELECT r.digest FROM units u JOIN results r ON r.id = u.accepted_result_id \
+             WHERE u.id = ? AND u.job_id = ? AND u.state != 'cancelled'",
+        )?;
+        let job = job.to_string();
+        units
+            .iter()
+            .map(|u| Ok(q.query_row(params![u.0, job], |r| r.get(0)).optional()?))
+            .collect()
     }
 }

@@ -3,13 +3,14 @@
 
 use e2fleet_engine::UnitResult;
 use e2fleet_engine::suite::{SuiteExpected, SuiteUnit};
-use e2fleet_proto::api::HostInfo;
+use e2fleet_proto::api::{HostInfo, JobId};
 use rusqlite::{OptionalExtension, Row, params};
 
 use super::{SqliteTx, conversion, parsed};
 use crate::store::tx::{StoreResult, Verifications};
 use crate::store::{
-    ClassRecord, NewVerification, ResultBody, SuiteUnitRecord, VerificationRecord, parse_json,
+    AuditRecord, ClassRecord, NewVerification, ResultBody, SuiteUnitRecord, VerificationRecord,
+    parse_json,
 };
 
 fn verification_from_row(r: &Row<'_>) -> rusqlite::Result<VerificationRecord> {
@@ -213,5 +214,71 @@ impl Verifications for SqliteTx<'_> {
             .prepare_cached("SELECT class_id, unflagged_ms FROM class_unflags")?;
         let rows = q.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
         Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn insert_audit(&mut self, a: &AuditRecord) -> StoreResult<()> {
+        self.c
+            .prepare_cached(
+                "INSERT INTO audits (job_id, worker_id, account_id, class_id, hostname, engine_kind, engine_build, \
+                 certificate_sha256, merkle_root, structure_ok, units_checked, units_agreed, disagreed_json, unknown, \
+                 engine_seconds, received_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )?
+            .execute(params![
+                a.job_id.to_string(),
+                a.worker_id.to_string(),
+                a.account_id.to_string(),
+                a.class_id,
+                a.hostname,
+                a.engine_kind.as_str(),
+                a.engine_build,
+                a.certificate_sha256,
+                a.merkle_root,
+                a.structure_ok,
+                a.units_checked as i64,
+                a.units_agreed as i64,
+                serde_json::to_string(&a.disagreed).expect("ids serialise"),
+                a.unknown as i64,
+                a.engine_seconds,
+                a.received_ms
+            ])?;
+        Ok(())
+    }
+
+    fn audits_of_job(&mut self, job: JobId) -> StoreResult<Vec<AuditRecord>> {
+        let mut q = self.c.prepare_cached(
+            "SELECT job_id, worker_id, account_id, class_id, hostname, engine_kind, engine_build, certificate_sha256, \
+             merkle_root, structure_ok, units_checked, units_agreed, disagreed_json, unknown, engine_seconds, received_ms \
+             FROM audits WHERE job_id = ? ORDER BY received_ms, id",
+        )?;
+        let rows = q.query_map([job.to_string()], |r| {
+            Ok((
+                AuditRecord {
+                    job_id: parsed(r, 0)?,
+                    worker_id: parsed(r, 1)?,
+                    account_id: parsed(r, 2)?,
+                    class_id: r.get(3)?,
+                    hostname: r.get(4)?,
+                    engine_kind: parsed(r, 5)?,
+                    engine_build: r.get(6)?,
+                    certificate_sha256: r.get(7)?,
+                    merkle_root: r.get(8)?,
+                    structure_ok: r.get(9)?,
+                    units_checked: r.get::<_, i64>(10)? as u64,
+                    units_agreed: r.get::<_, i64>(11)? as u64,
+                    disagreed: Vec::new(),
+                    unknown: r.get::<_, i64>(13)? as u64,
+                    engine_seconds: r.get(14)?,
+                    received_ms: r.get(15)?,
+                },
+                r.get::<_, String>(12)?,
+            ))
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let (mut audit, disagreed) = row?;
+            audit.disagreed = parse_json(&disagreed, "audit units")?;
+            out.push(audit);
+        }
+        Ok(out)
     }
 }
