@@ -127,15 +127,20 @@ struct CoordinatorAnswer {
 pub fn run(args: AuditArgs) -> Result<()> {
     let bytes = std::fs::read(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
-    let cert = certificate::decode(&bytes)
-        .with_context(|| format!("{} fails its digest check", args.file.display()))?;
+    let cert = match certificate::decode(&bytes) {
+        Ok(cert) => cert,
+        Err(e) => return fail_early(args.json, format!("{}: {e}", args.file.display())),
+    };
     let digest = cert.digest();
     if let Some(root) = &args.root
         && !root.eq_ignore_ascii_case(&cert.merkle_root)
     {
-        bail!(
-            "the certificate's Merkle root is {}, not the published {root}: this is not the published result",
-            cert.merkle_root
+        return fail_early(
+            args.json,
+            format!(
+                "the certificate's Merkle root is {}, not the published {root}: this is not the published result",
+                cert.merkle_root
+            ),
         );
     }
     let seed = args.seed.unwrap_or_else(rand::random);
@@ -196,6 +201,17 @@ pub fn run(args: AuditArgs) -> Result<()> {
         Ok(_) => Ok(()),
         Err(e) => bail!("audit FAILED: {e}"),
     }
+}
+
+/// A failure before anything could be checked (the file or its root).
+fn fail_early(json: bool, failure: String) -> Result<()> {
+    if json {
+        println!(
+            "{}",
+            serde_json::json!({"passed": false, "failure": failure})
+        );
+    }
+    bail!("audit FAILED: {failure}")
 }
 
 /// Structure, then the re-runs (kept in `reruns`, agreeing or not).

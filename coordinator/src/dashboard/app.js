@@ -414,6 +414,7 @@ async function jobPage(id) {
   if (!puzzleCache.has(id)) puzzleCache.set(id, await api("/api/jobs/" + encodeURIComponent(id) + "/puzzle"));
   const puzzle = puzzleCache.get(id);
   const best = await api("/api/jobs/" + encodeURIComponent(id) + "/best");
+  const audits = await api("/api/jobs/" + encodeURIComponent(id) + "/audits");
   const u = job.units;
   const total = Number(u.open) + Number(u.leased) + Number(u.done);
   const sols = job.solutions || [];
@@ -466,6 +467,13 @@ async function jobPage(id) {
         el("span", { class: "host" }, b.hostname), el("span", { title: when(b.found_ms) }, ago(b.found_ms))]),
       "No accepted result yet."),
       el("p", { class: "note" }, "The deepest boards of accepted (cross-checked where the job asks for it) results, each verified when it was reported; score = matched inner edges, hints included.")),
+    section("Audits", table(["Hardware class", "Audits", "Units re-run", "Agree", "Disagree", "Engine builds", "Latest"],
+      audits.classes.map((a) => [el("code", {}, a.class_id), exact(a.audits), exact(a.units_checked), exact(a.units_agreed),
+        a.disagreed.length ? el("span", { class: "bad" }, "units " + a.disagreed.join(", ")) : "none",
+        a.engine_builds.map((b) => el("code", {}, b)), el("span", { title: when(a.last_ms) }, ago(a.last_ms))]),
+      "No audit yet."),
+      el("p", { class: "note", id: "audit-how" }, "Anyone can check this job: the operator publishes its certificate (e2fleet-coordinator export " + job.job_id +
+        " --out FILE) and auditors run e2fleet-worker audit FILE --sample N on their own machines, which re-derives the tiling and the totals and re-runs units to the digit; with --coordinator the re-runs are compared here with the accepted results.")),
     section("Results by verdict and engine", table(["Verdict", "Engine kind", "Engine build", "Results", "Nodes"],
       (job.results || []).map((r) => [badge(r.verdict), r.engine_kind, el("code", {}, r.engine_build), exact(r.results), el("span", { class: "num" }, exact(r.nodes))]),
       "No results yet.")),

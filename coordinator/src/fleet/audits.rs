@@ -13,9 +13,8 @@
 //!   audit is information, not a vote: it never changes a count (an auditor is a worker
 //!   identity like any other; a disagreement is logged and shown for the operator).
 
-use e2fleet_engine::certificate::{self, CertBoard, CertResult, CertUnit, Certificate, JobInfo};
+use e2fleet_engine::certificate::{self, CertUnit, Certificate, JobInfo};
 use e2fleet_engine::model::Placement;
-use e2fleet_engine::unit::result_digest;
 use e2fleet_proto::REPORT_MAX_SOLUTIONS;
 use e2fleet_proto::api::{AuditOutcome, AuditSubmission, JobId, JobState, UnitId};
 use tracing::{info, warn};
@@ -166,42 +165,23 @@ fn build_certificate(
             }
         }
     }
-    let mut deepest: Vec<(&CertificateRow, usize)> = rows
-        .iter()
-        .filter_map(|row| row.accepted.as_ref().map(|(r, _)| (row, r.max_depth)))
-        .filter(|&(_, d)| d > 0)
-        .collect();
-    deepest.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.unit.id.0.cmp(&b.0.unit.id.0)));
-    let best = deepest
-        .into_iter()
-        .take(BEST_BOARDS)
-        .map(|(row, depth)| {
-            let board = &row.accepted.as_ref().expect("decided").0.deepest;
-            CertBoard {
-                unit: row.unit.id.0 as u64,
-                depth,
-                score: e2fleet_engine::verify::score(puzzle, board),
-                board: certificate::codes(board),
-            }
-        })
-        .collect();
+    let best = certificate::best_boards(
+        puzzle,
+        rows.iter().filter_map(|row| {
+            row.accepted
+                .as_ref()
+                .map(|(r, _)| (row.unit.id.0 as u64, r))
+        }),
+        BEST_BOARDS,
+    );
     let units: Vec<CertUnit> = rows
         .iter()
-        .map(|row| CertUnit {
-            id: row.unit.id.0 as u64,
-            prefix: certificate::codes(&row.unit.unit.prefix),
-            cursor: certificate::codes(&row.unit.unit.cursor),
-            result: row.accepted.as_ref().map(|(r, agreed)| {
-                let (from, nodes) = CertResult::compact_nodes(&r.nodes_by_depth);
-                CertResult {
-                    from,
-                    nodes,
-                    max_depth: r.max_depth,
-                    stop: r.cursor.as_deref().map(certificate::codes),
-                    digest: result_digest(r),
-                    agreed: *agreed,
-                }
-            }),
+        .map(|row| {
+            CertUnit::new(
+                row.unit.id.0 as u64,
+                &row.unit.unit,
+                row.accepted.as_ref().map(|(r, agreed)| (r, *agreed)),
+            )
         })
         .collect();
     Certificate {

@@ -3,6 +3,7 @@
 //! deadlines, ones that report twice or late, liars, and callers with wrong tokens.
 
 mod bounds;
+mod certificates;
 mod dashboard;
 mod harness;
 mod http_api;

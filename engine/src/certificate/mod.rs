@@ -34,8 +34,9 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
 
-use crate::model::Placement;
+use crate::model::{Placement, Puzzle};
 use crate::plan::SearchPlan;
+use crate::unit::{Unit, UnitResult, result_digest};
 
 /// The format tag of version 1.
 pub const FORMAT: &str = "e2fleet-certificate/1";
@@ -138,6 +139,53 @@ pub struct CertBoard {
     pub score: usize,
     /// Codes at depths `1..=depth`.
     pub board: Vec<u32>,
+}
+
+impl CertUnit {
+    /// The entry of unit `id` walking `unit`, with its accepted result and how many
+    /// results agreed with it.
+    pub fn new(id: u64, unit: &Unit, accepted: Option<(&UnitResult, u32)>) -> CertUnit {
+        CertUnit {
+            id,
+            prefix: codes(&unit.prefix),
+            cursor: codes(&unit.cursor),
+            result: accepted.map(|(r, agreed)| {
+                let (from, nodes) = CertResult::compact_nodes(&r.nodes_by_depth);
+                CertResult {
+                    from,
+                    nodes,
+                    max_depth: r.max_depth,
+                    stop: r.cursor.as_deref().map(codes),
+                    digest: result_digest(r),
+                    agreed,
+                }
+            }),
+        }
+    }
+}
+
+/// The `limit` deepest boards of `results` (unit id, accepted result), deepest first,
+/// lower unit id first on ties, each with its score.
+pub fn best_boards<'r>(
+    puzzle: &Puzzle,
+    results: impl IntoIterator<Item = (u64, &'r UnitResult)>,
+    limit: usize,
+) -> Vec<CertBoard> {
+    let mut deepest: Vec<(u64, &UnitResult)> = results
+        .into_iter()
+        .filter(|(_, r)| r.max_depth > 0)
+        .collect();
+    deepest.sort_by(|a, b| b.1.max_depth.cmp(&a.1.max_depth).then(a.0.cmp(&b.0)));
+    deepest
+        .into_iter()
+        .take(limit)
+        .map(|(unit, r)| CertBoard {
+            unit,
+            depth: r.max_depth,
+            score: crate::verify::score(puzzle, &r.deepest),
+            board: codes(&r.deepest),
+        })
+        .collect()
 }
 
 impl CertResult {

@@ -3,6 +3,7 @@
 
 mod accounting;
 mod bad_input;
+mod certificate;
 mod compiled;
 mod estimate;
 mod formats;

@@ -2,6 +2,7 @@
 //! exact totals, SIGKILL and lease expiry, SIGTERM with cursors, the coordinator going
 //! away and coming back, journal replay, and a build that fails its self-test.
 
+mod audit;
 mod first_hour;
 mod harness;
 mod hostile;
