@@ -12,6 +12,10 @@
 //! ```sh
 //! cargo bench -p e2fleet-coordinator --bench load -- --workers 1000 --think-ms 400 --seconds 20
 //! (`--jobs N`: N jobs side by side with equal shares)
+//! cargo bench -p e2fleet-coordinator --bench load -- --workers 200 --think-ms 0 --campaign 10000000
+//! (`--campaign N`: run until N units are done, printing at every tenth the database's
+//! bytes per unit and the units/s of that tenth: storage and speed over a long campaign;
+//! `--db FILE` keeps the database there)
 //! ```
 //! Prints completed units/s, lease/report latency percentiles as the workers saw them,
 //! and the writer thread's figures (queue wait, run time per job, commits, busy share).
@@ -69,6 +73,40 @@ fn main() {
         .block_on(run());
 }
 
+/// The database's bytes on disk (main file and write-ahead log).
+fn db_bytes(db: &std::path::Path) -> u64 {
+    let size = |p: std::path::PathBuf| std::fs::metadata(p).map_or(0, |m| m.len());
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    size(db.to_path_buf()) + size(wal.into())
+}
+
+/// Waits until `target` units are done, printing storage and speed at every tenth.
+async fn run_campaign(done: &AtomicU64, target: u64, db: &std::path::Path) {
+    let step = (target / 10).max(1);
+    let (mut last_done, mut last_at) = (done.load(Ordering::Relaxed), Instant::now());
+    let start = Instant::now();
+    println!(
+        "campaign: {target} units; at every tenth: units done, database bytes, bytes per unit, units/s of the tenth"
+    );
+    while last_done < target {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now_done = done.load(Ordering::Relaxed);
+        if now_done >= last_done + step || now_done >= target {
+            let bytes = db_bytes(db);
+            println!(
+                "  {:>10} units  {:>6.0} s  {:>14} bytes  {:>7.0} bytes/unit  {:>6.0} units/s",
+                now_done,
+                start.elapsed().as_secs_f64(),
+                bytes,
+                bytes as f64 / now_done.max(1) as f64,
+                (now_done - last_done) as f64 / last_at.elapsed().as_secs_f64(),
+            );
+            (last_done, last_at) = (now_done, Instant::now());
+        }
+    }
+}
+
 /// Lowers the calling thread's priority (Linux: `renice` takes a thread id).
 fn renice_this_thread(nice: i32) {
     let tid = std::fs::read_link("/proc/thread-self")
@@ -101,7 +139,12 @@ async fn run() {
         .build()
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("load.db");
+    let db = match std::env::args().skip_while(|a| a != "--db").nth(1) {
+        Some(path) => std::path::PathBuf::from(path),
+        None => dir.path().join("load.db"),
+    };
+    let db_path = db.clone();
+    let campaign = arg("--campaign", 0);
     let (fleet, url, job_id, units, depth) = coordinator
         .spawn(async move {
             let store = Store::open(&db).await.unwrap();
@@ -283,7 +326,11 @@ async fn run() {
     let start_done = done.load(Ordering::Relaxed);
     let w0 = fleet.writer_stats();
     let started = Instant::now();
-    tokio::time::sleep(Duration::from_secs(seconds)).await;
+    if campaign > 0 {
+        run_campaign(&done, campaign, &db_path).await;
+    } else {
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+    }
     let completed = done.load(Ordering::Relaxed) - start_done;
     measuring.store(false, Ordering::Relaxed);
     let w1 = fleet.writer_stats();

@@ -158,7 +158,7 @@ fn build_certificate(
             solutions.push(board);
         }
     }
-    for (r, _) in rows.iter().filter_map(|row| row.accepted.as_ref()) {
+    for (r, _, _) in rows.iter().filter_map(|row| row.accepted.as_ref()) {
         for s in &r.solutions {
             if solutions.len() < CERTIFICATE_SOLUTIONS {
                 solutions.push(s.clone());
@@ -170,7 +170,7 @@ fn build_certificate(
         rows.iter().filter_map(|row| {
             row.accepted
                 .as_ref()
-                .map(|(r, _)| (row.unit.id.0 as u64, r))
+                .map(|(r, _, _)| (row.unit.id.0 as u64, r))
         }),
         BEST_BOARDS,
     );
@@ -180,7 +180,9 @@ fn build_certificate(
             CertUnit::new(
                 row.unit.id.0 as u64,
                 &row.unit.unit,
-                row.accepted.as_ref().map(|(r, agreed)| (r, *agreed)),
+                row.accepted
+                    .as_ref()
+                    .map(|(r, digest, agreed)| (r, digest.as_str(), *agreed)),
             )
         })
         .collect();

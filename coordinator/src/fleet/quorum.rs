@@ -36,6 +36,7 @@ use tracing::warn;
 
 use super::policy::quorum_for;
 use super::{Fleet, FleetError};
+use crate::status::best::BEST_BOARDS;
 use crate::store::{
     AccountNeed, JobHead, MoreRuns, NewUnit, ResultRecord, Standing, Tx, UnitKind, UnitRecord,
     UnitState,
@@ -241,6 +242,21 @@ impl Fleet {
             }
         }
         tx.mark_unit_done(unit.id, accepted_id)?;
+        // bounded storage: the decided unit's results keep only their cores; the accepted
+        // one keeps its body while it carries solutions or one of the job's best boards
+        let accepted = match &current {
+            Some(c) if c.id == accepted_id => c,
+            _ => winner,
+        };
+        let keep = accepted.solutions > 0
+            || (accepted.max_depth > 0
+                && tx.boards_kept_at_least(
+                    job.id,
+                    accepted.max_depth,
+                    accepted_id,
+                    BEST_BOARDS,
+                )? < BEST_BOARDS);
+        tx.fold_results(unit.id, keep.then_some(accepted_id))?;
         // volunteer results another party agreed with earn their account trust and credit
         if parties >= 2 {
             let mut credited = BTreeSet::new();

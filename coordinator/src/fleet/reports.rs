@@ -13,7 +13,7 @@ use tracing::{instrument, warn};
 use super::checks::check_result;
 use super::{Fleet, FleetError, LeasedUnit, finish_if_done};
 use crate::store::{
-    LeaseState, NewResult, ResultBody, ResultId, ResultRecord, Standing, Tx, UnitState,
+    LeaseState, NewResult, ResultBody, ResultCore, ResultId, ResultRecord, Standing, Tx, UnitState,
     WorkerRecord,
 };
 
@@ -35,6 +35,7 @@ impl Fleet {
         let now = self.now();
         let digest = result_digest(&report.result);
         let body = ResultBody::encode(&report.result);
+        let folded = ResultCore::encode(&report.result);
         let pre = self.precheck(&report).await?;
         // drawn here, from the CSPRNG: whether a trusted volunteer's result is run again
         // by another account (nobody can tell in advance which ones are)
@@ -43,7 +44,14 @@ impl Fleet {
         let outcome = self
             .store
             .write(move |tx| {
-                fleet.report_tx(tx, &worker, report, (digest, body), (pre, recheck), now)
+                fleet.report_tx(
+                    tx,
+                    &worker,
+                    report,
+                    (digest, body, folded),
+                    (pre, recheck),
+                    now,
+                )
             })
             .await?;
         tracing::info!(status = %outcome.status, "result reported");
@@ -90,7 +98,7 @@ impl Fleet {
         tx: &mut dyn Tx,
         worker: &WorkerRecord,
         report: Report,
-        (digest, body): (String, ResultBody),
+        (digest, body, folded): (String, ResultBody, ResultCore),
         (pre, recheck): (Option<Prechecked>, bool),
         now: i64,
     ) -> Result<ReportOutcome, FleetError> {
@@ -192,6 +200,7 @@ impl Fleet {
         let result_id = tx.insert_result(&NewResult {
             record: record.clone(),
             body,
+            core: folded,
         })?;
         if let Err(why) = check {
             warn!(worker_id = %worker.id, unit_id = %unit.id, %why, "result failed verification");

@@ -191,6 +191,18 @@ pub trait Results {
     /// Every unit of a job that is not cancelled, by id, with its accepted result (a
     /// certificate's units).
     fn certificate_rows(&mut self, job: JobId) -> StoreResult<Vec<CertificateRow>>;
+    /// Folds the results of a decided unit: every accepted or agreeing one except `keep`
+    /// drops its body and keeps its core ([`ResultCore`]); how many were folded.
+    fn fold_results(&mut self, unit: UnitId, keep: Option<ResultId>) -> StoreResult<u64>;
+    /// Up to `limit`: accepted results of a job other than `other_than` that reached
+    /// `depth` or deeper and still have their body (the best boards kept).
+    fn boards_kept_at_least(
+        &mut self,
+        job: JobId,
+        depth: usize,
+        other_than: ResultId,
+        limit: usize,
+    ) -> StoreResult<usize>;
     /// The digest of each unit's accepted result (`None`: no such unit in the job, or not
     /// decided), in the order asked.
     fn accepted_digests(

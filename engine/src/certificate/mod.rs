@@ -36,7 +36,7 @@ use thiserror::Error;
 
 use crate::model::{Placement, Puzzle};
 use crate::plan::SearchPlan;
-use crate::unit::{Unit, UnitResult, result_digest};
+use crate::unit::{Unit, UnitResult};
 
 /// The format tag of version 1.
 pub const FORMAT: &str = "e2fleet-certificate/1";
@@ -142,21 +142,22 @@ pub struct CertBoard {
 }
 
 impl CertUnit {
-    /// The entry of unit `id` walking `unit`, with its accepted result and how many
-    /// results agreed with it.
-    pub fn new(id: u64, unit: &Unit, accepted: Option<(&UnitResult, u32)>) -> CertUnit {
+    /// The entry of unit `id` walking `unit`, with its accepted result, that result's
+    /// digest ([`crate::unit::result_digest`] of the whole result: a store may keep only the counts and
+    /// the digest) and how many results agreed with it.
+    pub fn new(id: u64, unit: &Unit, accepted: Option<(&UnitResult, &str, u32)>) -> CertUnit {
         CertUnit {
             id,
             prefix: codes(&unit.prefix),
             cursor: codes(&unit.cursor),
-            result: accepted.map(|(r, agreed)| {
+            result: accepted.map(|(r, digest, agreed)| {
                 let (from, nodes) = CertResult::compact_nodes(&r.nodes_by_depth);
                 CertResult {
                     from,
                     nodes,
                     max_depth: r.max_depth,
                     stop: r.cursor.as_deref().map(codes),
-                    digest: result_digest(r),
+                    digest: digest.to_string(),
                     agreed,
                 }
             }),
@@ -165,7 +166,8 @@ impl CertUnit {
 }
 
 /// The `limit` deepest boards of `results` (unit id, accepted result), deepest first,
-/// lower unit id first on ties, each with its score.
+/// lower unit id first on ties, each with its score (results without their deepest board
+/// are passed over).
 pub fn best_boards<'r>(
     puzzle: &Puzzle,
     results: impl IntoIterator<Item = (u64, &'r UnitResult)>,
@@ -173,7 +175,7 @@ pub fn best_boards<'r>(
 ) -> Vec<CertBoard> {
     let mut deepest: Vec<(u64, &UnitResult)> = results
         .into_iter()
-        .filter(|(_, r)| r.max_depth > 0)
+        .filter(|(_, r)| r.max_depth > 0 && r.deepest.len() == r.max_depth)
         .collect();
     deepest.sort_by(|a, b| b.1.max_depth.cmp(&a.1.max_depth).then(a.0.cmp(&b.0)));
     deepest

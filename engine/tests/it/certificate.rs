@@ -11,7 +11,7 @@ use e2fleet_engine::certificate::{
 };
 use e2fleet_engine::formats::to_site_json;
 use e2fleet_engine::search::{NoControl, RunOptions, Walker};
-use e2fleet_engine::unit::add_counts;
+use e2fleet_engine::unit::{add_counts, result_digest};
 use e2fleet_engine::{SearchSpec, Unit, UnitResult};
 
 use crate::load;
@@ -73,7 +73,7 @@ fn fleet_job(
     let units: Vec<CertUnit> = done
         .iter()
         .enumerate()
-        .map(|(i, (u, r))| CertUnit::new(i as u64 + 1, u, Some((r, 1))))
+        .map(|(i, (u, r))| CertUnit::new(i as u64 + 1, u, Some((r, &result_digest(r), 1))))
         .collect();
     let best = certificate::best_boards(
         &spec.puzzle,
@@ -288,8 +288,11 @@ fn a_stray_unit_is_named() {
         )
         .unwrap();
     let forged = forge(cert, |c| {
-        c.units
-            .push(CertUnit::new(777, &Unit::prefix(deeper), Some((&r, 1))));
+        c.units.push(CertUnit::new(
+            777,
+            &Unit::prefix(deeper),
+            Some((&r, &result_digest(&r), 1)),
+        ));
     });
     let err = structure_error(&forged);
     assert!(matches!(err, AuditError::Stray { id: 777, .. }), "{err}");

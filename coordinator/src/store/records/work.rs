@@ -249,6 +249,31 @@ pub struct NewResult {
     pub record: ResultRecord,
     /// The whole result.
     pub body: ResultBody,
+    /// What stays of it once its unit is decided.
+    pub core: ResultCore,
+}
+
+/// The part of a result kept after its unit is decided (bounded storage): per-depth
+/// counts and a budget stop's cursor, encoded for storage before the write. With the
+/// record's columns (digest, committed, solutions, deepest depth, who, when) it is what
+/// overturns, conservation and certificates need.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResultCore {
+    /// Per-depth counts, sparse.
+    pub(crate) counts: String,
+    /// The budget stop's cursor.
+    pub(crate) stop: Option<Vec<u8>>,
+}
+
+impl ResultCore {
+    /// Encodes what is kept of a result.
+    pub fn encode(result: &UnitResult) -> ResultCore {
+        use crate::store::sqlite::codec::{encode_path, encode_sparse_counts};
+        ResultCore {
+            counts: encode_sparse_counts(&result.nodes_by_depth),
+            stop: result.cursor.as_deref().map(encode_path),
+        }
+    }
 }
 
 /// An accepted result's deepest board, with who found it and when.
@@ -270,6 +295,8 @@ pub struct FoundBoard {
 pub struct CertificateRow {
     /// The unit.
     pub unit: UnitRecord,
-    /// Its accepted result and the results that agree with it (itself included).
-    pub accepted: Option<(UnitResult, u32)>,
+    /// Its accepted result, its digest and the results that agree with it (itself
+    /// included). A folded result has no solution or deepest boards (its digest is the
+    /// stored one).
+    pub accepted: Option<(UnitResult, String, u32)>,
 }

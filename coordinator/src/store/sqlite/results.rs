@@ -5,6 +5,7 @@ use e2fleet_engine::UnitResult;
 use e2fleet_proto::api::{AccountId, JobId, LeaseId, ResultVerdict, UnitId, WorkerId};
 use rusqlite::{OptionalExtension, Row, params};
 
+use super::codec::{decode_sparse_counts, path_at};
 use super::units::U_COLUMNS;
 use super::{SqliteTx, parsed};
 use crate::store::tx::{Results, StoreResult};
@@ -47,6 +48,44 @@ fn bodies(rows: Vec<String>) -> StoreResult<Vec<UnitResult>> {
     rows.into_iter().map(|b| ResultBody(b).decode()).collect()
 }
 
+/// The columns [`body_at`] reads (`r.` aliases results, `j.` its job, `b.` its body,
+/// left-joined: [`BODY_JOINS`]).
+const BODY_COLUMNS: &str = "b.json, r.counts, r.stop, r.committed, r.solutions, r.max_depth, j.depths";
+
+/// The joins [`BODY_COLUMNS`] need.
+const BODY_JOINS: &str =
+    "JOIN jobs j ON j.id = r.job_id LEFT JOIN result_bodies b ON b.result_id = r.id";
+
+/// A result from the [`BODY_COLUMNS`] at `at`: its whole body, or for a folded result
+/// what was kept of it — counts, solutions count, deepest depth and budget stop, without
+/// solution or deepest boards.
+fn body_at(r: &Row<'_>, at: usize) -> rusqlite::Result<UnitResult> {
+    let json: Option<String> = r.get(at)?;
+    let fail = |e: crate::store::StoreError| super::conversion(at, e.to_string());
+    if let Some(json) = json {
+        return ResultBody(json).decode().map_err(fail);
+    }
+    let counts: Option<String> = r.get(at + 1)?;
+    let cursor = path_at(r, at + 2, "stop")?;
+    let depths = r.get::<_, i64>(at + 6)? as usize;
+    let nodes_by_depth =
+        decode_sparse_counts(counts.as_deref().unwrap_or("[]"), depths).map_err(fail)?;
+    Ok(UnitResult {
+        nodes_by_depth,
+        committed: r.get::<_, i64>(at + 3)? as u64,
+        solutions_count: r.get::<_, i64>(at + 4)? as u64,
+        solutions: Vec::new(),
+        max_depth: r.get::<_, i64>(at + 5)? as usize,
+        deepest: Vec::new(),
+        stop: Some(if cursor.is_some() {
+            e2fleet_engine::unit::StopReason::Budget
+        } else {
+            e2fleet_engine::unit::StopReason::Finished
+        }),
+        cursor,
+    })
+}
+
 impl SqliteTx<'_> {
     /// Accepted results whose `column` (`account_id` or `worker_id`) is `id` and that no
     /// other account or identity (by the same column) reported the same digest for.
@@ -76,8 +115,8 @@ impl Results for SqliteTx<'_> {
     fn insert_result(&mut self, n: &NewResult) -> StoreResult<ResultId> {
         let r = &n.record;
         self.c.prepare_cached(
-            "INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, engine_build, digest, result_json, committed, solutions, max_depth, engine_seconds, verdict, received_ms, account_id, standing) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms, account_id, standing, counts, stop) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )?
         .execute(params![
             r.job_id.to_string(),
@@ -89,7 +128,6 @@ impl Results for SqliteTx<'_> {
             r.engine_kind.as_str(),
             r.engine_build,
             r.digest,
-            n.body.0,
             r.committed as i64,
             r.solutions as i64,
             r.max_depth as i64,
@@ -97,9 +135,15 @@ impl Results for SqliteTx<'_> {
             r.verdict.as_str(),
             r.received_ms,
             r.account_id.as_str(),
-            r.standing.as_str()
+            r.standing.as_str(),
+            n.core.counts,
+            n.core.stop
         ])?;
-        Ok(ResultId(self.c.last_insert_rowid()))
+        let id = self.c.last_insert_rowid();
+        self.c
+            .prepare_cached("INSERT INTO result_bodies (result_id, json) VALUES (?, ?)")?
+            .execute(params![id, n.body.0])?;
+        Ok(ResultId(id))
     }
 
     fn result_by_lease(&mut self, lease: LeaseId) -> StoreResult<Option<ResultRecord>> {
@@ -119,12 +163,13 @@ impl Results for SqliteTx<'_> {
     }
 
     fn result_body(&mut self, id: ResultId) -> StoreResult<Option<UnitResult>> {
-        let body: Option<String> = self
+        Ok(self
             .c
-            .prepare_cached("SELECT result_json FROM results WHERE id = ?")?
-            .query_row([id.0], |r| r.get(0))
-            .optional()?;
-        body.map(|b| ResultBody(b).decode()).transpose()
+            .prepare_cached(&format!(
+                "SELECT {BODY_COLUMNS} FROM results r {BODY_JOINS} WHERE r.id = ?"
+            ))?
+            .query_row([id.0], |r| body_at(r, 0))
+            .optional()?)
     }
 
     fn valid_results_of_unit(&mut self, unit: UnitId) -> StoreResult<Vec<ResultRecord>> {
@@ -168,16 +213,18 @@ impl Results for SqliteTx<'_> {
     }
 
     fn accepted_bodies_of_job(&mut self, job: JobId) -> StoreResult<Vec<UnitResult>> {
-        let rows = self.strings(
-            "SELECT result_json FROM results WHERE job_id = ? AND verdict = 'accepted' ORDER BY unit_id",
-            [job.to_string()],
-        )?;
-        bodies(rows)
+        let mut q = self.c.prepare(&format!(
+            "SELECT {BODY_COLUMNS} FROM results r {BODY_JOINS} \
+             WHERE r.job_id = ? AND r.verdict = 'accepted' ORDER BY r.unit_id"
+        ))?;
+        let rows = q.query_map([job.to_string()], |r| body_at(r, 0))?;
+        Ok(rows.collect::<Result<_, _>>()?)
     }
 
     fn solution_bodies_of_job(&mut self, job: JobId, limit: usize) -> StoreResult<Vec<UnitResult>> {
         let rows = self.strings(
-            "SELECT result_json FROM results WHERE job_id = ? AND verdict = 'accepted' AND solutions > 0 ORDER BY unit_id LIMIT ?",
+            "SELECT b.json FROM results r JOIN result_bodies b ON b.result_id = r.id \
+             WHERE r.job_id = ? AND r.verdict = 'accepted' AND r.solutions > 0 ORDER BY r.unit_id LIMIT ?",
             params![job.to_string(), limit as i64],
         )?;
         bodies(rows)
@@ -185,8 +232,9 @@ impl Results for SqliteTx<'_> {
 
     fn deepest_results_of_job(&mut self, job: JobId, limit: usize) -> StoreResult<Vec<FoundBoard>> {
         let mut q = self.c.prepare_cached(
-            "SELECT result_json, account_id, hostname, received_ms FROM results INDEXED BY results_by_job_depth \
-             WHERE job_id = ? AND verdict = 'accepted' ORDER BY max_depth DESC, received_ms, id LIMIT ?",
+            "SELECT b.json, r.account_id, r.hostname, r.received_ms FROM results r INDEXED BY results_kept_boards \
+             JOIN result_bodies b ON b.result_id = r.id \
+             WHERE r.job_id = ? AND r.verdict = 'accepted' AND r.body_kept = 1 ORDER BY r.max_depth DESC, r.received_ms, r.id LIMIT ?",
         )?;
         let rows = q.query_map(params![job.to_string(), limit as i64], |r| {
             Ok((
@@ -211,7 +259,8 @@ impl Results for SqliteTx<'_> {
 
     fn deepest_body_of_job(&mut self, job: JobId) -> StoreResult<Option<UnitResult>> {
         let rows = self.strings(
-            "SELECT result_json FROM results WHERE job_id = ? AND verdict = 'accepted' ORDER BY max_depth DESC, unit_id LIMIT 1",
+            "SELECT b.json FROM results r INDEXED BY results_kept_boards JOIN result_bodies b ON b.result_id = r.id \
+             WHERE r.job_id = ? AND r.verdict = 'accepted' AND r.body_kept = 1 ORDER BY r.max_depth DESC, r.unit_id LIMIT 1",
             [job.to_string()],
         )?;
         Ok(bodies(rows)?.pop())
@@ -298,30 +347,63 @@ impl Results for SqliteTx<'_> {
 
     fn certificate_rows(&mut self, job: JobId) -> StoreResult<Vec<CertificateRow>> {
         let sql = format!(
-            "SELECT {U_COLUMNS}, r.result_json, \
+            "SELECT {U_COLUMNS}, r.id, {BODY_COLUMNS}, r.digest, \
                (SELECT COUNT(*) FROM results a WHERE a.unit_id = u.id AND a.digest = r.digest \
                   AND a.verdict IN ('accepted', 'agree')) \
              FROM units u LEFT JOIN results r ON r.id = u.accepted_result_id \
+               LEFT JOIN jobs j ON j.id = r.job_id LEFT JOIN result_bodies b ON b.result_id = r.id \
              WHERE u.job_id = ? AND u.state != 'cancelled' ORDER BY u.id"
         );
         let mut q = self.c.prepare(&sql)?;
         let rows = q.query_map([job.to_string()], |r| {
-            Ok((
-                super::units::from_row_at(r, 0)?,
-                r.get::<_, Option<String>>(15)?,
-                r.get::<_, Option<i64>>(16)?,
-            ))
-        })?;
-        let mut out = Vec::new();
-        for row in rows {
-            let (unit, body, agreed) = row?;
-            let accepted = match body {
-                Some(b) => Some((ResultBody(b).decode()?, agreed.unwrap_or(1).max(1) as u32)),
+            let unit = super::units::from_row_at(r, 0)?;
+            let accepted = match r.get::<_, Option<i64>>(15)? {
                 None => None,
+                Some(_) => Some((
+                    body_at(r, 16)?,
+                    r.get::<_, String>(23)?,
+                    r.get::<_, i64>(24)?.max(1) as u32,
+                )),
             };
-            out.push(CertificateRow { unit, accepted });
-        }
-        Ok(out)
+            Ok(CertificateRow { unit, accepted })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn fold_results(&mut self, unit: UnitId, keep: Option<ResultId>) -> StoreResult<u64> {
+        const FOLDABLE: &str = "unit_id = ?1 AND id IS NOT ?2 AND verdict IN ('accepted', 'agree') \
+             AND body_kept = 1 AND counts IS NOT NULL";
+        let keep = keep.map(|k| k.0);
+        self.c
+            .prepare_cached(&format!(
+                "DELETE FROM result_bodies WHERE result_id IN (SELECT id FROM results WHERE {FOLDABLE})"
+            ))?
+            .execute(params![unit.0, keep])?;
+        let n = self
+            .c
+            .prepare_cached(&format!("UPDATE results SET body_kept = 0 WHERE {FOLDABLE}"))?
+            .execute(params![unit.0, keep])?;
+        Ok(n as u64)
+    }
+
+    fn boards_kept_at_least(
+        &mut self,
+        job: JobId,
+        depth: usize,
+        other_than: ResultId,
+        limit: usize,
+    ) -> StoreResult<usize> {
+        let n: i64 = self
+            .c
+            .prepare_cached(
+                "SELECT COUNT(*) FROM (SELECT 1 FROM results INDEXED BY results_kept_boards \
+                 WHERE job_id = ? AND max_depth >= ? AND verdict = 'accepted' AND body_kept = 1 AND id != ? LIMIT ?)",
+            )?
+            .query_row(
+                params![job.to_string(), depth as i64, other_than.0, limit as i64],
+                |r| r.get(0),
+            )?;
+        Ok(n as usize)
     }
 
     fn accepted_digests(

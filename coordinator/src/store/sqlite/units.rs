@@ -179,7 +179,7 @@ impl Units for SqliteTx<'_> {
             .c
             .prepare_cached(&format!(
                 "SELECT {U_COLUMNS} FROM units u JOIN jobs j ON j.id = u.job_id \
-                 WHERE u.state = 'open' AND j.state = 'running' AND j.paused = 0 AND u.cursor_json != '[]' \
+                 WHERE u.state = 'open' AND j.state = 'running' AND j.paused = 0 AND length(u.cursor_json) > 0 AND u.cursor_json != '[]' \
                    AND u.active_leases = 0 AND u.results = 0 AND u.needed = 1 \
                  ORDER BY u.id LIMIT 1"
             ))?
