@@ -257,6 +257,9 @@ impl Fleet {
                     BEST_BOARDS,
                 )? < BEST_BOARDS);
         tx.fold_results(unit.id, keep.then_some(accepted_id))?;
+        if keep {
+            tx.fold_surplus_boards(job.id, BEST_BOARDS)?;
+        }
         // volunteer results another party agreed with earn their account trust and credit
         if parties >= 2 {
             let mut credited = BTreeSet::new();

@@ -194,6 +194,9 @@ pub trait Results {
     /// Folds the results of a decided unit: every accepted or agreeing one except `keep`
     /// drops its body and keeps its core ([`ResultCore`]); how many were folded.
     fn fold_results(&mut self, unit: UnitId, keep: Option<ResultId>) -> StoreResult<u64>;
+    /// Folds the kept accepted results of a job that are neither among its `keep` deepest
+    /// boards nor carry solutions; how many.
+    fn fold_surplus_boards(&mut self, job: JobId, keep: usize) -> StoreResult<u64>;
     /// Up to `limit`: accepted results of a job other than `other_than` that reached
     /// `depth` or deeper and still have their body (the best boards kept).
     fn boards_kept_at_least(

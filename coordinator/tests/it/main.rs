@@ -5,6 +5,7 @@
 mod bounds;
 mod certificates;
 mod dashboard;
+mod folding;
 mod harness;
 mod http_api;
 mod scenarios;

@@ -14,7 +14,7 @@ use crate::harness::*;
 const FOUR: &str = "brendan/set1/pieces_04x04.txt";
 
 /// Workers take turns until none has work (bounded).
-async fn work_all(workers: &mut [&mut SimWorker], rounds: usize) {
+pub async fn work_all(workers: &mut [&mut SimWorker], rounds: usize) {
     for _ in 0..rounds {
         let mut done = 0;
         for w in workers.iter_mut() {
@@ -312,7 +312,7 @@ async fn one_worker_cannot_hoard_a_job() {
     c.stop().await;
 }
 
-async fn trusted_volunteer(c: &Coordinator, op: &mut SimWorker, trust_after: u64) -> SimWorker {
+pub async fn trusted_volunteer(c: &Coordinator, op: &mut SimWorker, trust_after: u64) -> SimWorker {
     let (_, token) = c.admin().await.add_account("vera").await.unwrap();
     let mut v = SimWorker::register_with(&c.url, &token, "vera-1", "x", 2, Behaviour::Honest).await;
     for _ in 0..trust_after {

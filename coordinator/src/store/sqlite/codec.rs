@@ -96,14 +96,20 @@ pub fn decode_path(text: &str, what: &str) -> Result<Vec<Placement>, StoreError>
 }
 
 /// Reads a path column (a BLOB, or text from earlier versions; NULL is no path).
-pub fn path_at(r: &rusqlite::Row<'_>, idx: usize, what: &str) -> rusqlite::Result<Option<Vec<Placement>>> {
+pub fn path_at(
+    r: &rusqlite::Row<'_>,
+    idx: usize,
+    what: &str,
+) -> rusqlite::Result<Option<Vec<Placement>>> {
     let decoded = match r.get_ref(idx)? {
         ValueRef::Null => return Ok(None),
         ValueRef::Blob(b) => decode_path_blob(b, what),
         ValueRef::Text(t) => decode_path(&String::from_utf8_lossy(t), what),
         _ => Err(StoreError::Corrupt(format!("{what}: not a path"))),
     };
-    decoded.map(Some).map_err(|e| conversion(idx, e.to_string()))
+    decoded
+        .map(Some)
+        .map_err(|e| conversion(idx, e.to_string()))
 }
 
 /// Reads a unit from its prefix and cursor columns.

@@ -50,7 +50,8 @@ fn bodies(rows: Vec<String>) -> StoreResult<Vec<UnitResult>> {
 
 /// The columns [`body_at`] reads (`r.` aliases results, `j.` its job, `b.` its body,
 /// left-joined: [`BODY_JOINS`]).
-const BODY_COLUMNS: &str = "b.json, r.counts, r.stop, r.committed, r.solutions, r.max_depth, j.depths";
+const BODY_COLUMNS: &str =
+    "b.json, r.counts, r.stop, r.committed, r.solutions, r.max_depth, j.depths";
 
 /// The joins [`BODY_COLUMNS`] need.
 const BODY_JOINS: &str =
@@ -381,9 +382,34 @@ impl Results for SqliteTx<'_> {
             .execute(params![unit.0, keep])?;
         let n = self
             .c
-            .prepare_cached(&format!("UPDATE results SET body_kept = 0 WHERE {FOLDABLE}"))?
+            .prepare_cached(&format!(
+                "UPDATE results SET body_kept = 0 WHERE {FOLDABLE}"
+            ))?
             .execute(params![unit.0, keep])?;
         Ok(n as u64)
+    }
+
+    fn fold_surplus_boards(&mut self, job: JobId, keep: usize) -> StoreResult<u64> {
+        let surplus: Vec<i64> = {
+            let mut q = self.c.prepare_cached(
+                "SELECT id FROM (SELECT id, solutions, ROW_NUMBER() OVER (ORDER BY max_depth DESC, received_ms, id) AS rank \
+                   FROM results INDEXED BY results_kept_boards WHERE job_id = ? AND verdict = 'accepted' AND body_kept = 1) \
+                 WHERE rank > ? AND solutions = 0",
+            )?;
+            let rows = q.query_map(params![job.to_string(), keep as i64], |r| r.get(0))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        for id in &surplus {
+            self.c
+                .prepare_cached("DELETE FROM result_bodies WHERE result_id = ?")?
+                .execute([id])?;
+            self.c
+                .prepare_cached(
+                    "UPDATE results SET body_kept = 0 WHERE id = ? AND counts IS NOT NULL",
+                )?
+                .execute([id])?;
+        }
+        Ok(surplus.len() as u64)
     }
 
     fn boards_kept_at_least(
