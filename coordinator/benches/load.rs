@@ -362,7 +362,7 @@ async fn run() {
     let jobs = (w1.jobs - w0.jobs).max(1);
     let batches = (w1.batches - w0.batches).max(1);
     println!(
-        "writer thread: {} jobs, queued {:.2} ms and ran {:.0} us on average; {} commits of {:.1} jobs, busy {:.0}% of the window; longest queue wait {:.1} ms, longest batch {:.1} ms (since start)",
+        "writer thread: {} jobs, queued {:.2} ms and ran {:.0} us on average; {} commits of {:.1} jobs, busy {:.0}% of the window; longest queue wait {:.1} ms, longest batch {:.1} ms (since start); {} WAL resets",
         w1.jobs - w0.jobs,
         (w1.queued_us - w0.queued_us) as f64 / jobs as f64 / 1000.0,
         (w1.running_us - w0.running_us) as f64 / jobs as f64,
@@ -371,6 +371,7 @@ async fn run() {
         (w1.batch_us - w0.batch_us) as f64 / 1e6 / elapsed * 100.0,
         w1.max_queued_us as f64 / 1000.0,
         w1.max_batch_us as f64 / 1000.0,
+        w1.wal_resets - w0.wal_resets,
     );
     coordinator.shutdown_background();
 }

@@ -148,13 +148,14 @@ impl Writer {
         // database, so the writer never stalls on a checkpoint's copying and fsync
         conn.execute_batch(
             "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
-             PRAGMA temp_store = MEMORY; PRAGMA cache_size = -65536; PRAGMA wal_autocheckpoint = 0;",
+             PRAGMA temp_store = MEMORY; PRAGMA cache_size = -65536; PRAGMA wal_autocheckpoint = 0; \
+             PRAGMA journal_size_limit = 67108864;",
         )?;
         conn.set_prepared_statement_cache_capacity(128);
         let checkpoints = Connection::open(path)?;
-        let mut wal = path.as_os_str().to_owned();
-        wal.push("-wal");
-        let wal = std::path::PathBuf::from(wal);
+        // what the checkpointer last saw of the WAL, for the writer's resets
+        let wal = Arc::new(AtomicU64::new(0));
+        let checkpoint_wal = wal.clone();
         checkpoints.busy_timeout(Duration::from_secs(10))?;
         let (tx, rx) = mpsc::sync_channel::<Job>(capacity);
         let (alive, writer_gone) = mpsc::channel::<()>();
@@ -170,7 +171,7 @@ impl Writer {
             .map_err(spawn_error)?;
         std::thread::Builder::new()
             .name("e2fleet-checkpoint".into())
-            .spawn(move || checkpoint(checkpoints, writer_gone))
+            .spawn(move || checkpoint(checkpoints, &checkpoint_wal, writer_gone))
             .map_err(spawn_error)?;
         Ok(Writer { jobs: tx, stats })
     }
@@ -223,7 +224,7 @@ impl Writer {
     }
 }
 
-fn run(conn: Connection, wal: &Path, jobs: mpsc::Receiver<Job>, stats: Arc<WriterStats>) {
+fn run(conn: Connection, wal: &AtomicU64, jobs: mpsc::Receiver<Job>, stats: Arc<WriterStats>) {
     let mut wal_checked = Instant::now();
     while let Ok(first) = jobs.recv() {
         if wal_checked.elapsed() >= WAL_CHECK_EVERY {
@@ -282,7 +283,7 @@ fn run(conn: Connection, wal: &Path, jobs: mpsc::Receiver<Job>, stats: Arc<Write
 /// How often the checkpointer copies committed WAL frames into the database.
 pub const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 
-/// WAL size past which the checkpointer resets it.
+/// WAL size past which the writer starts it over (also its `journal_size_limit`).
 pub const WAL_LIMIT_BYTES: u64 = 64 << 20;
 
 /// The checkpointer thread: a PASSIVE checkpoint every [`CHECKPOINT_EVERY`] (it never
@@ -292,12 +293,16 @@ pub const WAL_LIMIT_BYTES: u64 = 64 << 20;
 /// that happens only when a checkpoint has copied *every* frame and no reader still needs
 /// the old ones, which under steady writes and reads is never. Left alone the WAL grows
 /// without bound (a load bench of 60,000 units left a 3.4 GB WAL next to a 0.4 GB
-/// database; a TRUNCATE from this thread starves behind the writer's back-to-back
+/// database; a checkpoint that resets it from this thread starves behind the writer's back-to-back
 /// batches). So the writer itself resets it between batches ([`reset_wal_if_big`]).
-fn checkpoint(conn: Connection, writer_gone: mpsc::Receiver<()>) {
+fn checkpoint(conn: Connection, wal: &AtomicU64, writer_gone: mpsc::Receiver<()>) {
+    let page = conn
+        .query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0))
+        .unwrap_or(4096) as u64;
     while let Err(mpsc::RecvTimeoutError::Timeout) = writer_gone.recv_timeout(CHECKPOINT_EVERY) {
-        if let Err(e) = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(())) {
-            error!(error = %e, "checkpoint failed; will retry");
+        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(1)) {
+            Ok(frames) => wal.store(frames.max(0) as u64 * page, Relaxed),
+            Err(e) => error!(error = %e, "checkpoint failed; will retry"),
         }
     }
 }
@@ -305,24 +310,37 @@ fn checkpoint(conn: Connection, writer_gone: mpsc::Receiver<()>) {
 /// How often the writer looks at the WAL's size between batches.
 const WAL_CHECK_EVERY: Duration = Duration::from_millis(100);
 
-/// Starts the WAL over when it has grown past [`WAL_LIMIT_BYTES`]: a TRUNCATE checkpoint
-/// run by the writer between batches (so no write can starve it), which waits for readers
-/// of old frames (reads are short), copies what the PASSIVE checkpoints left and empties
-/// the file. Returns whether it reset the WAL.
-fn reset_wal_if_big(conn: &Connection, wal: &Path) -> bool {
-    if !std::fs::metadata(wal).is_ok_and(|m| m.len() > WAL_LIMIT_BYTES) {
+/// Starts the WAL over when it has grown past [`WAL_LIMIT_BYTES`] (`wal`: its size as
+/// the checkpointer last saw it): a RESTART checkpoint run by the writer between batches
+/// (so no write can starve it), which waits for the readers of old frames (reads are
+/// short), copies what the PASSIVE checkpoints left, and makes the next batch write the
+/// WAL from its start again — over blocks the file already has (`journal_size_limit`
+/// trims it back to the limit). Returns whether it reset the WAL.
+fn reset_wal_if_big(conn: &Connection, wal: &AtomicU64) -> bool {
+    if wal.load(Relaxed) <= WAL_LIMIT_BYTES {
         return false;
     }
-    match conn.query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
-        r.get::<_, i64>(0)
-    }) {
-        Ok(0) => true,
+    // readers finish within a millisecond or so: poll for them every 100 µs (SQLite's own
+    // busy handler sleeps 1, 2, 5, 10... ms, a stall every queued write waits out), for up
+    // to a second, then give up until the next check
+    fn spin(tries: i32) -> bool {
+        std::thread::sleep(Duration::from_micros(100));
+        tries < 10_000
+    }
+    let _ = conn.busy_handler(Some(spin));
+    let reset = match conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |r| r.get::<_, i64>(0)) {
+        Ok(0) => {
+            wal.store(0, Relaxed);
+            true
+        }
         Ok(_) => false,
         Err(e) => {
             error!(error = %e, "WAL reset failed; will retry");
             false
         }
-    }
+    };
+    let _ = conn.busy_timeout(Duration::from_secs(10));
+    reset
 }
 
 /// Runs one job. Returns its reply (`None` if it panicked: its reply channel is dropped,
