@@ -85,48 +85,51 @@ impl Fleet {
         }
         let job_id = audit.job_id;
         let now = self.now();
-        let worker = worker.clone();
-        let outcome = self
+        // the comparison is a read (up to MAX_AUDIT_UNITS lookups): kept off the writer
+        // thread, which then only stores the record
+        let ids: Vec<UnitId> = audit.units.iter().map(|u| u.unit).collect();
+        let accepted = self
             .store
-            .write(move |tx| {
+            .read(move |tx| {
                 if tx.job_head(job_id)?.is_none() {
                     return Err(FleetError::NotFound(format!("job {job_id}")));
                 }
-                let ids: Vec<UnitId> = audit.units.iter().map(|u| u.unit).collect();
-                let accepted = tx.accepted_digests(job_id, &ids)?;
-                let mut outcome = AuditOutcome {
-                    class_id: worker.class_id.clone(),
-                    agreed: 0,
-                    disagreed: Vec::new(),
-                    unknown: Vec::new(),
-                };
-                for (u, digest) in audit.units.iter().zip(accepted) {
-                    match digest {
-                        None => outcome.unknown.push(u.unit),
-                        Some(d) if d == u.digest => outcome.agreed += 1,
-                        Some(_) => outcome.disagreed.push(u.unit),
-                    }
-                }
-                tx.insert_audit(&AuditRecord {
-                    job_id,
-                    worker_id: worker.id,
-                    account_id: worker.account_id.clone(),
-                    class_id: worker.class_id.clone(),
-                    hostname: worker.host.hostname.clone(),
-                    engine_kind: audit.engine_kind,
-                    engine_build: audit.engine_build.clone(),
-                    certificate_sha256: audit.certificate_sha256.clone(),
-                    merkle_root: audit.merkle_root.clone(),
-                    structure_ok: audit.structure_ok,
-                    units_checked: audit.units.len() as u64,
-                    units_agreed: outcome.agreed as u64,
-                    disagreed: outcome.disagreed.iter().map(|u| u.0).collect(),
-                    unknown: outcome.unknown.len() as u64,
-                    engine_seconds: audit.engine_seconds,
-                    received_ms: now,
-                })?;
-                Ok::<_, FleetError>(outcome)
+                Ok::<_, FleetError>(tx.accepted_digests(job_id, &ids)?)
             })
+            .await?;
+        let mut outcome = AuditOutcome {
+            class_id: worker.class_id.clone(),
+            agreed: 0,
+            disagreed: Vec::new(),
+            unknown: Vec::new(),
+        };
+        for (u, digest) in audit.units.iter().zip(accepted) {
+            match digest {
+                None => outcome.unknown.push(u.unit),
+                Some(d) if d == u.digest => outcome.agreed += 1,
+                Some(_) => outcome.disagreed.push(u.unit),
+            }
+        }
+        let record = AuditRecord {
+            job_id,
+            worker_id: worker.id,
+            account_id: worker.account_id.clone(),
+            class_id: worker.class_id.clone(),
+            hostname: worker.host.hostname.clone(),
+            engine_kind: audit.engine_kind,
+            engine_build: audit.engine_build.clone(),
+            certificate_sha256: audit.certificate_sha256.clone(),
+            merkle_root: audit.merkle_root.clone(),
+            structure_ok: audit.structure_ok,
+            units_checked: audit.units.len() as u64,
+            units_agreed: outcome.agreed as u64,
+            disagreed: outcome.disagreed.iter().map(|u| u.0).collect(),
+            unknown: outcome.unknown.len() as u64,
+            engine_seconds: audit.engine_seconds,
+            received_ms: now,
+        };
+        self.store
+            .write(move |tx| Ok::<_, FleetError>(tx.insert_audit(&record)?))
             .await?;
         if outcome.disagreed.is_empty() {
             info!(%job_id, class_id = %outcome.class_id, agreed = outcome.agreed, "audit recorded");

@@ -385,16 +385,16 @@ fn check_unit(
             r.max_depth
         )));
     }
+    if let Some(budget) = cert.budget
+        && committed > budget
+    {
+        return Err(bad(format!(
+            "committed {committed} nodes, above the budget {budget}"
+        )));
+    }
     if let Some(stop) = &r.stop {
         if committed == 0 {
             return Err(bad("stopped without committing a node".into()));
-        }
-        if let Some(budget) = cert.budget
-            && committed > budget
-        {
-            return Err(bad(format!(
-                "committed {committed} nodes, above the budget {budget}"
-            )));
         }
         if stop <= &u.cursor {
             return Err(bad(
@@ -407,12 +407,6 @@ fn check_unit(
         walker
             .check_path(&stop_path)
             .map_err(|e| bad(format!("its stop is not a legal path: {e}")))?;
-    } else if let Some(budget) = cert.budget
-        && committed > budget
-    {
-        return Err(bad(format!(
-            "committed {committed} nodes, above the budget {budget}"
-        )));
     }
     Ok(())
 }
