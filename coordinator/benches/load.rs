@@ -154,6 +154,7 @@ async fn run() {
                     lease: Duration::from_secs(300),
                     quarantine_after: 3,
                     trust: Default::default(),
+                    archive_after: None,
                     enroll_token: "enroll-load-bench-0123".into(),
                     admin_token: "admin-load-bench-0123".into(),
                 },

@@ -190,6 +190,12 @@ pub struct ServeArgs {
     /// (cheaper; a forged or broken result that was never drawn for a recheck then stays).
     #[arg(long, env = "E2FLEET_NO_HISTORY_RECHECK")]
     pub no_history_recheck: bool,
+    /// The detail window, in seconds: a unit decided longer ago moves to the archive (one
+    /// compact row: digest, counts, stop, who and when; restored if a recheck reaches it),
+    /// and its result, lease and unit rows go. The dashboard's recent rates and history
+    /// read the window. 0 keeps every row whole.
+    #[arg(long, env = "E2FLEET_ARCHIVE_AFTER_S", default_value_t = 3600)]
+    pub archive_after_s: u64,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     pub log_format: LogFormat,

@@ -89,6 +89,8 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             account_quarantine_after: args.account_quarantine_after.max(1),
             recheck_history: !args.no_history_recheck,
         },
+        archive_after: (args.archive_after_s > 0)
+            .then(|| Duration::from_secs(args.archive_after_s)),
     };
     config.validate().map_err(anyhow::Error::msg)?;
     let store = Store::open(&args.db).await?;

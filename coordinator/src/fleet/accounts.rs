@@ -184,6 +184,11 @@ impl Fleet {
         }
         for r in tx.unconfirmed_accepted_of_account(account)? {
             let unit = tx.unit(r.unit_id)?.expect("result has a unit");
+            if unit.state != UnitState::Done || unit.accepted_result != Some(r.id) {
+                // revoked already, with the unit it continues (its parent was the
+                // account's too): subtracting it again would count it out twice
+                continue;
+            }
             self.revoke(tx, &unit, &r, ResultVerdict::Void)?;
             touched.insert(r.unit_id, true);
             if tx.reopen_job(unit.job_id)? {

@@ -11,7 +11,8 @@
 //! - `reports.rs`: recording results exactly once; `checks.rs`: verifying a result
 //!   without re-running it; `quorum.rs`: deciding units (accept, confirm, overturn);
 //! - [`verification`]: suites, hardware classes and the conformance matrix;
-//! - `audits.rs`: a job as a certificate anyone can audit, and the audits sent back.
+//! - `audits.rs`: a job as a certificate anyone can audit, and the audits sent back;
+//! - `archiving.rs`: decided units past the detail window, archived in batches.
 //!
 //! # Accounting
 //! `job total = enumeration + split-created prefixes + accepted unit results`, per depth.
@@ -38,6 +39,7 @@ use e2fleet_proto::api::{JobId, LeaseId, SelfTest};
 use crate::store::{JobSource, Store, StoreError, WorkerRecord};
 
 mod accounts;
+mod archiving;
 mod audits;
 mod checks;
 mod leasing;
@@ -93,6 +95,9 @@ pub struct FleetConfig {
     pub admin_token: String,
     /// How volunteers' results earn and lose trust.
     pub trust: TrustPolicy,
+    /// The detail window: a unit decided longer ago than this is archived to one compact
+    /// row ([`Fleet::archive_decided`]); `None` keeps every row whole.
+    pub archive_after: Option<Duration>,
 }
 
 /// Shortest enrolment or admin token the coordinator starts with.
@@ -234,6 +239,8 @@ pub struct Fleet {
     suite_depths: Mutex<HashMap<String, usize>>,
     /// Running jobs and their leases out, for sharing the fleet ([`sharing`]).
     shares: sharing::Shares,
+    /// Where the archiver's walk stands.
+    archive_walk: archiving::ArchiveWalk,
 }
 
 impl Fleet {
@@ -255,6 +262,7 @@ impl Fleet {
             registration_limits: governor::RateLimiter::keyed(policy::registration_quota()),
             suite_depths: Mutex::new(HashMap::new()),
             shares: sharing::Shares::default(),
+            archive_walk: archiving::ArchiveWalk::default(),
         }
     }
 

@@ -241,7 +241,7 @@ impl Fleet {
                 tx.set_result_verdict(r.id, ResultVerdict::Agree)?;
             }
         }
-        tx.mark_unit_done(unit.id, accepted_id)?;
+        tx.mark_unit_done(unit.id, accepted_id, now)?;
         // bounded storage: the decided unit's results keep only their cores; the accepted
         // one keeps its body while it carries solutions or one of the job's best boards
         let accepted = match &current {
@@ -393,10 +393,19 @@ impl Fleet {
             .filter(|c| c.kind == UnitKind::Continuation)
             .collect();
         while let Some(child) = stack.pop() {
+            if child.state == UnitState::Cancelled {
+                continue; // revoked already, with everything below it
+            }
             if child.kind == UnitKind::Split {
                 tx.add_split_nodes(child.job_id, child.unit.prefix.len() - 1, -1)?;
             }
+            // a child's result counts out once: not when it was revoked already (its own
+            // account voided before its parent, or a cancelled unit seen again)
             if let Some(id) = child.accepted_result
+                && child.state == UnitState::Done
+                && tx
+                    .result(id)?
+                    .is_some_and(|r| r.verdict == ResultVerdict::Accepted)
                 && let Some(accepted) = tx.result_body(id)?
             {
                 tx.subtract_accepted(

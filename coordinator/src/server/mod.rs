@@ -104,7 +104,8 @@ pub fn router(fleet: Arc<Fleet>) -> axum::Router {
     grpc.merge(api)
 }
 
-/// Serves until `shutdown` resolves. Also expires leases in the background.
+/// Serves until `shutdown` resolves. Also expires leases and archives decided units in
+/// the background.
 pub async fn serve(
     listener: TcpListener,
     fleet: Arc<Fleet>,
@@ -142,7 +143,22 @@ pub async fn serve_with_limits(
             }
         }
     });
+    let archive_fleet = fleet.clone();
+    let archiver = tokio::spawn(async move {
+        if archive_fleet.config().archive_after.is_none() {
+            return;
+        }
+        let mut tick = tokio::time::interval(Duration::from_secs(1));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = archive_fleet.archive_decided().await {
+                warn!(error = %e, "archiving decided units failed");
+            }
+        }
+    });
     let result = listener::serve(listener, router(fleet), shutdown, tls, limits).await;
     expiry.abort();
+    archiver.abort();
     result
 }

@@ -22,8 +22,8 @@ use std::path::Path;
 pub use records::*;
 pub use sqlite::writer::WriterTotals;
 pub use tx::{
-    Accounts, Jobs, Leases, Leasing, MoreRuns, Results, StoreResult, Tx, Units, Verifications,
-    Workers,
+    Accounts, Archive, Jobs, Leases, Leasing, MoreRuns, Results, StoreResult, Tx, Units,
+    Verifications, Workers,
 };
 
 /// A store failure. Details stay in logs; clients see an internal error.

@@ -84,8 +84,8 @@ pub trait Units {
     /// Counts a unit's valid results again (some were voided); with `reopen`, its accepted
     /// result is gone too: it is open for one more run than it has.
     fn recount_unit(&mut self, id: UnitId, reopen: bool) -> StoreResult<()>;
-    /// Marks a unit decided by `result`.
-    fn mark_unit_done(&mut self, id: UnitId, result: ResultId) -> StoreResult<()>;
+    /// Marks a unit decided by `result` at `now_ms` (the archive's clock starts there).
+    fn mark_unit_done(&mut self, id: UnitId, result: ResultId, now_ms: i64) -> StoreResult<()>;
     /// Asks for one more run of a unit (its results disagree, or lack independence; also a
     /// done one: its accepted result stays counted until a quorum decides otherwise).
     fn request_run(&mut self, id: UnitId, more: &MoreRuns) -> StoreResult<()>;
@@ -351,6 +351,28 @@ pub struct MoreRuns {
 }
 
 /// Everything a transaction can do.
-pub trait Tx: Jobs + Units + Leases + Results + Workers + Accounts + Verifications {}
+/// The archive (`migrations/0013_archive.sql`): decided units past the detail window,
+/// one compact row each. Every other operation sees an archived unit as a done unit: it
+/// is counted, certified and audited from its row, and restored (rows and all) when a
+/// recheck or an overturn reaches it.
+pub trait Archive {
+    /// Archives up to `limit` done units decided at or before `cutoff_ms`, looked at in
+    /// order of decision after `after` (a decision time and a unit id). Units that cannot
+    /// go yet (a lease out, a result undecided or wrong, a body kept) are passed over.
+    fn archive_decided(
+        &mut self,
+        cutoff_ms: i64,
+        after: (i64, i64),
+        limit: usize,
+    ) -> StoreResult<ArchivePass>;
+    /// Archived units, all jobs.
+    fn archived_units(&mut self) -> StoreResult<u64>;
+}
 
-impl<T: Jobs + Units + Leases + Results + Workers + Accounts + Verifications> Tx for T {}
+/// Every operation, in one transaction.
+pub trait Tx:
+    Jobs + Units + Leases + Results + Workers + Accounts + Verifications + Archive
+{
+}
+
+impl<T: Jobs + Units + Leases + Results + Workers + Accounts + Verifications + Archive> Tx for T {}

@@ -52,7 +52,26 @@ impl Coordinator {
         trust: e2fleet_coordinator::fleet::TrustPolicy,
         clock: Arc<AtomicI64>,
     ) -> Coordinator {
-        Self::start_full(db, quarantine_after, trust, clock, Default::default()).await
+        Self::start_full(db, quarantine_after, trust, clock, Default::default(), None).await
+    }
+
+    /// A coordinator that archives every decided unit (a detail window of 0) whenever
+    /// [`Fleet::archive_decided`] runs (its background tick, or a test's call).
+    #[allow(dead_code)]
+    pub async fn start_archiving(
+        db: &Path,
+        trust: e2fleet_coordinator::fleet::TrustPolicy,
+        clock: Arc<AtomicI64>,
+    ) -> Coordinator {
+        Self::start_full(
+            db,
+            100,
+            trust,
+            clock,
+            Default::default(),
+            Some(Duration::ZERO),
+        )
+        .await
     }
 
     /// A coordinator with connection limits of its own.
@@ -67,6 +86,7 @@ impl Coordinator {
             Default::default(),
             Arc::new(AtomicI64::new(1_000_000)),
             limits,
+            None,
         )
         .await
     }
@@ -77,6 +97,7 @@ impl Coordinator {
         trust: e2fleet_coordinator::fleet::TrustPolicy,
         clock: Arc<AtomicI64>,
         limits: e2fleet_coordinator::server::ServerLimits,
+        archive_after: Option<Duration>,
     ) -> Coordinator {
         let store = Store::open(db).await.unwrap();
         let c = clock.clone();
@@ -86,6 +107,7 @@ impl Coordinator {
                 lease: Duration::from_secs(30),
                 quarantine_after: quarantine_after as u64,
                 trust,
+                archive_after,
                 enroll_token: ENROLL.into(),
                 admin_token: ADMIN.into(),
             },

@@ -2,6 +2,7 @@
 //! gRPC by simulated workers: honest ones (the reference engine), slow ones that miss
 //! deadlines, ones that report twice or late, liars, and callers with wrong tokens.
 
+mod archive;
 mod bounds;
 mod certificates;
 mod dashboard;

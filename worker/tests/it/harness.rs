@@ -28,6 +28,7 @@ impl Coordinator {
             FleetConfig {
                 lease,
                 quarantine_after: 3,
+                archive_after: None,
                 enroll_token: ENROLL.into(),
                 admin_token: ADMIN.into(),
                 trust: Default::default(),

@@ -300,3 +300,14 @@ pub struct CertificateRow {
     /// stored one).
     pub accepted: Option<(UnitResult, String, u32)>,
 }
+
+/// What one archive pass did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ArchivePass {
+    /// Units archived.
+    pub archived: usize,
+    /// Units looked at (archived or passed over).
+    pub scanned: usize,
+    /// The last unit looked at: (decision time, id); the next pass starts after it.
+    pub last: (i64, i64),
+}

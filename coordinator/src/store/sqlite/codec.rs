@@ -176,6 +176,26 @@ pub fn decode_budget(stored: i64) -> Option<u64> {
     (stored > 0).then_some(stored as u64)
 }
 
+/// A SHA-256 digest as 32 bytes, from its lowercase hex text.
+pub fn digest_bytes(hex: &str) -> Result<Vec<u8>, StoreError> {
+    let bad = || StoreError::Corrupt(format!("digest {hex:.16}: not 64 hex digits"));
+    if hex.len() != 64 {
+        return Err(bad());
+    }
+    (0..32)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad()))
+        .collect()
+}
+
+/// A digest's lowercase hex text, from [`digest_bytes`].
+pub fn digest_hex(bytes: &[u8]) -> String {
+    use std::fmt::Write;
+    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -12,6 +12,7 @@
 //! are the only place that knows the columns and their encodings ([`codec`]).
 
 mod accounts;
+mod archive;
 pub mod codec;
 mod jobs;
 mod leases;

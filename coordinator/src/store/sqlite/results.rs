@@ -95,6 +95,8 @@ impl SqliteTx<'_> {
         column: &'static str,
         id: &str,
     ) -> StoreResult<Vec<ResultRecord>> {
+        // archived ones come back first: what a recheck or a void reaches is run again
+        self.restore_unconfirmed(column, id)?;
         let mut q = self.c.prepare_cached(&format!(
             "SELECT {COLUMNS} FROM results r0 WHERE r0.{column} = ?1 AND r0.verdict = 'accepted' \
                AND NOT EXISTS (SELECT 1 FROM results r WHERE r.unit_id = r0.unit_id AND r.digest = r0.digest \
@@ -219,7 +221,10 @@ impl Results for SqliteTx<'_> {
              WHERE r.job_id = ? AND r.verdict = 'accepted' ORDER BY r.unit_id"
         ))?;
         let rows = q.query_map([job.to_string()], |r| body_at(r, 0))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let mut bodies: Vec<UnitResult> = rows.collect::<Result<_, _>>()?;
+        drop(q);
+        bodies.extend(self.archived_results(job)?);
+        Ok(bodies)
     }
 
     fn solution_bodies_of_job(&mut self, job: JobId, limit: usize) -> StoreResult<Vec<UnitResult>> {
@@ -343,7 +348,32 @@ impl Results for SqliteTx<'_> {
                 nodes: r.get::<_, i64>(4)? as u64,
             })
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let mut groups: Vec<ResultBreakdown> = rows.collect::<Result<_, _>>()?;
+        drop(q);
+        for archived in self.archived_breakdown(job)? {
+            match groups.iter_mut().find(|g| {
+                (g.verdict, g.engine_kind, &g.engine_build)
+                    == (
+                        archived.verdict,
+                        archived.engine_kind,
+                        &archived.engine_build,
+                    )
+            }) {
+                Some(g) => {
+                    g.results += archived.results;
+                    g.nodes += archived.nodes;
+                }
+                None => groups.push(archived),
+            }
+        }
+        groups.sort_by(|a, b| {
+            (a.verdict.as_str(), a.engine_kind.as_str(), &a.engine_build).cmp(&(
+                b.verdict.as_str(),
+                b.engine_kind.as_str(),
+                &b.engine_build,
+            ))
+        });
+        Ok(groups)
     }
 
     fn certificate_rows(&mut self, job: JobId) -> StoreResult<Vec<CertificateRow>> {
@@ -368,7 +398,11 @@ impl Results for SqliteTx<'_> {
             };
             Ok(CertificateRow { unit, accepted })
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let mut all: Vec<CertificateRow> = rows.collect::<Result<_, _>>()?;
+        drop(q);
+        all.extend(self.archived_rows(job)?);
+        all.sort_by_key(|row| row.unit.id);
+        Ok(all)
     }
 
     fn fold_results(&mut self, unit: UnitId, keep: Option<ResultId>) -> StoreResult<u64> {
@@ -441,10 +475,20 @@ impl Results for SqliteTx<'_> {
             "SELECT r.digest FROM units u JOIN results r ON r.id = u.accepted_result_id \
              WHERE u.id = ? AND u.job_id = ? AND u.state != 'cancelled'",
         )?;
-        let job = job.to_string();
-        units
+        let hot: Vec<Option<String>> = units
             .iter()
-            .map(|u| Ok(q.query_row(params![u.0, job], |r| r.get(0)).optional()?))
+            .map(|u| {
+                q.query_row(params![u.0, job.to_string()], |r| r.get(0))
+                    .optional()
+            })
+            .collect::<Result<_, _>>()?;
+        drop(q);
+        hot.into_iter()
+            .zip(units)
+            .map(|(digest, &unit)| match digest {
+                Some(d) => Ok(Some(d)),
+                None => self.archived_digest(job, unit),
+            })
             .collect()
     }
 }

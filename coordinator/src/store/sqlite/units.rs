@@ -228,12 +228,12 @@ impl Units for SqliteTx<'_> {
         Ok(())
     }
 
-    fn mark_unit_done(&mut self, id: UnitId, result: ResultId) -> StoreResult<()> {
+    fn mark_unit_done(&mut self, id: UnitId, result: ResultId, now_ms: i64) -> StoreResult<()> {
         self.c
             .prepare_cached(
-                "UPDATE units SET state = 'done', accepted_result_id = ?, disputed = 0 WHERE id = ?",
+                "UPDATE units SET state = 'done', accepted_result_id = ?, disputed = 0, decided_ms = ? WHERE id = ?",
             )?
-            .execute(params![result.0, id.0])?;
+            .execute(params![result.0, now_ms, id.0])?;
         Ok(())
     }
 
@@ -252,6 +252,8 @@ impl Units for SqliteTx<'_> {
     }
 
     fn unit_children(&mut self, parent: UnitId) -> StoreResult<Vec<UnitRecord>> {
+        // an overturn walks the children: archived ones come back to be revoked
+        self.restore_children(parent)?;
         let mut q = self
             .c
             .prepare_cached(&format!("SELECT {COLUMNS} FROM units WHERE parent_id = ?"))?;
@@ -291,13 +293,18 @@ impl Units for SqliteTx<'_> {
         let rows = q.query_map([job.to_string()], |r| {
             Ok((parsed::<UnitState>(r, 0)?, r.get::<_, i64>(1)? as u64))
         })?;
-        let mut counts = UnitCounts::default();
+        let rows: Vec<(UnitState, u64)> = rows.collect::<Result<_, _>>()?;
+        drop(q);
+        let mut counts = UnitCounts {
+            done: self.archived_units_of(job)?,
+            ..UnitCounts::default()
+        };
         for row in rows {
-            let (state, n) = row?;
+            let (state, n) = row;
             match state {
                 UnitState::Open => counts.open = n,
                 UnitState::Busy => counts.leased = n,
-                UnitState::Done => counts.done = n,
+                UnitState::Done => counts.done += n,
                 UnitState::Cancelled => counts.cancelled = n,
             }
         }

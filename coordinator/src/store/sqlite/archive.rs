@@ -1,0 +1,752 @@
+//! The archive (`migrations/0013_archive.sql`): a unit decided before the detail window
+//! moves out of `units`, `results` and `leases` into one row of small integers, its
+//! accepted digest as 32 bytes, its counts and its budget stop. A continuation whose
+//! parent is archived keeps neither prefix nor cursor: they are its parent's prefix and
+//! its parent's stop, so a chain of continuations stores its prefix once.
+//!
+//! The rest of the store sees archived units as done units: [`SqliteTx::restore`] puts
+//! one back (unit, a lease and a result per agreeing run, folded) before a recheck or an
+//! overturn touches it, and the counting, certificate and audit reads add the archive
+//! in ([`SqliteTx::archived_rows`] and friends).
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use e2fleet_engine::unit::StopReason;
+use e2fleet_engine::{Placement, Unit, UnitResult};
+use e2fleet_proto::api::{JobId, UnitId};
+use rusqlite::{OptionalExtension, params};
+
+use super::codec::{
+    decode_path_blob, decode_sparse_counts, digest_bytes, digest_hex, encode_path, path_at, unit_at,
+};
+use super::{SqliteTx, parsed};
+use crate::store::tx::{Archive, StoreResult};
+use crate::store::{
+    AccountNeed, ArchivePass, CertificateRow, ResultBreakdown, StoreError, UnitKind, UnitRecord,
+    UnitState,
+};
+
+/// A unit kind's number in the archive.
+fn kind_code(kind: UnitKind) -> i64 {
+    match kind {
+        UnitKind::Root => 0,
+        UnitKind::Continuation => 1,
+        UnitKind::Split => 2,
+    }
+}
+
+fn kind_of(code: i64) -> StoreResult<UnitKind> {
+    match code {
+        0 => Ok(UnitKind::Root),
+        1 => Ok(UnitKind::Continuation),
+        2 => Ok(UnitKind::Split),
+        _ => Err(StoreError::Corrupt(format!("archived unit kind {code}"))),
+    }
+}
+
+/// One agreeing run of an archived unit: worker and engine numbers, standing.
+#[derive(Clone, Debug, PartialEq)]
+struct Runner {
+    worker: i64,
+    engine: i64,
+    trusted: bool,
+}
+
+/// `worker.engine.t|u` per run, space-separated, the accepted one first.
+fn encode_runners(runners: &[Runner]) -> String {
+    runners
+        .iter()
+        .map(|r| {
+            let standing = if r.trusted { 't' } else { 'u' };
+            format!("{}.{}.{standing}", r.worker, r.engine)
+        })
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn decode_runners(text: &str) -> StoreResult<Vec<Runner>> {
+    let bad = || StoreError::Corrupt(format!("archived runners {text:.40}"));
+    text.split(' ')
+        .map(|run| {
+            let mut parts = run.split('.');
+            let (Some(w), Some(e), Some(s), None) =
+                (parts.next(), parts.next(), parts.next(), parts.next())
+            else {
+                return Err(bad());
+            };
+            Ok(Runner {
+                worker: w.parse().map_err(|_| bad())?,
+                engine: e.parse().map_err(|_| bad())?,
+                trusted: match s {
+                    "t" => true,
+                    "u" => false,
+                    _ => return Err(bad()),
+                },
+            })
+        })
+        .collect()
+}
+
+/// A result of an archived unit as stored: what it is in the certificate and totals.
+fn archived_result(
+    counts: &str,
+    depths: usize,
+    (committed, solutions, max_depth): (i64, i64, i64),
+    stop: Option<Vec<Placement>>,
+) -> StoreResult<UnitResult> {
+    Ok(UnitResult {
+        nodes_by_depth: decode_sparse_counts(counts, depths)?,
+        committed: committed as u64,
+        solutions_count: solutions as u64,
+        solutions: Vec::new(),
+        max_depth: max_depth as usize,
+        deepest: Vec::new(),
+        stop: Some(if stop.is_some() {
+            StopReason::Budget
+        } else {
+            StopReason::Finished
+        }),
+        cursor: stop,
+    })
+}
+
+fn blob_path(blob: Option<Vec<u8>>, what: &str) -> StoreResult<Option<Vec<Placement>>> {
+    blob.map(|b| decode_path_blob(&b, what)).transpose()
+}
+
+/// The result rows of a unit the archiver reads.
+struct ResultRow {
+    id: i64,
+    verdict: String,
+    worker_id: String,
+    account_id: String,
+    standing: String,
+    engine_kind: String,
+    engine_build: String,
+    digest: String,
+    committed: i64,
+    solutions: i64,
+    max_depth: i64,
+    counts: Option<String>,
+    stop: Option<Vec<u8>>,
+    body_kept: bool,
+}
+
+impl SqliteTx<'_> {
+    /// The archive's number for a job; `create` makes one when it has none.
+    fn job_num(&mut self, job: &str, create: bool) -> StoreResult<Option<i64>> {
+        let found = self
+            .c
+            .prepare_cached("SELECT num FROM archive_jobs WHERE job_id = ?")?
+            .query_row([job], |r| r.get(0))
+            .optional()?;
+        if found.is_some() || !create {
+            return Ok(found);
+        }
+        self.c
+            .prepare_cached("INSERT INTO archive_jobs (job_id) VALUES (?)")?
+            .execute([job])?;
+        Ok(Some(self.c.last_insert_rowid()))
+    }
+
+    fn worker_num(&mut self, worker: &str) -> StoreResult<i64> {
+        if let Some(n) = self
+            .c
+            .prepare_cached("SELECT num FROM archive_workers WHERE worker_id = ?")?
+            .query_row([worker], |r| r.get(0))
+            .optional()?
+        {
+            return Ok(n);
+        }
+        self.c
+            .prepare_cached("INSERT INTO archive_workers (worker_id) VALUES (?)")?
+            .execute([worker])?;
+        Ok(self.c.last_insert_rowid())
+    }
+
+    fn engine_num(&mut self, kind: &str, build: &str) -> StoreResult<i64> {
+        if let Some(n) = self
+            .c
+            .prepare_cached("SELECT num FROM archive_engines WHERE kind = ? AND build = ?")?
+            .query_row([kind, build], |r| r.get(0))
+            .optional()?
+        {
+            return Ok(n);
+        }
+        self.c
+            .prepare_cached("INSERT INTO archive_engines (kind, build) VALUES (?, ?)")?
+            .execute([kind, build])?;
+        Ok(self.c.last_insert_rowid())
+    }
+
+    fn tally(
+        &mut self,
+        job: i64,
+        verdict: &str,
+        engine: i64,
+        results: i64,
+        nodes: i64,
+    ) -> StoreResult<()> {
+        self.c
+            .prepare_cached(
+                "INSERT INTO archive_tallies (job, verdict, engine, results, nodes) VALUES (?1, ?2, ?3, ?4, ?5) \
+                 ON CONFLICT (job, verdict, engine) DO UPDATE SET results = results + ?4, nodes = nodes + ?5",
+            )?
+            .execute(params![job, verdict, engine, results, nodes])?;
+        Ok(())
+    }
+
+    /// Archives unit `id` when it can go: done, no lease out, every result accepted or
+    /// agreeing and folded. Whether it went.
+    fn archive_unit(&mut self, id: i64) -> StoreResult<bool> {
+        let unit = self
+            .c
+            .prepare_cached(
+                "SELECT job_id, parent_id, kind, quorum, prefix_json, cursor_json, accepted_result_id, \
+                   decided_ms, active_leases, state FROM units WHERE id = ?",
+            )?
+            .query_row([id], |r| {
+                Ok((
+                    r.get::<_, String>(0)?,
+                    r.get::<_, Option<i64>>(1)?,
+                    parsed::<UnitKind>(r, 2)?,
+                    r.get::<_, i64>(3)?,
+                    unit_at(r, 4, 5)?,
+                    r.get::<_, Option<i64>>(6)?,
+                    r.get::<_, Option<i64>>(7)?.unwrap_or(0),
+                    r.get::<_, i64>(8)?,
+                    r.get::<_, String>(9)?,
+                ))
+            })
+            .optional()?;
+        let Some((job_id, parent, kind, quorum, path, Some(accepted), decided_ms, 0, state)) = unit
+        else {
+            return Ok(false);
+        };
+        if state != UnitState::Done.as_str() {
+            return Ok(false);
+        }
+        let out: bool = self
+            .c
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM leases WHERE unit_id = ? AND state = 'active')",
+            )?
+            .query_row([id], |r| r.get(0))?;
+        if out {
+            return Ok(false);
+        }
+        let rows: Vec<ResultRow> = {
+            let mut q = self.c.prepare_cached(
+                "SELECT id, verdict, worker_id, account_id, standing, engine_kind, engine_build, digest, \
+                   committed, solutions, max_depth, counts, stop, body_kept FROM results WHERE unit_id = ? ORDER BY id",
+            )?;
+            let rows = q.query_map([id], |r| {
+                Ok(ResultRow {
+                    id: r.get(0)?,
+                    verdict: r.get(1)?,
+                    worker_id: r.get(2)?,
+                    account_id: r.get(3)?,
+                    standing: r.get(4)?,
+                    engine_kind: r.get(5)?,
+                    engine_build: r.get(6)?,
+                    digest: r.get(7)?,
+                    committed: r.get(8)?,
+                    solutions: r.get(9)?,
+                    max_depth: r.get(10)?,
+                    counts: r.get(11)?,
+                    stop: r.get(12)?,
+                    body_kept: r.get(13)?,
+                })
+            })?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let Some(winner) = rows.iter().find(|r| r.id == accepted) else {
+            return Ok(false);
+        };
+        let settled = rows.iter().all(|r| {
+            matches!(r.verdict.as_str(), "accepted" | "agree")
+                && !r.body_kept
+                && r.counts.is_some()
+                && r.digest == winner.digest
+        });
+        if winner.verdict != "accepted" || !settled {
+            return Ok(false);
+        }
+        let Ok(digest) = digest_bytes(&winner.digest) else {
+            return Ok(false);
+        };
+        let job = self.job_num(&job_id, true)?.expect("created");
+        // a continuation of an archived parent is that parent's prefix and stop
+        let derived = match (kind, parent) {
+            (UnitKind::Continuation, Some(p)) => self
+                .c
+                .prepare_cached("SELECT prefix, stop FROM archive WHERE job = ? AND unit = ?")?
+                .query_row(params![job, p], |r| {
+                    Ok((
+                        r.get::<_, Option<Vec<u8>>>(0)?,
+                        r.get::<_, Option<Vec<u8>>>(1)?,
+                    ))
+                })
+                .optional()?
+                .is_some_and(|(prefix, stop)| {
+                    stop.as_deref() == Some(&encode_path(&path.cursor)[..])
+                        && prefix.is_none_or(|p| p == encode_path(&path.prefix))
+                }),
+            _ => false,
+        };
+        let (prefix, cursor) = if derived {
+            (None, None)
+        } else {
+            (
+                Some(encode_path(&path.prefix)),
+                Some(encode_path(&path.cursor)),
+            )
+        };
+        let mut runners = Vec::with_capacity(rows.len());
+        for r in std::iter::once(winner).chain(rows.iter().filter(|r| r.id != accepted)) {
+            let engine = self.engine_num(&r.engine_kind, &r.engine_build)?;
+            runners.push(Runner {
+                worker: self.worker_num(&r.worker_id)?,
+                engine,
+                trusted: r.standing == "trusted",
+            });
+            self.tally(job, &r.verdict, engine, 1, r.committed)?;
+        }
+        let other_identity = rows.iter().any(|r| r.worker_id != winner.worker_id);
+        let other_account = rows.iter().any(|r| r.account_id != winner.account_id);
+        let alone = i64::from(!other_identity) | (i64::from(!other_account) << 1);
+        self.c
+            .prepare_cached(
+                "INSERT INTO archive (job, unit, parent, kind, quorum, prefix, cursor, digest, committed, \
+                   solutions, max_depth, counts, stop, worker, runners, alone, decided_ms) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )?
+            .execute(params![
+                job,
+                id,
+                parent,
+                kind_code(kind),
+                quorum,
+                prefix,
+                cursor,
+                digest,
+                winner.committed,
+                winner.solutions,
+                winner.max_depth,
+                winner.counts,
+                winner.stop,
+                runners[0].worker,
+                encode_runners(&runners),
+                alone,
+                decided_ms
+            ])?;
+        for sql in [
+            "DELETE FROM result_bodies WHERE result_id IN (SELECT id FROM results WHERE unit_id = ?)",
+            "DELETE FROM results WHERE unit_id = ?",
+            "DELETE FROM leases WHERE unit_id = ?",
+            "DELETE FROM units WHERE id = ?",
+        ] {
+            self.c.prepare_cached(sql)?.execute([id])?;
+        }
+        self.c
+            .prepare_cached("UPDATE archive_jobs SET units = units + 1 WHERE num = ?")?
+            .execute([job])?;
+        Ok(true)
+    }
+
+    /// An archived unit's prefix and cursor (a derived one's from its ancestors).
+    fn archived_path(&mut self, job: i64, unit: i64) -> StoreResult<Unit> {
+        let step = |tx: &mut Self, unit: i64| {
+            tx.c.prepare_cached(
+                "SELECT parent, prefix, cursor, stop FROM archive WHERE job = ? AND unit = ?",
+            )?
+            .query_row(params![job, unit], |r| {
+                Ok((
+                    r.get::<_, Option<i64>>(0)?,
+                    r.get::<_, Option<Vec<u8>>>(1)?,
+                    r.get::<_, Option<Vec<u8>>>(2)?,
+                    r.get::<_, Option<Vec<u8>>>(3)?,
+                ))
+            })
+            .optional()?
+            .ok_or_else(|| StoreError::Corrupt(format!("archived unit {unit} has no row")))
+        };
+        let (mut parent, prefix, cursor, _) = step(self, unit)?;
+        if let Some(prefix) = prefix {
+            return Ok(Unit {
+                prefix: decode_path_blob(&prefix, "prefix")?,
+                cursor: blob_path(cursor, "cursor")?.unwrap_or_default(),
+            });
+        }
+        let mut cursor = None;
+        loop {
+            let p = parent.ok_or_else(|| {
+                StoreError::Corrupt(format!("archived unit {unit}: no prefix and no parent"))
+            })?;
+            let (grandparent, prefix, _, stop) = step(self, p)?;
+            if cursor.is_none() {
+                cursor = Some(blob_path(stop, "stop")?.unwrap_or_default());
+            }
+            if let Some(prefix) = prefix {
+                return Ok(Unit {
+                    prefix: decode_path_blob(&prefix, "prefix")?,
+                    cursor: cursor.unwrap_or_default(),
+                });
+            }
+            parent = grandparent;
+        }
+    }
+
+    /// Puts archived unit `unit` of job number `job` back: its unit row (done, decided by
+    /// its accepted result), a reported lease and a folded result per agreeing run; its
+    /// derived children get their prefix and cursor written out first.
+    pub(super) fn restore(&mut self, job: i64, unit: i64) -> StoreResult<()> {
+        let path = self.archived_path(job, unit)?;
+        #[allow(clippy::type_complexity)]
+        let (parent, kind, quorum, digest, figures, counts, stop, runners, decided_ms): (
+            Option<i64>,
+            i64,
+            i64,
+            Vec<u8>,
+            (i64, i64, i64),
+            String,
+            Option<Vec<u8>>,
+            String,
+            i64,
+        ) = self
+            .c
+            .prepare_cached(
+                "SELECT parent, kind, quorum, digest, committed, solutions, max_depth, counts, stop, runners, \
+                   decided_ms FROM archive WHERE job = ? AND unit = ?",
+            )?
+            .query_row(params![job, unit], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get(1)?,
+                    r.get(2)?,
+                    r.get(3)?,
+                    (r.get(4)?, r.get(5)?, r.get(6)?),
+                    r.get(7)?,
+                    r.get(8)?,
+                    r.get(9)?,
+                    r.get(10)?,
+                ))
+            })?;
+        let runners = decode_runners(&runners)?;
+        let prefix = encode_path(&path.prefix);
+        self.c
+            .prepare_cached(
+                "UPDATE archive SET prefix = ?1, cursor = ?2 WHERE parent = ?3 AND prefix IS NULL",
+            )?
+            .execute(params![prefix, stop, unit])?;
+        let (job_id, budget): (String, i64) = self
+            .c
+            .prepare_cached(
+                "SELECT a.job_id, j.budget FROM archive_jobs a JOIN jobs j ON j.id = a.job_id WHERE a.num = ?",
+            )?
+            .query_row([job], |r| Ok((r.get(0)?, r.get(1)?)))?;
+        let n = runners.len() as i64;
+        self.c
+            .prepare_cached(
+                "INSERT INTO units (id, job_id, prefix_json, cursor_json, parent_id, kind, quorum, needed, state, \
+                   active_leases, results, created_ms, decided_ms) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'done', 0, ?8, ?9, ?9)",
+            )?
+            .execute(params![
+                unit,
+                job_id,
+                prefix,
+                encode_path(&path.cursor),
+                parent,
+                kind_of(kind)?.as_str(),
+                quorum,
+                n,
+                decided_ms
+            ])?;
+        let digest = digest_hex(&digest);
+        for (i, run) in runners.iter().enumerate() {
+            let (worker_id, hostname, cpu_model, account_id): (String, String, String, String) =
+                self.c
+                    .prepare_cached(
+                        "SELECT w.id, w.hostname, w.cpu_model, w.account_id FROM archive_workers a \
+                         JOIN workers w ON w.id = a.worker_id WHERE a.num = ?",
+                    )?
+                    .query_row([run.worker], |r| {
+                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
+                    })?;
+            let (engine_kind, engine_build): (String, String) = self
+                .c
+                .prepare_cached("SELECT kind, build FROM archive_engines WHERE num = ?")?
+                .query_row([run.engine], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            let lease = uuid::Uuid::new_v4().to_string();
+            self.c
+                .prepare_cached(
+                    "INSERT INTO leases (id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state, account_id) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, 'reported', ?7)",
+                )?
+                .execute(params![lease, unit, worker_id, hostname, budget, decided_ms, account_id])?;
+            let verdict = if i == 0 { "accepted" } else { "agree" };
+            self.c
+                .prepare_cached(
+                    "INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, \
+                       engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms, \
+                       account_id, standing, counts, stop, body_kept) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, 0)",
+                )?
+                .execute(params![
+                    job_id,
+                    unit,
+                    lease,
+                    worker_id,
+                    hostname,
+                    cpu_model,
+                    engine_kind,
+                    engine_build,
+                    digest,
+                    figures.0,
+                    figures.1,
+                    figures.2,
+                    verdict,
+                    decided_ms,
+                    account_id,
+                    if run.trusted { "trusted" } else { "untrusted" },
+                    counts,
+                    stop
+                ])?;
+            if i == 0 {
+                let id = self.c.last_insert_rowid();
+                self.c
+                    .prepare_cached("UPDATE units SET accepted_result_id = ? WHERE id = ?")?
+                    .execute([id, unit])?;
+            }
+            self.tally(job, verdict, run.engine, -1, -figures.0)?;
+        }
+        self.c
+            .prepare_cached("DELETE FROM archive WHERE job = ? AND unit = ?")?
+            .execute([job, unit])?;
+        self.c
+            .prepare_cached("UPDATE archive_jobs SET units = units - 1 WHERE num = ?")?
+            .execute([job])?;
+        Ok(())
+    }
+
+    /// Restores every archived unit the query `sql` (selecting job number and unit) finds.
+    fn restore_found(&mut self, sql: &str, params: impl rusqlite::Params) -> StoreResult<usize> {
+        let found: Vec<(i64, i64)> = {
+            let mut q = self.c.prepare_cached(sql)?;
+            let rows = q.query_map(params, |r| Ok((r.get(0)?, r.get(1)?)))?;
+            rows.collect::<Result<_, _>>()?
+        };
+        for &(job, unit) in &found {
+            self.restore(job, unit)?;
+        }
+        Ok(found.len())
+    }
+
+    /// Restores the archived children of `parent` (an overturn walks them).
+    pub(super) fn restore_children(&mut self, parent: UnitId) -> StoreResult<usize> {
+        self.restore_found(
+            "SELECT job, unit FROM archive WHERE parent = ? ORDER BY unit",
+            [parent.0],
+        )
+    }
+
+    /// Restores the archived units whose accepted result `column` (`worker_id` or
+    /// `account_id`) is `id` and that no other identity (`worker_id`) or account
+    /// (`account_id`) confirmed: what a history recheck or a voided account reaches.
+    pub(super) fn restore_unconfirmed(&mut self, column: &str, id: &str) -> StoreResult<usize> {
+        let (workers, bit) = match column {
+            "worker_id" => ("SELECT num FROM archive_workers WHERE worker_id = ?1", 1),
+            _ => (
+                "SELECT a.num FROM archive_workers a JOIN workers w ON w.id = a.worker_id WHERE w.account_id = ?1",
+                2,
+            ),
+        };
+        self.restore_found(
+            &format!(
+                "SELECT job, unit FROM archive WHERE worker IN ({workers}) AND alone > 0 AND (alone & {bit}) != 0 \
+                 ORDER BY unit"
+            ),
+            [id],
+        )
+    }
+
+    /// The archived units of a job as certificate rows, by id.
+    pub(super) fn archived_rows(&mut self, job: JobId) -> StoreResult<Vec<CertificateRow>> {
+        let job_id = job.to_string();
+        let Some(num) = self.job_num(&job_id, false)? else {
+            return Ok(Vec::new());
+        };
+        let depths = self.job_depths(&job_id)?;
+        let mut q = self.c.prepare(
+            "SELECT unit, parent, kind, quorum, prefix, cursor, digest, committed, solutions, max_depth, \
+               counts, stop, runners, decided_ms FROM archive WHERE job = ? ORDER BY unit",
+        )?;
+        let mut rows = q.query([num])?;
+        // the chains' tips: unit -> (prefix, stop), taken by the one continuation after it
+        let mut tips: HashMap<i64, (Rc<Vec<Placement>>, Vec<Placement>)> = HashMap::new();
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            let id: i64 = r.get(0)?;
+            let parent: Option<i64> = r.get(1)?;
+            let stop = path_at(r, 11, "stop")?;
+            let (prefix, cursor) = match path_at(r, 4, "prefix")? {
+                Some(prefix) => (
+                    Rc::new(prefix),
+                    path_at(r, 5, "cursor")?.unwrap_or_default(),
+                ),
+                None => parent.and_then(|p| tips.remove(&p)).ok_or_else(|| {
+                    StoreError::Corrupt(format!("archived unit {id}: its parent is not archived"))
+                })?,
+            };
+            if let Some(stop) = &stop {
+                tips.insert(id, (prefix.clone(), stop.clone()));
+            }
+            let runners = decode_runners(&r.get::<_, String>(12)?)?.len() as u32;
+            let counts: String = r.get(10)?;
+            let result = archived_result(&counts, depths, (r.get(7)?, r.get(8)?, r.get(9)?), stop)?;
+            out.push(CertificateRow {
+                unit: UnitRecord {
+                    id: UnitId(id),
+                    job_id: job,
+                    unit: Unit {
+                        prefix: (*prefix).clone(),
+                        cursor,
+                    },
+                    parent: parent.map(UnitId),
+                    kind: kind_of(r.get(2)?)?,
+                    quorum: r.get::<_, i64>(3)? as u32,
+                    needed: runners,
+                    state: UnitState::Done,
+                    active_leases: 0,
+                    results: runners,
+                    accepted_result: None,
+                    created_ms: r.get(13)?,
+                    account_need: AccountNeed::None,
+                    disputed: false,
+                },
+                accepted: Some((result, digest_hex(&r.get::<_, Vec<u8>>(6)?), runners)),
+            });
+        }
+        Ok(out)
+    }
+
+    /// The accepted results of a job's archived units (the conservation check).
+    pub(super) fn archived_results(&mut self, job: JobId) -> StoreResult<Vec<UnitResult>> {
+        let job_id = job.to_string();
+        let Some(num) = self.job_num(&job_id, false)? else {
+            return Ok(Vec::new());
+        };
+        let depths = self.job_depths(&job_id)?;
+        let mut q = self.c.prepare(
+            "SELECT counts, committed, solutions, max_depth, stop FROM archive WHERE job = ? ORDER BY unit",
+        )?;
+        let mut rows = q.query([num])?;
+        let mut out = Vec::new();
+        while let Some(r) = rows.next()? {
+            let counts: String = r.get(0)?;
+            out.push(archived_result(
+                &counts,
+                depths,
+                (r.get(1)?, r.get(2)?, r.get(3)?),
+                path_at(r, 4, "stop")?,
+            )?);
+        }
+        Ok(out)
+    }
+
+    /// An archived unit's accepted digest, if it is archived in `job`.
+    pub(super) fn archived_digest(
+        &mut self,
+        job: JobId,
+        unit: UnitId,
+    ) -> StoreResult<Option<String>> {
+        let Some(num) = self.job_num(&job.to_string(), false)? else {
+            return Ok(None);
+        };
+        let digest: Option<Vec<u8>> = self
+            .c
+            .prepare_cached("SELECT digest FROM archive WHERE job = ? AND unit = ?")?
+            .query_row([num, unit.0], |r| r.get(0))
+            .optional()?;
+        Ok(digest.map(|d| digest_hex(&d)))
+    }
+
+    /// How many of a job's units are archived.
+    pub(super) fn archived_units_of(&mut self, job: JobId) -> StoreResult<u64> {
+        let n: Option<i64> = self
+            .c
+            .prepare_cached("SELECT units FROM archive_jobs WHERE job_id = ?")?
+            .query_row([job.to_string()], |r| r.get(0))
+            .optional()?;
+        Ok(n.unwrap_or(0) as u64)
+    }
+
+    /// What a job's archived results add to its breakdown.
+    pub(super) fn archived_breakdown(&mut self, job: JobId) -> StoreResult<Vec<ResultBreakdown>> {
+        let mut q = self.c.prepare_cached(
+            "SELECT t.verdict, e.kind, e.build, t.results, t.nodes FROM archive_tallies t \
+             JOIN archive_jobs a ON a.num = t.job JOIN archive_engines e ON e.num = t.engine \
+             WHERE a.job_id = ? AND t.results > 0",
+        )?;
+        let rows = q.query_map([job.to_string()], |r| {
+            Ok(ResultBreakdown {
+                verdict: parsed(r, 0)?,
+                engine_kind: parsed(r, 1)?,
+                engine_build: r.get(2)?,
+                results: r.get::<_, i64>(3)? as u64,
+                nodes: r.get::<_, i64>(4)? as u64,
+            })
+        })?;
+        Ok(rows.collect::<Result<_, _>>()?)
+    }
+
+    fn job_depths(&mut self, job_id: &str) -> StoreResult<usize> {
+        let depths: i64 = self
+            .c
+            .prepare_cached("SELECT depths FROM jobs WHERE id = ?")?
+            .query_row([job_id], |r| r.get(0))?;
+        Ok(depths as usize)
+    }
+}
+
+impl Archive for SqliteTx<'_> {
+    fn archive_decided(
+        &mut self,
+        cutoff_ms: i64,
+        after: (i64, i64),
+        limit: usize,
+    ) -> StoreResult<ArchivePass> {
+        let found: Vec<(i64, i64)> = {
+            let mut q = self.c.prepare_cached(
+                "SELECT decided_ms, id FROM units INDEXED BY units_decided \
+                 WHERE state = 'done' AND decided_ms <= ?1 AND (decided_ms, id) > (?2, ?3) \
+                 ORDER BY decided_ms, id LIMIT ?4",
+            )?;
+            let rows = q.query_map(params![cutoff_ms, after.0, after.1, limit as i64], |r| {
+                Ok((r.get(0)?, r.get(1)?))
+            })?;
+            rows.collect::<Result<_, _>>()?
+        };
+        let mut pass = ArchivePass {
+            archived: 0,
+            scanned: found.len(),
+            last: found.last().copied().unwrap_or(after),
+        };
+        for (_, id) in found {
+            if self.archive_unit(id)? {
+                pass.archived += 1;
+            }
+        }
+        Ok(pass)
+    }
+
+    fn archived_units(&mut self) -> StoreResult<u64> {
+        let n: i64 = self
+            .c
+            .prepare_cached("SELECT COALESCE(SUM(units), 0) FROM archive_jobs")?
+            .query_row([], |r| r.get(0))?;
+        Ok(n as u64)
+    }
+}

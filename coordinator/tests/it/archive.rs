@@ -1,0 +1,171 @@
+//! The archive: decided units past the detail window leave `units`, `results` and
+//! `leases` for one compact row each. Totals, unit counts, certificates and audits must
+//! read the same from it, and a void or an overturn that reaches archived units must
+//! bring them back and subtract them exactly, chains of continuations included.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicI64;
+
+use e2fleet_coordinator::fleet::TrustPolicy;
+use e2fleet_engine::certificate::audit::{check_structure, compare_run, spec, unit_of};
+use e2fleet_engine::certificate::decode;
+use e2fleet_engine::search::{NoControl, RunOptions, Walker};
+
+use crate::harness::*;
+use crate::trust::{trusted_volunteer, work_all};
+
+const FIVE: &str = "brendan/set1/pieces_05x05.txt";
+
+/// (archived units, units still in `units`, results, leases) in the database.
+fn rows(db: &std::path::Path) -> (i64, i64, i64, i64) {
+    let c = rusqlite::Connection::open(db).unwrap();
+    let count = |sql: &str| c.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+    (
+        count("SELECT COUNT(*) FROM archive"),
+        count("SELECT COUNT(*) FROM units"),
+        count("SELECT COUNT(*) FROM results"),
+        count("SELECT COUNT(*) FROM leases"),
+    )
+}
+
+fn assert_exact_5x5(doc: &serde_json::Value) {
+    assert_eq!(doc["state"], "complete", "{}", doc["units"]);
+    assert_eq!(doc["nodes_total"], 113_211);
+    assert_eq!(doc["solutions_count"], 16);
+    assert_eq!(doc["conservation_ok"], true);
+}
+
+/// The job's certificate, audited whole: every unit walked again and compared.
+async fn audit_whole(c: &Coordinator, job: &str) -> usize {
+    let file = c
+        .admin()
+        .await
+        .export_certificate(job.parse().unwrap(), false)
+        .await
+        .unwrap();
+    let cert = decode(&file).unwrap();
+    let s = spec(&cert).unwrap();
+    assert_eq!(check_structure(&cert, &s).unwrap().nodes, 113_211);
+    assert_eq!(cert.solutions.len(), 16, "the solutions' units stay whole");
+    let options = RunOptions {
+        budget: cert.budget,
+        max_solutions: cert.solutions_cap,
+    };
+    for u in &cert.units {
+        let r = Walker::new(&s.plan)
+            .run(&unit_of(&s, u).unwrap(), options, &mut NoControl)
+            .unwrap();
+        compare_run(&s, u, &r).unwrap();
+    }
+    cert.units.len()
+}
+
+/// Archives every decided unit of the complete job `whole` describes and checks it reads
+/// the same; the units archived.
+async fn archive_all(
+    c: &Coordinator,
+    db: &std::path::Path,
+    whole: &serde_json::Value,
+    (units_before, results_before): (i64, i64),
+) -> i64 {
+    let chains = whole["job_id"].as_str().unwrap();
+    let archived = c.fleet.archive_decided().await.unwrap();
+    let (in_archive, units, results, leases) = rows(db);
+    assert!(archived > 300, "{archived} archived");
+    assert_eq!(in_archive as usize, archived);
+    assert_eq!(units + in_archive, units_before);
+    // what stays: the units whose results carry solutions or a best board
+    assert!(units <= 16 + 10, "{units} units left of {units_before}");
+    assert!(results < results_before / 10 && leases <= results + 4);
+    // the job reads the same from the archive
+    let doc = c.job(chains).await;
+    assert_exact_5x5(&doc);
+    assert_eq!(doc["nodes_by_depth"], whole["nodes_by_depth"]);
+    assert_eq!(
+        doc["units"], whole["units"],
+        "done units count the archived ones"
+    );
+    assert_eq!(
+        doc["results"], whole["results"],
+        "the breakdown adds the archive's tallies"
+    );
+    assert_eq!(audit_whole(c, chains).await as i64, units_before);
+    in_archive
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn archived_units_keep_every_total_exact_through_a_void_a_restart_and_an_audit() {
+    void_chains(true).await;
+}
+
+/// The same without the archive: a voided account that ran parents and continuations of
+/// the same chains counts each of its results out once, in whatever order they come.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_voided_account_that_ran_whole_chains_counts_each_result_out_once() {
+    void_chains(false).await;
+}
+
+async fn void_chains(archive: bool) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = temp_db(&dir);
+    let trust = TrustPolicy {
+        trust_after: 2,
+        recheck: 0.0,
+        account_quarantine_after: 100,
+        ..TrustPolicy::default()
+    };
+    let clock = Arc::new(AtomicI64::new(1_000_000));
+    let start = |trust, clock| {
+        let db = db.clone();
+        async move {
+            if archive {
+                Coordinator::start_archiving(&db, trust, clock).await
+            } else {
+                Coordinator::start_with(&db, 100, trust, clock).await
+            }
+        }
+    };
+    let c = start(trust.clone(), clock.clone()).await;
+    let mut o1 = SimWorker::register(&c.url, "operator-1", Behaviour::Honest).await;
+    // units of at most 300 nodes: chains of continuations, shared by an operator machine
+    // and a trusted volunteer whose results count alone
+    let chains = c.submit(FIVE, 2, 300, 1).await;
+    let mut v = trusted_volunteer(&c, &mut o1, 2).await;
+    work_all(&mut [&mut v, &mut o1], 2_000).await;
+    let whole = c.job(&chains).await;
+    assert_exact_5x5(&whole);
+    let (_, units_before, results_before, _) = rows(&db);
+    let in_archive = if archive {
+        archive_all(&c, &db, &whole, (units_before, results_before)).await
+    } else {
+        0
+    };
+
+    // the volunteer's account is revoked: everything it said alone comes back out of the
+    // archive and leaves the totals, with the continuations created from it
+    c.admin().await.revoke_account("vera").await.unwrap();
+    let voided = c.job(&chains).await;
+    assert_eq!(
+        voided["state"], "running",
+        "vera's archived results were voided"
+    );
+    assert!(
+        !archive || rows(&db).0 < in_archive,
+        "restored: {:?}",
+        rows(&db)
+    );
+    work_all(&mut [&mut o1], 2_000).await;
+    let redone = c.job(&chains).await;
+    assert_exact_5x5(&redone);
+    assert_eq!(redone["nodes_by_depth"], whole["nodes_by_depth"]);
+
+    // archived again, read back after a restart, and audited whole from the archive
+    assert_eq!(c.fleet.archive_decided().await.unwrap() > 0, archive);
+    c.stop().await;
+    let c = start(trust, clock).await;
+    let again = c.job(&chains).await;
+    assert_exact_5x5(&again);
+    assert_eq!(again["nodes_by_depth"], whole["nodes_by_depth"]);
+    audit_whole(&c, &chains).await;
+    c.stop().await;
+}
