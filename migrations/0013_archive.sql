@@ -60,7 +60,8 @@ CREATE TABLE archive (
     solutions INTEGER NOT NULL,
     max_depth INTEGER NOT NULL,
     counts TEXT NOT NULL,               -- sparse per-depth counts (codec.rs)
-    stop BLOB,                          -- the budget stop's cursor
+    stop BLOB,                          -- the budget stop, against this unit's cursor (codec.rs)
+    stop_tag INTEGER,                   -- the stop's 64-bit fingerprint (codec.rs path_tag)
     worker INTEGER NOT NULL,            -- the accepted result's worker (archive_workers.num)
     runners TEXT NOT NULL,              -- every agreeing result, accepted first: worker.engine.standing
     alone INTEGER NOT NULL,             -- 1: no other identity agreed, 2: no other account agreed

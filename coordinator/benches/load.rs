@@ -15,7 +15,8 @@
 //! cargo bench -p e2fleet-coordinator --bench load -- --workers 200 --think-ms 0 --campaign 10000000
 //! (`--campaign N`: run until N units are done, printing at every tenth the database's
 //! bytes per unit and the units/s of that tenth: storage and speed over a long campaign;
-//! `--db FILE` keeps the database there)
+//! `--db FILE` keeps the database there; `--archive-after-s N` archives units decided N s
+//! ago, as `serve` does by default after an hour)
 //! ```
 //! Prints completed units/s, lease/report latency percentiles as the workers saw them,
 //! and the writer thread's figures (queue wait, run time per job, commits, busy share).
@@ -82,25 +83,31 @@ fn db_bytes(db: &std::path::Path) -> u64 {
 }
 
 /// Waits until `target` units are done, printing storage and speed at every tenth.
-async fn run_campaign(done: &AtomicU64, target: u64, db: &std::path::Path) {
+async fn run_campaign(done: &AtomicU64, target: u64, db: &std::path::Path, fleet: &Fleet) {
     let step = (target / 10).max(1);
     let (mut last_done, mut last_at) = (done.load(Ordering::Relaxed), Instant::now());
     let start = Instant::now();
     println!(
-        "campaign: {target} units; at every tenth: units done, database bytes, bytes per unit, units/s of the tenth"
+        "campaign: {target} units; at every tenth: units done, database bytes, bytes per unit, units/s of the tenth, units archived"
     );
     while last_done < target {
         tokio::time::sleep(Duration::from_millis(200)).await;
         let now_done = done.load(Ordering::Relaxed);
         if now_done >= last_done + step || now_done >= target {
             let bytes = db_bytes(db);
+            let archived: u64 = fleet
+                .store()
+                .read(|tx| tx.archived_units())
+                .await
+                .unwrap_or_default();
             println!(
-                "  {:>10} units  {:>6.0} s  {:>14} bytes  {:>7.0} bytes/unit  {:>6.0} units/s",
+                "  {:>10} units  {:>6.0} s  {:>14} bytes  {:>7.0} bytes/unit  {:>6.0} units/s  {:>10} archived",
                 now_done,
                 start.elapsed().as_secs_f64(),
                 bytes,
                 bytes as f64 / now_done.max(1) as f64,
                 (now_done - last_done) as f64 / last_at.elapsed().as_secs_f64(),
+                archived,
             );
             (last_done, last_at) = (now_done, Instant::now());
         }
@@ -145,6 +152,8 @@ async fn run() {
     };
     let db_path = db.clone();
     let campaign = arg("--campaign", 0);
+    // `--archive-after-s N`: the detail window, as `serve --archive-after-s` (0: no archive)
+    let archive_after_s = arg("--archive-after-s", 0);
     let (fleet, url, job_id, units, depth) = coordinator
         .spawn(async move {
             let store = Store::open(&db).await.unwrap();
@@ -154,7 +163,8 @@ async fn run() {
                     lease: Duration::from_secs(300),
                     quarantine_after: 3,
                     trust: Default::default(),
-                    archive_after: None,
+                    archive_after: (archive_after_s > 0)
+                        .then(|| Duration::from_secs(archive_after_s)),
                     enroll_token: "enroll-load-bench-0123".into(),
                     admin_token: "admin-load-bench-0123".into(),
                 },
@@ -328,7 +338,7 @@ async fn run() {
     let w0 = fleet.writer_stats();
     let started = Instant::now();
     if campaign > 0 {
-        run_campaign(&done, campaign, &db_path).await;
+        run_campaign(&done, campaign, &db_path, &fleet).await;
     } else {
         tokio::time::sleep(Duration::from_secs(seconds)).await;
     }

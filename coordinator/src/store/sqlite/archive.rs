@@ -2,7 +2,10 @@
 //! moves out of `units`, `results` and `leases` into one row of small integers, its
 //! accepted digest as 32 bytes, its counts and its budget stop. A continuation whose
 //! parent is archived keeps neither prefix nor cursor: they are its parent's prefix and
-//! its parent's stop, so a chain of continuations stores its prefix once.
+//! its parent's stop (matched by the stop's 64-bit fingerprint), so a chain of
+//! continuations stores its prefix once. A stop is stored against the unit's own cursor
+//! (the placements they share, then the rest): a budget's walk moves the deep end of the
+//! path, so a 200-deep stop costs a few bytes instead of ~600.
 //!
 //! The rest of the store sees archived units as done units: [`SqliteTx::restore`] puts
 //! one back (unit, a lease and a result per agreeing run, folded) before a recheck or an
@@ -18,7 +21,8 @@ use e2fleet_proto::api::{JobId, UnitId};
 use rusqlite::{OptionalExtension, params};
 
 use super::codec::{
-    decode_path_blob, decode_sparse_counts, digest_bytes, digest_hex, encode_path, path_at, unit_at,
+    decode_path_blob, decode_sparse_counts, decode_stop_delta, digest_bytes, digest_hex,
+    encode_path, encode_stop_delta, path_at, path_tag, unit_at,
 };
 use super::{SqliteTx, parsed};
 use crate::store::tx::{Archive, StoreResult};
@@ -281,16 +285,13 @@ impl SqliteTx<'_> {
         let derived = match (kind, parent) {
             (UnitKind::Continuation, Some(p)) => self
                 .c
-                .prepare_cached("SELECT prefix, stop FROM archive WHERE job = ? AND unit = ?")?
+                .prepare_cached("SELECT prefix, stop_tag FROM archive WHERE job = ? AND unit = ?")?
                 .query_row(params![job, p], |r| {
-                    Ok((
-                        r.get::<_, Option<Vec<u8>>>(0)?,
-                        r.get::<_, Option<Vec<u8>>>(1)?,
-                    ))
+                    Ok((r.get::<_, Option<Vec<u8>>>(0)?, r.get::<_, Option<i64>>(1)?))
                 })
                 .optional()?
-                .is_some_and(|(prefix, stop)| {
-                    stop.as_deref() == Some(&encode_path(&path.cursor)[..])
+                .is_some_and(|(prefix, tag)| {
+                    tag == Some(path_tag(&path.cursor))
                         && prefix.is_none_or(|p| p == encode_path(&path.prefix))
                 }),
             _ => false,
@@ -303,6 +304,10 @@ impl SqliteTx<'_> {
                 Some(encode_path(&path.cursor)),
             )
         };
+        // the stop against this unit's cursor, and its fingerprint for the next link
+        let stop = blob_path(winner.stop.clone(), "stop")?;
+        let stop_tag = stop.as_deref().map(path_tag);
+        let stop = stop.map(|stop| encode_stop_delta(&path.cursor, &stop));
         let mut runners = Vec::with_capacity(rows.len());
         for r in std::iter::once(winner).chain(rows.iter().filter(|r| r.id != accepted)) {
             let engine = self.engine_num(&r.engine_kind, &r.engine_build)?;
@@ -319,8 +324,8 @@ impl SqliteTx<'_> {
         self.c
             .prepare_cached(
                 "INSERT INTO archive (job, unit, parent, kind, quorum, prefix, cursor, digest, committed, \
-                   solutions, max_depth, counts, stop, worker, runners, alone, decided_ms) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   solutions, max_depth, counts, stop, stop_tag, worker, runners, alone, decided_ms) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             )?
             .execute(params![
                 job,
@@ -335,7 +340,8 @@ impl SqliteTx<'_> {
                 winner.solutions,
                 winner.max_depth,
                 winner.counts,
-                winner.stop,
+                stop,
+                stop_tag,
                 runners[0].worker,
                 encode_runners(&runners),
                 alone,
@@ -355,47 +361,45 @@ impl SqliteTx<'_> {
         Ok(true)
     }
 
-    /// An archived unit's prefix and cursor (a derived one's from its ancestors).
+    /// An archived unit's prefix and cursor (a derived one's from its ancestors: up the
+    /// chain to the first that keeps its own, then down it, each stop decoded against the
+    /// cursor it was stored against and becoming the next unit's cursor).
     fn archived_path(&mut self, job: i64, unit: i64) -> StoreResult<Unit> {
-        let step = |tx: &mut Self, unit: i64| {
+        type Link = (
+            Option<i64>,
+            Option<Vec<u8>>,
+            Option<Vec<u8>>,
+            Option<Vec<u8>>,
+        );
+        let step = |tx: &mut Self, unit: i64| -> StoreResult<Link> {
             tx.c.prepare_cached(
                 "SELECT parent, prefix, cursor, stop FROM archive WHERE job = ? AND unit = ?",
             )?
             .query_row(params![job, unit], |r| {
-                Ok((
-                    r.get::<_, Option<i64>>(0)?,
-                    r.get::<_, Option<Vec<u8>>>(1)?,
-                    r.get::<_, Option<Vec<u8>>>(2)?,
-                    r.get::<_, Option<Vec<u8>>>(3)?,
-                ))
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })
             .optional()?
             .ok_or_else(|| StoreError::Corrupt(format!("archived unit {unit} has no row")))
         };
-        let (mut parent, prefix, cursor, _) = step(self, unit)?;
-        if let Some(prefix) = prefix {
-            return Ok(Unit {
-                prefix: decode_path_blob(&prefix, "prefix")?,
-                cursor: blob_path(cursor, "cursor")?.unwrap_or_default(),
-            });
-        }
-        let mut cursor = None;
-        loop {
+        // the stops of the ancestors between this unit and the first that keeps its path
+        let mut stops = Vec::new();
+        let (mut parent, mut prefix, mut cursor, _) = step(self, unit)?;
+        while prefix.is_none() {
             let p = parent.ok_or_else(|| {
                 StoreError::Corrupt(format!("archived unit {unit}: no prefix and no parent"))
             })?;
-            let (grandparent, prefix, _, stop) = step(self, p)?;
-            if cursor.is_none() {
-                cursor = Some(blob_path(stop, "stop")?.unwrap_or_default());
-            }
-            if let Some(prefix) = prefix {
-                return Ok(Unit {
-                    prefix: decode_path_blob(&prefix, "prefix")?,
-                    cursor: cursor.unwrap_or_default(),
-                });
-            }
-            parent = grandparent;
+            let (grandparent, p_prefix, p_cursor, p_stop) = step(self, p)?;
+            stops.push(p_stop.ok_or_else(|| {
+                StoreError::Corrupt(format!("archived unit {p}: continued but has no stop"))
+            })?);
+            (parent, prefix, cursor) = (grandparent, p_prefix, p_cursor);
         }
+        let prefix = decode_path_blob(&prefix.expect("found"), "prefix")?;
+        let mut cursor = blob_path(cursor, "cursor")?.unwrap_or_default();
+        for stop in stops.iter().rev() {
+            cursor = decode_stop_delta(&cursor, stop, "stop")?;
+        }
+        Ok(Unit { prefix, cursor })
     }
 
     /// Puts archived unit `unit` of job number `job` back: its unit row (done, decided by
@@ -435,6 +439,10 @@ impl SqliteTx<'_> {
             })?;
         let runners = decode_runners(&runners)?;
         let prefix = encode_path(&path.prefix);
+        let stop = stop
+            .map(|delta| decode_stop_delta(&path.cursor, &delta, "stop"))
+            .transpose()?
+            .map(|stop| encode_path(&stop));
         self.c
             .prepare_cached(
                 "UPDATE archive SET prefix = ?1, cursor = ?2 WHERE parent = ?3 AND prefix IS NULL",
@@ -590,7 +598,6 @@ impl SqliteTx<'_> {
         while let Some(r) = rows.next()? {
             let id: i64 = r.get(0)?;
             let parent: Option<i64> = r.get(1)?;
-            let stop = path_at(r, 11, "stop")?;
             let (prefix, cursor) = match path_at(r, 4, "prefix")? {
                 Some(prefix) => (
                     Rc::new(prefix),
@@ -600,6 +607,10 @@ impl SqliteTx<'_> {
                     StoreError::Corrupt(format!("archived unit {id}: its parent is not archived"))
                 })?,
             };
+            let stop = r
+                .get::<_, Option<Vec<u8>>>(11)?
+                .map(|delta| decode_stop_delta(&cursor, &delta, "stop"))
+                .transpose()?;
             if let Some(stop) = &stop {
                 tips.insert(id, (prefix.clone(), stop.clone()));
             }
@@ -634,26 +645,11 @@ impl SqliteTx<'_> {
 
     /// The accepted results of a job's archived units (the conservation check).
     pub(super) fn archived_results(&mut self, job: JobId) -> StoreResult<Vec<UnitResult>> {
-        let job_id = job.to_string();
-        let Some(num) = self.job_num(&job_id, false)? else {
-            return Ok(Vec::new());
-        };
-        let depths = self.job_depths(&job_id)?;
-        let mut q = self.c.prepare(
-            "SELECT counts, committed, solutions, max_depth, stop FROM archive WHERE job = ? ORDER BY unit",
-        )?;
-        let mut rows = q.query([num])?;
-        let mut out = Vec::new();
-        while let Some(r) = rows.next()? {
-            let counts: String = r.get(0)?;
-            out.push(archived_result(
-                &counts,
-                depths,
-                (r.get(1)?, r.get(2)?, r.get(3)?),
-                path_at(r, 4, "stop")?,
-            )?);
-        }
-        Ok(out)
+        Ok(self
+            .archived_rows(job)?
+            .into_iter()
+            .filter_map(|row| row.accepted.map(|(result, _, _)| result))
+            .collect())
     }
 
     /// An archived unit's accepted digest, if it is archived in `job`.

@@ -176,6 +176,41 @@ pub fn decode_budget(stored: i64) -> Option<u64> {
     (stored > 0).then_some(stored as u64)
 }
 
+/// A budget stop stored against the unit's own cursor: how many leading placements the
+/// two share, then the rest of the stop ([`encode_path`]). A continuation's stop lies a
+/// budget's walk from its cursor, deep in the same subtree: most of it is shared.
+pub fn encode_stop_delta(cursor: &[Placement], stop: &[Placement]) -> Vec<u8> {
+    let shared = cursor.iter().zip(stop).take_while(|(a, b)| a == b).count();
+    let mut out = Vec::with_capacity(2 + 3 * (stop.len() - shared));
+    varint(&mut out, shared as u64);
+    out.extend(encode_path(&stop[shared..]));
+    out
+}
+
+/// Decodes [`encode_stop_delta`] against the same cursor.
+pub fn decode_stop_delta(
+    cursor: &[Placement],
+    bytes: &[u8],
+    what: &str,
+) -> Result<Vec<Placement>, StoreError> {
+    let mut at = 0;
+    let shared = read_varint(bytes, &mut at)
+        .filter(|&n| n as usize <= cursor.len())
+        .ok_or_else(|| StoreError::Corrupt(format!("{what}: malformed stop")))?;
+    let mut stop = cursor[..shared as usize].to_vec();
+    stop.extend(decode_path_blob(&bytes[at..], what)?);
+    Ok(stop)
+}
+
+/// A path's 64-bit fingerprint (the first 8 bytes of the SHA-256 of [`encode_path`]):
+/// what tells the archive that a continuation's cursor is its parent's stop without
+/// decoding the parent's chain.
+pub fn path_tag(path: &[Placement]) -> i64 {
+    use sha2::Digest;
+    let hash = sha2::Sha256::digest(encode_path(path));
+    i64::from_le_bytes(hash[..8].try_into().expect("8 bytes"))
+}
+
 /// A SHA-256 digest as 32 bytes, from its lowercase hex text.
 pub fn digest_bytes(hex: &str) -> Result<Vec<u8>, StoreError> {
     let bad = || StoreError::Corrupt(format!("digest {hex:.16}: not 64 hex digits"));
@@ -245,5 +280,32 @@ mod tests {
         }
         assert_eq!(encode_sparse_counts(&[0, 0, 5, 0, 7, 0]), "[2,5,0,7]");
         assert!(decode_sparse_counts("[3,1,1]", 4).is_err());
+    }
+
+    #[test]
+    fn stops_round_trip_against_their_cursor() {
+        let p = |v: &[(usize, usize)]| -> Vec<Placement> {
+            v.iter()
+                .map(|&(pos, piece)| Placement::new(pos, piece, 1))
+                .collect()
+        };
+        let cursor = p(&[(0, 5), (1, 9), (2, 7), (3, 3)]);
+        for stop in [
+            p(&[(0, 5), (1, 9), (2, 8)]),
+            p(&[(0, 5), (1, 9), (2, 7), (3, 3), (4, 1), (5, 2)]),
+            p(&[(0, 6)]),
+            p(&[]),
+        ] {
+            let blob = encode_stop_delta(&cursor, &stop);
+            assert_eq!(decode_stop_delta(&cursor, &blob, "s").unwrap(), stop);
+        }
+        // a long shared walk costs one byte
+        assert_eq!(encode_stop_delta(&cursor, &cursor).len(), 1);
+        // a stop claiming more shared placements than the cursor has is refused
+        assert!(
+            decode_stop_delta(&cursor[..1], &encode_stop_delta(&cursor, &cursor), "s").is_err()
+        );
+        assert_eq!(path_tag(&cursor), path_tag(&cursor.clone()));
+        assert_ne!(path_tag(&cursor), path_tag(&cursor[..3]));
     }
 }
