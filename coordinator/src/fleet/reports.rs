@@ -102,9 +102,18 @@ impl Fleet {
         (pre, recheck): (Option<Prechecked>, bool),
         now: i64,
     ) -> Result<ReportOutcome, FleetError> {
-        let lease = tx
-            .lease(report.lease_id)?
-            .ok_or_else(|| FleetError::NotFound(format!("lease {}", report.lease_id)))?;
+        let Some(lease) = tx.lease(report.lease_id)? else {
+            // a unit leaves its leases behind when it is archived, which waits until its
+            // expired leases are older than the detail window: a result later than that
+            // is told so, instead of "not found"
+            if tx.is_archived(report.unit_id)? {
+                return Ok(ReportOutcome {
+                    status: ReportStatus::Rejected,
+                    detail: "too late: the unit was decided and archived long after this lease expired; the result is not compared".into(),
+                });
+            }
+            return Err(FleetError::NotFound(format!("lease {}", report.lease_id)));
+        };
         if lease.worker_id != worker.id {
             return Err(FleetError::PermissionDenied(
                 "the lease belongs to another worker".into(),

@@ -367,6 +367,8 @@ pub trait Archive {
     ) -> StoreResult<ArchivePass>;
     /// Archived units, all jobs.
     fn archived_units(&mut self) -> StoreResult<u64>;
+    /// Whether unit `unit` (of any job) is archived.
+    fn is_archived(&mut self, unit: UnitId) -> StoreResult<bool>;
 }
 
 /// Every operation, in one transaction.

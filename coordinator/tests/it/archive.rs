@@ -169,3 +169,72 @@ async fn void_chains(archive: bool) {
     audit_whole(&c, &chains).await;
     c.stop().await;
 }
+
+/// A worker whose lease expired (a laptop asleep) reports after its unit was decided by
+/// another: compared while the unit is in the detail window (a replica), and told it is
+/// too late once the unit is archived, never "not found" (which a worker logs as a
+/// refused result). Either way the totals stay exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_late_result_is_compared_in_the_window_and_told_too_late_after_the_archive() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = temp_db(&dir);
+    let clock = Arc::new(AtomicI64::new(1_000_000));
+    // a ten-minute window on the test's clock: nothing is archived until it moves on
+    let window = std::time::Duration::from_secs(600);
+    let c = Coordinator::start_archiving_after(&db, window, clock).await;
+    let job = c.submit(FIVE, 5, 0, 1).await;
+    let mut sleeper = SimWorker::register(&c.url, "laptop", Behaviour::Honest).await;
+    let mut other = SimWorker::register(&c.url, "server", Behaviour::Honest).await;
+    let held = sleeper.lease(16).await.unwrap();
+    assert!(held.len() >= 4, "{} leased", held.len());
+    let mut results = Vec::new();
+    for lease in &held {
+        results.push(sleeper.compute(lease).await);
+    }
+    // the leases run out while the laptop sleeps; the server does the whole job
+    c.advance(31_000);
+    c.fleet.expire_leases().await.unwrap();
+    other.work(1_000).await;
+    assert_exact_5x5(&c.job(&job).await);
+    // the first late result: its unit is decided but not archived, so it is compared
+    assert_eq!(
+        sleeper.report(&held[0], &results[0]).await.unwrap(),
+        "replica"
+    );
+    assert_eq!(
+        c.fleet.archive_decided().await.unwrap(),
+        0,
+        "inside the window"
+    );
+    c.advance(601_000);
+    c.fleet.archive_decided().await.unwrap();
+    // the rest come after the archive: too late for an archived unit, compared for one
+    // that stays (its result carries a solution or a best board)
+    let archived = |unit: i64| {
+        let c = rusqlite::Connection::open(&db).unwrap();
+        c.query_row("SELECT COUNT(*) FROM archive WHERE unit = ?", [unit], |r| {
+            r.get::<_, i64>(0)
+        })
+        .unwrap()
+            > 0
+    };
+    let mut too_late = 0;
+    for (lease, result) in held.iter().zip(&results).skip(1) {
+        let expected = if archived(lease.unit_id) {
+            "rejected"
+        } else {
+            "replica"
+        };
+        too_late += usize::from(expected == "rejected");
+        assert_eq!(sleeper.report(lease, result).await.unwrap(), expected);
+    }
+    assert!(too_late > 0, "no held unit was archived");
+    // a lease nobody granted is still not found
+    let mut forged = held[1].clone();
+    forged.lease_id = uuid::Uuid::new_v4().to_string();
+    forged.unit_id = i64::MAX;
+    let err = sleeper.report(&forged, &results[1]).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::NotFound);
+    assert_exact_5x5(&c.job(&job).await);
+    c.stop().await;
+}

@@ -74,6 +74,24 @@ impl Coordinator {
         .await
     }
 
+    /// A coordinator that archives units decided `window` before its clock.
+    #[allow(dead_code)]
+    pub async fn start_archiving_after(
+        db: &Path,
+        window: Duration,
+        clock: Arc<AtomicI64>,
+    ) -> Coordinator {
+        Self::start_full(
+            db,
+            100,
+            Default::default(),
+            clock,
+            Default::default(),
+            Some(window),
+        )
+        .await
+    }
+
     /// A coordinator with connection limits of its own.
     #[allow(dead_code)]
     pub async fn start_limited(

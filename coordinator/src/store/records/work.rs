@@ -260,7 +260,7 @@ pub struct NewResult {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResultCore {
     /// Per-depth counts, sparse.
-    pub(crate) counts: String,
+    pub(crate) counts: Vec<u8>,
     /// The budget stop's cursor.
     pub(crate) stop: Option<Vec<u8>>,
 }

@@ -18,6 +18,7 @@ use std::rc::Rc;
 use e2fleet_engine::unit::StopReason;
 use e2fleet_engine::{Placement, Unit, UnitResult};
 use e2fleet_proto::api::{JobId, UnitId};
+use rusqlite::types::{Value, ValueRef};
 use rusqlite::{OptionalExtension, params};
 
 use super::codec::{
@@ -94,7 +95,7 @@ fn decode_runners(text: &str) -> StoreResult<Vec<Runner>> {
 
 /// A result of an archived unit as stored: what it is in the certificate and totals.
 fn archived_result(
-    counts: &str,
+    counts: ValueRef<'_>,
     depths: usize,
     (committed, solutions, max_depth): (i64, i64, i64),
     stop: Option<Vec<Placement>>,
@@ -132,7 +133,7 @@ struct ResultRow {
     committed: i64,
     solutions: i64,
     max_depth: i64,
-    counts: Option<String>,
+    counts: Option<Value>,
     stop: Option<Vec<u8>>,
     body_kept: bool,
 }
@@ -201,9 +202,10 @@ impl SqliteTx<'_> {
         Ok(())
     }
 
-    /// Archives unit `id` when it can go: done, no lease out, every result accepted or
-    /// agreeing and folded. Whether it went.
-    fn archive_unit(&mut self, id: i64) -> StoreResult<bool> {
+    /// Archives unit `id` when it can go: done, no lease out nor expired since `cutoff_ms`
+    /// (a late report on it is still compared: the archive keeps no lease), every result
+    /// accepted or agreeing and folded. Whether it went.
+    fn archive_unit(&mut self, id: i64, cutoff_ms: i64) -> StoreResult<bool> {
         let unit = self
             .c
             .prepare_cached(
@@ -234,9 +236,10 @@ impl SqliteTx<'_> {
         let out: bool = self
             .c
             .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM leases WHERE unit_id = ? AND state = 'active')",
+                "SELECT EXISTS (SELECT 1 FROM leases WHERE unit_id = ?1 \
+                   AND (state = 'active' OR (state = 'expired' AND deadline_ms > ?2)))",
             )?
-            .query_row([id], |r| r.get(0))?;
+            .query_row([id, cutoff_ms], |r| r.get(0))?;
         if out {
             return Ok(false);
         }
@@ -292,7 +295,10 @@ impl SqliteTx<'_> {
                 .optional()?
                 .is_some_and(|(prefix, tag)| {
                     tag == Some(path_tag(&path.cursor))
-                        && prefix.is_none_or(|p| p == encode_path(&path.prefix))
+                        && prefix.is_none_or(|p| {
+                            // decoded: the parent may be stored in another path form
+                            decode_path_blob(&p, "prefix").is_ok_and(|p| p == path.prefix)
+                        })
                 }),
             _ => false,
         };
@@ -414,7 +420,7 @@ impl SqliteTx<'_> {
             i64,
             Vec<u8>,
             (i64, i64, i64),
-            String,
+            Value,
             Option<Vec<u8>>,
             String,
             i64,
@@ -615,8 +621,12 @@ impl SqliteTx<'_> {
                 tips.insert(id, (prefix.clone(), stop.clone()));
             }
             let runners = decode_runners(&r.get::<_, String>(12)?)?.len() as u32;
-            let counts: String = r.get(10)?;
-            let result = archived_result(&counts, depths, (r.get(7)?, r.get(8)?, r.get(9)?), stop)?;
+            let result = archived_result(
+                r.get_ref(10)?,
+                depths,
+                (r.get(7)?, r.get(8)?, r.get(9)?),
+                stop,
+            )?;
             out.push(CertificateRow {
                 unit: UnitRecord {
                     id: UnitId(id),
@@ -731,11 +741,21 @@ impl Archive for SqliteTx<'_> {
             last: found.last().copied().unwrap_or(after),
         };
         for (_, id) in found {
-            if self.archive_unit(id)? {
+            if self.archive_unit(id, cutoff_ms)? {
                 pass.archived += 1;
             }
         }
         Ok(pass)
+    }
+
+    fn is_archived(&mut self, unit: UnitId) -> StoreResult<bool> {
+        // one primary-key probe per job: the jobs are few, the archive is keyed by job first
+        Ok(self
+            .c
+            .prepare_cached(
+                "SELECT EXISTS (SELECT 1 FROM archive WHERE job IN (SELECT num FROM archive_jobs) AND unit = ?)",
+            )?
+            .query_row([unit.0], |r| r.get(0))?)
     }
 
     fn archived_units(&mut self) -> StoreResult<u64> {

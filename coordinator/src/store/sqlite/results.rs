@@ -66,11 +66,9 @@ fn body_at(r: &Row<'_>, at: usize) -> rusqlite::Result<UnitResult> {
     if let Some(json) = json {
         return ResultBody(json).decode().map_err(fail);
     }
-    let counts: Option<String> = r.get(at + 1)?;
     let cursor = path_at(r, at + 2, "stop")?;
     let depths = r.get::<_, i64>(at + 6)? as usize;
-    let nodes_by_depth =
-        decode_sparse_counts(counts.as_deref().unwrap_or("[]"), depths).map_err(fail)?;
+    let nodes_by_depth = decode_sparse_counts(r.get_ref(at + 1)?, depths).map_err(fail)?;
     Ok(UnitResult {
         nodes_by_depth,
         committed: r.get::<_, i64>(at + 3)? as u64,
