@@ -64,6 +64,10 @@ static STOP: AtomicBool = AtomicBool::new(false);
 pub struct St {
     pub left: u64,
     pub deepest: usize,
+    /// The pieces on the board as bits (piece `p` is bit `p % 64` of word `p / 64`), for
+    /// boards of at most 128 pieces, whose generated code walks a bucket's free pieces as
+    /// the bits of `bucket mask & !umask`; kept beside `used` (what the cold path reads).
+    pub umask: [u64; 2],
     pub used: [u8; 1024],
     pub cells: [[u64; 2]; MAX_CELLS + 1],
     window: u64,
@@ -79,6 +83,24 @@ pub struct St {
 }
 
 impl St {
+    /// Marks `piece` as on the board.
+    #[inline]
+    fn take(&mut self, piece: usize) {
+        self.used[piece] = 1;
+        if piece < 128 {
+            self.umask[piece >> 6] |= 1 << (piece & 63);
+        }
+    }
+
+    /// Marks `piece` as off the board.
+    #[inline]
+    fn give(&mut self, piece: usize) {
+        self.used[piece] = 0;
+        if piece < 128 {
+            self.umask[piece >> 6] &= !(1 << (piece & 63));
+        }
+    }
+
     /// The candidate placed at depth `d`.
     #[inline]
     fn path(&self, d: usize) -> u64 {
@@ -174,7 +196,7 @@ impl St {
                 if self.used[piece] != 0 || (c as u32 & p.dkey[d][5]) != expect {
                     return Err(illegal());
                 }
-                self.used[piece] = 1;
+                self.take(piece);
                 self.cells[p.dpos[d] as usize][0] = c;
                 return Ok(i);
             }
@@ -202,7 +224,7 @@ pub fn scan(st: &mut St, d: usize, start: usize) -> bool {
         if st.used[piece] != 0 || (c as u32 & mask) != expect {
             continue;
         }
-        st.used[piece] = 1;
+        st.take(piece);
         st.cells[pos][0] = c;
         st.cells[pos][1] += 1;
         if d >= st.deepest {
@@ -227,7 +249,7 @@ pub fn scan(st: &mut St, d: usize, start: usize) -> bool {
                 return true;
             }
         }
-        st.used[piece] = 0;
+        st.give(piece);
     }
 }
 
@@ -278,7 +300,12 @@ fn run_unit(
         *cell = [v, 0];
     }
     st.used = [0; 1024];
-    st.used[..p.pieces].copy_from_slice(p.init_used);
+    st.umask = [0; 2];
+    for (piece, &on) in p.init_used.iter().enumerate() {
+        if on != 0 {
+            st.take(piece);
+        }
+    }
     st.budget = if budget == 0 { u64::MAX } else { budget };
     st.committed = 0;
     st.window = st.budget.min(p.poll);
@@ -311,7 +338,7 @@ fn run_unit(
     if !stopped {
         for l in (floor..start).rev() {
             let piece = ((st.path(l) >> 32) & 1023) as usize;
-            st.used[piece] = 0;
+            st.give(piece);
             if scan(st, l, idx[l - floor] + 1) {
                 stopped = true;
                 break;
@@ -377,6 +404,7 @@ pub fn serve(program: &'static Program) {
     let mut st = Box::new(St {
         left: 0,
         deepest: 0,
+        umask: [0; 2],
         used: [0; 1024],
         cells: [[0; 2]; MAX_CELLS + 1],
         window: 0,

@@ -192,6 +192,49 @@ fn bench_boards_agree_under_budgets() {
     }
 }
 
+/// Low-colour boards of at most 128 pieces, where the compiled engine walks a bucket's
+/// free pieces as mask bits (one mask word up to 64 pieces, two above): budget slices down
+/// a continuation chain and whole small trees agree with the reference walker to the digit,
+/// with group sizes that put the slices' ends inside and at the edges of groups.
+#[test]
+fn low_colour_boards_agree_under_budgets() {
+    for (rel, group) in [
+        ("brendan/set1/pieces_07x07.txt", 6),
+        ("brendan/set2/pieces_08x08.txt", 4),
+        ("brendan/set2/pieces_09x09.txt", 5),
+        ("brendan/set1/pieces_10x10.txt", 6),
+        ("clues/e2-clue-clue1.json", 3),
+    ] {
+        let puzzle = load(rel);
+        let plan = plan(&puzzle, &OrderSpec::default());
+        let (mut reference, mut compiled) = engines(&plan, group, "low-colour");
+        let mut unit = Unit::root();
+        for budget in [1u64, 7, 1000, 123_457, 2_000_000, 5_000_000] {
+            let r = reference
+                .run(&unit, opts(Some(budget)), &mut NoControl)
+                .unwrap();
+            let c = compiled
+                .run(&unit, opts(Some(budget)), &mut NoControl)
+                .unwrap();
+            assert_eq!(c, r, "{rel} budget {budget}");
+            match r.cursor {
+                Some(cursor) => unit = unit.continuation(cursor),
+                None => break,
+            }
+        }
+    }
+    let puzzle = load("brendan/set2/pieces_05x05.txt");
+    let plan = plan(&puzzle, &OrderSpec::default());
+    let (mut reference, mut compiled) = engines(&plan, 6, "low-colour");
+    let r = reference
+        .run(&Unit::root(), opts(None), &mut NoControl)
+        .unwrap();
+    let c = compiled
+        .run(&Unit::root(), opts(None), &mut NoControl)
+        .unwrap();
+    assert_eq!(c, r, "set 2 5x5 whole");
+}
+
 #[test]
 fn a_requested_stop_matches_a_budget_stop() {
     let puzzle = load("bench/bench-hard.json");
