@@ -19,6 +19,9 @@ use std::sync::{Condvar, Mutex};
 
 /// Largest board the runtime's fixed arrays hold.
 pub const MAX_CELLS: usize = 1024;
+/// Boards of at most this many pieces keep the pieces on the board as mask bits
+/// (`St::umask`), which their generated code reads and writes instead of `St::used`.
+pub const MASK_PIECES: usize = 128;
 /// The candidate list terminator.
 pub const SENTINEL: u64 = u64::MAX;
 
@@ -64,10 +67,11 @@ static STOP: AtomicBool = AtomicBool::new(false);
 pub struct St {
     pub left: u64,
     pub deepest: usize,
-    /// The pieces on the board as bits (piece `p` is bit `p % 64` of word `p / 64`), for
-    /// boards of at most 128 pieces, whose generated code walks a bucket's free pieces as
-    /// the bits of `bucket mask & !umask`; kept beside `used` (what the cold path reads).
+    /// The pieces on the board as bits (piece `p` is bit `p % 64` of word `p / 64`) on
+    /// boards of at most [`MASK_PIECES`] pieces, whose generated code walks a bucket's free
+    /// pieces as the bits of `bucket mask & !umask` and keeps only this up to date.
     pub umask: [u64; 2],
+    /// The pieces on the board, a byte each, on larger boards.
     pub used: [u8; 1024],
     pub cells: [[u64; 2]; MAX_CELLS + 1],
     window: u64,
@@ -83,6 +87,16 @@ pub struct St {
 }
 
 impl St {
+    /// Whether `piece` is on the board (the record the generated code keeps).
+    #[inline]
+    fn is_used(&self, piece: usize) -> bool {
+        if self.program.pieces <= MASK_PIECES {
+            (self.umask[piece >> 6] >> (piece & 63)) & 1 != 0
+        } else {
+            self.used[piece] != 0
+        }
+    }
+
     /// Marks `piece` as on the board.
     #[inline]
     fn take(&mut self, piece: usize) {
@@ -193,7 +207,7 @@ impl St {
             }
             let piece = ((c >> 32) & 1023) as usize;
             if piece == t.1 as usize && ((c >> 48) & 3) as u8 == t.2 {
-                if self.used[piece] != 0 || (c as u32 & p.dkey[d][5]) != expect {
+                if self.is_used(piece) || (c as u32 & p.dkey[d][5]) != expect {
                     return Err(illegal());
                 }
                 self.take(piece);
@@ -221,7 +235,7 @@ pub fn scan(st: &mut St, d: usize, start: usize) -> bool {
             return false;
         }
         let piece = ((c >> 32) as usize) & 1023;
-        if st.used[piece] != 0 || (c as u32 & mask) != expect {
+        if st.is_used(piece) || (c as u32 & mask) != expect {
             continue;
         }
         st.take(piece);

@@ -290,8 +290,8 @@ impl Gen<'_> {
     }
 
     /// Words of the used-piece mask the generated code reads: 1 (a `u64`, at most 64
-    /// pieces) or 2 (a `u128`, at most 128); 0 when the board is larger and every depth
-    /// walks its list.
+    /// pieces) or 2 (a `u128`, at most 128: the runtime's `MASK_PIECES`); 0 when the
+    /// board is larger, every depth walks its list and the used bytes are the record.
     fn mask_words(&self) -> usize {
         match self.plan.pieces {
             0..=64 => 1,
@@ -457,18 +457,24 @@ impl Gen<'_> {
         format!(" && ({var} as u32 & {:#x}) == ({expect})", dp.extra_mask)
     }
 
-    /// The statements that mark piece `p{d}` on (`on`) or off the board: its used byte,
-    /// and its bit of the used mask on boards that have one.
+    /// The statement that marks piece `p{d}` on (`on`) or off the board: its used byte, or
+    /// on boards with a used mask its bit there (the runtime reads the same record).
     fn mark(&self, d: usize, on: bool) -> String {
-        let byte = format!("st.used[p{d}] = {};", u8::from(on));
-        let bit = match (self.mask_words(), on) {
-            (0, _) => String::new(),
-            (1, true) => format!(" st.umask[0] |= 1u64 << p{d};"),
-            (1, false) => format!(" st.umask[0] &= !(1u64 << p{d});"),
-            (_, true) => format!(" st.umask[p{d} >> 6] |= 1u64 << (p{d} & 63);"),
-            (_, false) => format!(" st.umask[p{d} >> 6] &= !(1u64 << (p{d} & 63));"),
-        };
-        byte + &bit
+        match (self.mask_words(), on) {
+            (0, _) => format!("st.used[p{d}] = {};", u8::from(on)),
+            (1, true) => format!("st.umask[0] |= 1u64 << p{d};"),
+            (1, false) => format!("st.umask[0] &= !(1u64 << p{d});"),
+            (_, true) => format!("st.umask[p{d} >> 6] |= 1u64 << (p{d} & 63);"),
+            (_, false) => format!("st.umask[p{d} >> 6] &= !(1u64 << (p{d} & 63));"),
+        }
+    }
+
+    /// Whether piece `p{d}` is on the board, as the record [`Gen::mark`] keeps.
+    fn is_used(&self, d: usize) -> String {
+        match self.mask_words() {
+            0 => format!("st.used[p{d}] != 0"),
+            _ => format!("(st.umask[p{d} >> 6] >> (p{d} & 63)) & 1 != 0"),
+        }
     }
 
     /// The body that commits candidate `c{d}` at depth `d` (after the used test).
@@ -566,6 +572,7 @@ impl Gen<'_> {
         };
         let commit = self.commit(d);
         let release = self.mark(d, false);
+        let used = self.is_used(d);
         let start = format!("OFFS[{key}] as usize");
         format!(
             "let mut i{d}: usize = {start};\n\
@@ -573,7 +580,7 @@ impl Gen<'_> {
              let c{d} = cand(i{d}); i{d} += 1;\n\
              if c{d} == SENTINEL {{ break; }}\n\
              let p{d} = (c{d} >> 54) as usize;\n\
-             if st.used[p{d}] != 0 {{ continue; }}\n\
+             if {used} {{ continue; }}\n\
              {extra}\n\
              {commit}\
              {onward}\n\
@@ -638,5 +645,14 @@ impl Gen<'_> {
             "static HEADS: [Option<fn(&mut St) -> bool>; {depths}] = [{}];",
             list.join(", ")
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    /// The generated code and the runtime must agree on which boards keep a used mask.
+    #[test]
+    fn the_mask_walk_threshold_is_the_runtimes() {
+        assert!(super::RUNTIME_SOURCE.contains("pub const MASK_PIECES: usize = 128;"));
     }
 }
