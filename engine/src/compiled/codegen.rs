@@ -300,15 +300,6 @@ impl Gen<'_> {
         }
     }
 
-    /// The mask type of the generated code.
-    fn mask_type(&self) -> &'static str {
-        if self.mask_words() == 1 {
-            "u64"
-        } else {
-            "u128"
-        }
-    }
-
     /// The bucket starting at `offset` of the plan's candidates, grouped by piece (in
     /// canonical order: ascending piece, its rotations in order).
     fn bucket_pieces(&self, offset: usize) -> Vec<Vec<u64>> {
@@ -354,19 +345,22 @@ impl Gen<'_> {
     }
 
     /// The tables of the mask walk, indexed like `OFFS`: `MASK` (the pieces with a
-    /// candidate in the bucket), `RBASE` (where the bucket's pieces start in `RANKED`),
-    /// `RANKED` (each piece's first candidate, ascending piece) and `RANKED2` (its second
-    /// candidate, or the sentinel).
+    /// candidate in the bucket, a `u64` a word of the used mask), `RBASE` (where the
+    /// bucket's pieces of each word start in `RANKED`), `RANKED` (each piece's first
+    /// candidate, ascending piece) and `RANKED2` (its second candidate, or the sentinel).
     fn mask_tables(&mut self, offs: &[u32]) {
+        let words = self.mask_words();
         let mut base_of: std::collections::HashMap<u32, usize> = Default::default();
         let (mut ranked, mut ranked2) = (Vec::new(), Vec::new());
         let mut masks = Vec::with_capacity(offs.len());
         let mut bases = Vec::with_capacity(offs.len());
         for &o in offs {
             let groups = self.bucket_pieces(o as usize);
-            let mask = groups.iter().fold(0u128, |m, g| {
-                m | 1u128 << crate::plan::candidate_piece(g[0])
-            });
+            let mut mask = vec![0u64; words];
+            for g in &groups {
+                let piece = crate::plan::candidate_piece(g[0]);
+                mask[piece / 64] |= 1 << (piece % 64);
+            }
             let base = *base_of.entry(o).or_insert_with(|| {
                 let base = ranked.len();
                 for g in &groups {
@@ -375,15 +369,30 @@ impl Gen<'_> {
                 }
                 base
             });
-            masks.push(format!("{mask:#x}"));
-            bases.push(base.to_string());
+            let word_bases: Vec<String> = (0..words)
+                .map(|w| {
+                    let before: u32 = mask[..w].iter().map(|m| m.count_ones()).sum();
+                    (base + before as usize).to_string()
+                })
+                .collect();
+            let mask: Vec<String> = mask.iter().map(|m| format!("{m:#x}")).collect();
+            if words == 1 {
+                masks.push(mask[0].clone());
+                bases.push(word_bases[0].clone());
+            } else {
+                masks.push(format!("[{}]", mask.join(", ")));
+                bases.push(format!("[{}]", word_bases.join(", ")));
+            }
         }
         // one slot past the end: the walk reads `RANKED2` beside every `RANKED`
         ranked.push(SENTINEL);
         ranked2.push(SENTINEL);
-        let ty = self.mask_type();
-        self.array("MASK", ty, masks.into_iter());
-        self.array("RBASE", "u32", bases.into_iter());
+        let (mask_ty, base_ty) = match words {
+            1 => ("u64".to_string(), "u32".to_string()),
+            w => (format!("[u64; {w}]"), format!("[u32; {w}]")),
+        };
+        self.array("MASK", &mask_ty, masks.into_iter());
+        self.array("RBASE", &base_ty, bases.into_iter());
         self.array("RANKED", "u64", ranked.iter().map(|c| format!("{c:#x}")));
         self.array("RANKED2", "u64", ranked2.iter().map(|c| format!("{c:#x}")));
     }
@@ -519,12 +528,7 @@ impl Gen<'_> {
     /// among the bucket's pieces. No branch per used piece; the loop ends when the bits
     /// run out. With `dups`, a piece's second candidate in the bucket follows its first.
     fn mask_level(&self, d: usize, key: &str, onward: &str, dups: bool) -> String {
-        let ty = self.mask_type();
-        let used = if self.mask_words() == 1 {
-            "st.umask[0]".to_string()
-        } else {
-            "((st.umask[0] as u128) | ((st.umask[1] as u128) << 64))".to_string()
-        };
+        let words = self.mask_words();
         let extra = self.extra_check(d, &format!("c{d}"));
         let commit = self.commit(d);
         let release = self.mark(d, false);
@@ -550,15 +554,37 @@ impl Gen<'_> {
         } else {
             format!("let c{d}: u64 = unsafe {{ *RANKED.get_unchecked(i{d}) }};\n{attempt}")
         };
+        if words == 1 {
+            return format!(
+                "let k{d}: usize = {key};\n\
+                 let m{d}: u64 = MASK[k{d}];\n\
+                 let r{d}: usize = RBASE[k{d}] as usize;\n\
+                 let mut f{d}: u64 = m{d} & !st.umask[0];\n\
+                 while f{d} != 0 {{\n\
+                 let p{d} = f{d}.trailing_zeros() as usize;\n\
+                 f{d} &= f{d} - 1;\n\
+                 let i{d} = r{d} + (m{d} & ((1u64 << p{d}) - 1)).count_ones() as usize;\n\
+                 {body}\
+                 }}\n"
+            );
+        }
+        // several words: one u64 at a time (word `w{d}`), moving on when its bits run
+        // out; `w{d}` stays below the word count, so the word indexes need no check
         format!(
             "let k{d}: usize = {key};\n\
-             let m{d}: {ty} = MASK[k{d}];\n\
-             let r{d}: usize = RBASE[k{d}] as usize;\n\
-             let mut f{d}: {ty} = m{d} & !{used};\n\
-             while f{d} != 0 {{\n\
-             let p{d} = f{d}.trailing_zeros() as usize;\n\
+             let mut w{d}: usize = 0;\n\
+             let mut f{d}: u64 = MASK[k{d}][0] & !st.umask[0];\n\
+             loop {{\n\
+             if f{d} == 0 {{\n\
+             w{d} += 1;\n\
+             if w{d} == {words} {{ break; }}\n\
+             f{d} = unsafe {{ *MASK[k{d}].get_unchecked(w{d}) & !*st.umask.get_unchecked(w{d}) }};\n\
+             continue;\n\
+             }}\n\
+             let b{d} = f{d}.trailing_zeros() as usize;\n\
              f{d} &= f{d} - 1;\n\
-             let i{d} = r{d} + (m{d} & (((1 as {ty}) << p{d}) - 1)).count_ones() as usize;\n\
+             let p{d} = (w{d} << 6) | b{d};\n\
+             let i{d} = unsafe {{ *RBASE[k{d}].get_unchecked(w{d}) as usize + (*MASK[k{d}].get_unchecked(w{d}) & ((1u64 << b{d}) - 1)).count_ones() as usize }};\n\
              {body}\
              }}\n"
         )
