@@ -145,8 +145,11 @@ enum Walk {
     List,
     /// The free pieces only, as the set bits of the bucket's piece mask less the used
     /// pieces' mask (boards of at most 128 pieces); `dups` when some piece has a second
-    /// candidate in a bucket of the table (it is tried right after the first).
-    Mask { dups: bool },
+    /// candidate in a bucket of the table (it is tried right after the first). `window`:
+    /// on a two-word board, the first piece of a table whose pieces all lie within 64 ids
+    /// of it (its buckets then walk one word: the used mask shifted by a constant; files
+    /// list corners, edges and inner pieces apart, so each table's pieces are one run).
+    Mask { dups: bool, window: Option<usize> },
 }
 
 macro_rules! w {
@@ -328,14 +331,19 @@ impl Gen<'_> {
             let walk = if self.mask_words() == 0 {
                 Walk::List
             } else {
-                let most = (0..c * c)
+                let groups: Vec<Vec<u64>> = (0..c * c)
                     .flat_map(|k| self.bucket_pieces(p.offsets[table + k] as usize))
-                    .map(|group| group.len())
-                    .max()
-                    .unwrap_or(1);
+                    .collect();
+                let most = groups.iter().map(|g| g.len()).max().unwrap_or(1);
+                let pieces = || groups.iter().map(|g| crate::plan::candidate_piece(g[0]));
+                let (low, high) = (pieces().min().unwrap_or(0), pieces().max().unwrap_or(0));
+                let window = (self.mask_words() == 2 && high - low < 64).then_some(low);
                 match most {
-                    0 | 1 => Walk::Mask { dups: false },
-                    2 => Walk::Mask { dups: true },
+                    0 | 1 => Walk::Mask {
+                        dups: false,
+                        window,
+                    },
+                    2 => Walk::Mask { dups: true, window },
                     _ => Walk::List,
                 }
             };
@@ -354,6 +362,9 @@ impl Gen<'_> {
         let (mut ranked, mut ranked2) = (Vec::new(), Vec::new());
         let mut masks = Vec::with_capacity(offs.len());
         let mut bases = Vec::with_capacity(offs.len());
+        let mut windows = Vec::with_capacity(offs.len());
+        let c = self.plan.colours;
+        let mut k_of = 0..offs.len();
         for &o in offs {
             let groups = self.bucket_pieces(o as usize);
             let mut mask = vec![0u64; words];
@@ -375,6 +386,17 @@ impl Gen<'_> {
                     (base + before as usize).to_string()
                 })
                 .collect();
+            // the table's window: its mask seen from its first piece
+            let table = k_of.next().map(|k| k >> (2 * self.stride_log2()));
+            let low = table
+                .filter(|&t| t < self.plan.tables)
+                .and_then(|t| match self.walks.get(&(t * c * c)) {
+                    Some(Walk::Mask { window, .. }) => *window,
+                    _ => None,
+                })
+                .unwrap_or(0);
+            let whole = u128::from(mask[0]) | mask.get(1).map_or(0, |&m| u128::from(m) << 64);
+            windows.push(format!("{:#x}", (whole >> low) as u64));
             let mask: Vec<String> = mask.iter().map(|m| format!("{m:#x}")).collect();
             if words == 1 {
                 masks.push(mask[0].clone());
@@ -393,6 +415,9 @@ impl Gen<'_> {
         };
         self.array("MASK", &mask_ty, masks.into_iter());
         self.array("RBASE", &base_ty, bases.into_iter());
+        if words == 2 {
+            self.array("MASKW", "u64", windows.into_iter());
+        }
         self.array("RANKED", "u64", ranked.iter().map(|c| format!("{c:#x}")));
         self.array("RANKED2", "u64", ranked2.iter().map(|c| format!("{c:#x}")));
     }
@@ -466,9 +491,38 @@ impl Gen<'_> {
         format!(" && ({var} as u32 & {:#x}) == ({expect})", dp.extra_mask)
     }
 
+    /// Whether group functions hold the used mask in a register (`u_in` at entry, `u{d}`
+    /// after depth `d` places its piece) and write it to `st.umask` only when they call
+    /// out and when they return: two-word boards, where reading both words of
+    /// `st.umask` right after a store into one of them cost more than it saved (Brendan
+    /// set 2 10x10: 78-82 M nodes/s from memory, 98-112 from registers).
+    fn held(&self) -> bool {
+        self.mask_words() == 2
+    }
+
+    /// The register holding the used mask before depth `d` places its piece.
+    fn held_before(&self, d: usize) -> String {
+        if self.is_head(d) {
+            "u_in".into()
+        } else {
+            format!("u{}", d - 1)
+        }
+    }
+
     /// The statement that marks piece `p{d}` on (`on`) or off the board: its used byte, or
-    /// on boards with a used mask its bit there (the runtime reads the same record).
+    /// on boards with a used mask its bit there (the runtime reads the same record), or
+    /// the next register of the mask when it is held (off is then nothing to do).
     fn mark(&self, d: usize, on: bool) -> String {
+        if self.held() {
+            return if on {
+                format!(
+                    "let u{d}: u128 = {} | (1u128 << p{d});",
+                    self.held_before(d)
+                )
+            } else {
+                String::new()
+            };
+        }
         match (self.mask_words(), on) {
             (0, _) => format!("st.used[p{d}] = {};", u8::from(on)),
             (1, true) => format!("st.umask[0] |= 1u64 << p{d};"),
@@ -480,6 +534,9 @@ impl Gen<'_> {
 
     /// Whether piece `p{d}` is on the board, as the record [`Gen::mark`] keeps.
     fn is_used(&self, d: usize) -> String {
+        if self.held() {
+            return format!("({} >> p{d}) & 1 != 0", self.held_before(d));
+        }
         match self.mask_words() {
             0 => format!("st.used[p{d}] != 0"),
             _ => format!("(st.umask[p{d} >> 6] >> (p{d} & 63)) & 1 != 0"),
@@ -519,7 +576,7 @@ impl Gen<'_> {
         };
         match self.walks[&self.plan.depths[d].table] {
             Walk::List => self.list_level(d, key, &onward),
-            Walk::Mask { dups } => self.mask_level(d, key, &onward, dups),
+            Walk::Mask { dups, window } => self.mask_level(d, key, &onward, dups, window),
         }
     }
 
@@ -527,7 +584,14 @@ impl Gen<'_> {
     /// (canonical order): `MASK & !used mask`, then each set bit's candidate from its rank
     /// among the bucket's pieces. No branch per used piece; the loop ends when the bits
     /// run out. With `dups`, a piece's second candidate in the bucket follows its first.
-    fn mask_level(&self, d: usize, key: &str, onward: &str, dups: bool) -> String {
+    fn mask_level(
+        &self,
+        d: usize,
+        key: &str,
+        onward: &str,
+        dups: bool,
+        window: Option<usize>,
+    ) -> String {
         let words = self.mask_words();
         let extra = self.extra_check(d, &format!("c{d}"));
         let commit = self.commit(d);
@@ -554,6 +618,23 @@ impl Gen<'_> {
         } else {
             format!("let c{d}: u64 = unsafe {{ *RANKED.get_unchecked(i{d}) }};\n{attempt}")
         };
+        let held = self.held_before(d);
+        if let Some(low) = window {
+            // the held used mask seen from piece `low`: bit j is piece `low + j`
+            return format!(
+                "let k{d}: usize = {key};\n\
+                 let m{d}: u64 = MASKW[k{d}];\n\
+                 let r{d}: usize = RBASE[k{d}][0] as usize;\n\
+                 let mut f{d}: u64 = m{d} & !(({held} >> {low}) as u64);\n\
+                 while f{d} != 0 {{\n\
+                 let b{d} = f{d}.trailing_zeros() as usize;\n\
+                 f{d} &= f{d} - 1;\n\
+                 let p{d} = {low} + b{d};\n\
+                 let i{d} = r{d} + (m{d} & ((1u64 << b{d}) - 1)).count_ones() as usize;\n\
+                 {body}\
+                 }}\n"
+            );
+        }
         if words == 1 {
             return format!(
                 "let k{d}: usize = {key};\n\
@@ -572,13 +653,14 @@ impl Gen<'_> {
         // out; `w{d}` stays below the word count, so the word indexes need no check
         format!(
             "let k{d}: usize = {key};\n\
+             let uw{d}: [u64; 2] = [{held} as u64, ({held} >> 64) as u64];\n\
              let mut w{d}: usize = 0;\n\
-             let mut f{d}: u64 = MASK[k{d}][0] & !st.umask[0];\n\
+             let mut f{d}: u64 = MASK[k{d}][0] & !uw{d}[0];\n\
              loop {{\n\
              if f{d} == 0 {{\n\
              w{d} += 1;\n\
              if w{d} == {words} {{ break; }}\n\
-             f{d} = unsafe {{ *MASK[k{d}].get_unchecked(w{d}) & !*st.umask.get_unchecked(w{d}) }};\n\
+             f{d} = unsafe {{ *MASK[k{d}].get_unchecked(w{d}) & !*uw{d}.get_unchecked(w{d}) }};\n\
              continue;\n\
              }}\n\
              let b{d} = f{d}.trailing_zeros() as usize;\n\
@@ -624,11 +706,18 @@ impl Gen<'_> {
         if d >= self.plan.len() {
             return String::new();
         }
+        // a held used mask goes to `st.umask` before the call: the callee reads it there
+        let store = if self.held() {
+            let u = d - 1;
+            format!("st.umask[0] = u{u} as u64; st.umask[1] = (u{u} >> 64) as u64; ")
+        } else {
+            String::new()
+        };
         if self.is_head(d) {
-            format!("if g{d}(st) {{ return true; }}")
+            format!("{store}if g{d}(st) {{ return true; }}")
         } else {
             format!(
-                "{{ let start = {}; if scan(st, {d}, start) {{ return true; }} }}",
+                "{{ {store}let start = {}; if scan(st, {d}, start) {{ return true; }} }}",
                 self.bucket_expr(d, locals)
             )
         }
@@ -647,9 +736,20 @@ impl Gen<'_> {
                 let key = self.key_index_expr(d, &locals);
                 body = self.level(d, &key, &body);
             }
+            // a held used mask is read at entry and put back before a normal return (the
+            // callees changed `st.umask` as they called on; a stop leaves it, the next
+            // unit starts afresh)
+            let (entry, exit) = if self.held() {
+                (
+                    "let u_in: u128 = (st.umask[0] as u128) | ((st.umask[1] as u128) << 64);\n",
+                    "st.umask[0] = u_in as u64; st.umask[1] = (u_in >> 64) as u64;\n",
+                )
+            } else {
+                ("", "")
+            };
             w!(
                 self,
-                "#[inline(never)]\nfn g{head}(st: &mut St) -> bool {{\n{body}false\n}}"
+                "#[inline(never)]\nfn g{head}(st: &mut St) -> bool {{\n{entry}{body}{exit}false\n}}"
             );
             head = end;
         }
