@@ -16,7 +16,10 @@
 //!   the bucket's pieces (a popcount). No branch per used piece, which is where those
 //!   boards lost most of their time (Brendan 7x7: 1.46 -> 0.62 mispredicts per node in
 //!   callgrind's model). A piece with two candidates in one bucket (three equal colours)
-//!   tries its second right after its first; a table with more falls back to the list;
+//!   tries its second right after its first; a table with more falls back to the list.
+//!   Boards of 65-128 pieces hold the two-word mask in registers within a group function
+//!   (`st.umask` is written only around calls and at return) and walk a table whose
+//!   pieces lie within 64 ids as one word shifted by a constant, else word by word;
 //! - when the key's neighbour was placed by the enclosing loop of the same group, its colour
 //!   comes from that loop's candidate register instead of a board load;
 //! - the board is never cleared on backtrack (a cell is only read while placed);
