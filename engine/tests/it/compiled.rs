@@ -67,6 +67,26 @@ fn opts(budget: Option<u64>) -> RunOptions {
     }
 }
 
+/// Walks one continuation chain from the root of `plan`, a slice per budget (until the
+/// tree ends), with both engines, comparing every result.
+fn agree_down_a_chain(plan: &Arc<SearchPlan>, group: usize, budgets: &[u64], what: &str) {
+    let (mut reference, mut compiled) = engines(plan, group, "chain");
+    let mut unit = Unit::root();
+    for &budget in budgets {
+        let r = reference
+            .run(&unit, opts(Some(budget)), &mut NoControl)
+            .unwrap();
+        let c = compiled
+            .run(&unit, opts(Some(budget)), &mut NoControl)
+            .unwrap();
+        assert_eq!(c, r, "{what} budget {budget}");
+        match r.cursor {
+            Some(cursor) => unit = unit.continuation(cursor),
+            None => break,
+        }
+    }
+}
+
 #[test]
 fn known_counts_compiled() {
     for (rel, nodes, solutions) in [
@@ -175,20 +195,8 @@ fn bench_boards_agree_under_budgets() {
         "bench/bench-easy.json",
         "e2/official.json",
     ] {
-        let puzzle = load(rel);
-        let plan = plan(&puzzle, &OrderSpec::default());
-        let (mut reference, mut compiled) = engines(&plan, 4, "bench");
-        let mut unit = Unit::root();
-        for budget in [1u64, 7, 1000, 123_457, 2_000_000] {
-            let r = reference
-                .run(&unit, opts(Some(budget)), &mut NoControl)
-                .unwrap();
-            let c = compiled
-                .run(&unit, opts(Some(budget)), &mut NoControl)
-                .unwrap();
-            assert_eq!(c, r, "{rel} budget {budget}");
-            unit = unit.continuation(r.cursor.unwrap());
-        }
+        let plan = plan(&load(rel), &OrderSpec::default());
+        agree_down_a_chain(&plan, 4, &[1, 7, 1000, 123_457, 2_000_000], rel);
     }
 }
 
@@ -205,23 +213,9 @@ fn low_colour_boards_agree_under_budgets() {
         ("brendan/set1/pieces_10x10.txt", 6),
         ("clues/e2-clue-clue1.json", 3),
     ] {
-        let puzzle = load(rel);
-        let plan = plan(&puzzle, &OrderSpec::default());
-        let (mut reference, mut compiled) = engines(&plan, group, "low-colour");
-        let mut unit = Unit::root();
-        for budget in [1u64, 7, 1000, 123_457, 2_000_000, 5_000_000] {
-            let r = reference
-                .run(&unit, opts(Some(budget)), &mut NoControl)
-                .unwrap();
-            let c = compiled
-                .run(&unit, opts(Some(budget)), &mut NoControl)
-                .unwrap();
-            assert_eq!(c, r, "{rel} budget {budget}");
-            match r.cursor {
-                Some(cursor) => unit = unit.continuation(cursor),
-                None => break,
-            }
-        }
+        let plan = plan(&load(rel), &OrderSpec::default());
+        let budgets = [1, 7, 1000, 123_457, 2_000_000, 5_000_000];
+        agree_down_a_chain(&plan, group, &budgets, rel);
     }
     let puzzle = load("brendan/set2/pieces_05x05.txt");
     let plan = plan(&puzzle, &OrderSpec::default());
