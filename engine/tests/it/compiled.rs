@@ -67,12 +67,15 @@ fn opts(budget: Option<u64>) -> RunOptions {
     }
 }
 
-/// Walks one continuation chain from the root of `plan`, a slice per budget (until the
-/// tree ends), with both engines, comparing every result.
-fn agree_down_a_chain(plan: &Arc<SearchPlan>, group: usize, budgets: &[u64], what: &str) {
-    let (mut reference, mut compiled) = engines(plan, group, "chain");
+/// Walks one continuation chain from the root with both engines, a slice per budget
+/// (drawn as it goes, until the tree ends), comparing every result.
+fn agree_down_a_chain(
+    (reference, compiled): (&mut ReferenceEngine, &mut dyn Engine),
+    budgets: impl IntoIterator<Item = u64>,
+    what: &str,
+) {
     let mut unit = Unit::root();
-    for &budget in budgets {
+    for budget in budgets {
         let r = reference
             .run(&unit, opts(Some(budget)), &mut NoControl)
             .unwrap();
@@ -157,21 +160,12 @@ fn compiled_matches_reference_on_random_puzzles() {
             .unwrap();
         assert_eq!(whole_c, whole_r, "round {round} {spec}");
         // budgets: slice the whole tree, comparing every slice and cursor
-        let mut unit = Unit::root();
-        for _ in 0..30 {
-            let budget = 1 + rng.below(1 + whole_r.committed as usize / 4) as u64;
-            let r = reference
-                .run(&unit, opts(Some(budget)), &mut NoControl)
-                .unwrap();
-            let c = compiled
-                .run(&unit, opts(Some(budget)), &mut NoControl)
-                .unwrap();
-            assert_eq!(c, r, "round {round} budget {budget}");
-            match r.cursor {
-                Some(cursor) => unit = unit.continuation(cursor),
-                None => break,
-            }
-        }
+        let most = 1 + whole_r.committed as usize / 4;
+        agree_down_a_chain(
+            (&mut reference, compiled.as_mut()),
+            (0..30).map(|_| 1 + rng.below(most) as u64),
+            &format!("round {round}"),
+        );
         // random prefixes at random depths
         let depth = rng.below(plan.len() + 1);
         let mut prefixes = Vec::new();
@@ -196,7 +190,9 @@ fn bench_boards_agree_under_budgets() {
         "e2/official.json",
     ] {
         let plan = plan(&load(rel), &OrderSpec::default());
-        agree_down_a_chain(&plan, 4, &[1, 7, 1000, 123_457, 2_000_000], rel);
+        let (mut reference, mut compiled) = engines(&plan, 4, "bench");
+        let budgets = [1, 7, 1000, 123_457, 2_000_000];
+        agree_down_a_chain((&mut reference, compiled.as_mut()), budgets, rel);
     }
 }
 
@@ -214,8 +210,9 @@ fn low_colour_boards_agree_under_budgets() {
         ("clues/e2-clue-clue1.json", 3),
     ] {
         let plan = plan(&load(rel), &OrderSpec::default());
+        let (mut reference, mut compiled) = engines(&plan, group, "low-colour");
         let budgets = [1, 7, 1000, 123_457, 2_000_000, 5_000_000];
-        agree_down_a_chain(&plan, group, &budgets, rel);
+        agree_down_a_chain((&mut reference, compiled.as_mut()), budgets, rel);
     }
     let puzzle = load("brendan/set2/pieces_05x05.txt");
     let plan = plan(&puzzle, &OrderSpec::default());
