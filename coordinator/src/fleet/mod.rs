@@ -295,7 +295,7 @@ impl Fleet {
         &self.store
     }
 
-    /// The store's writer totals (see [`crate::store::sqlite::writer`]).
+    /// The store's writer totals (see [`crate::store::writer`]).
     pub fn writer_stats(&self) -> crate::store::WriterTotals {
         self.store.writer_stats()
     }

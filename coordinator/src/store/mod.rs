@@ -5,7 +5,7 @@
 //! # Shape
 //! - [`Store::write`] runs a closure on `&mut dyn Tx` inside a write transaction; its
 //!   changes commit together or not at all. A job must check its input before its first
-//!   write: an error after a change rolls back (see [`sqlite::writer`] for why that is
+//!   write: an error after a change rolls back (see [`writer`] for why that is
 //!   the cheap way on SQLite).
 //! - [`Store::read`] runs a closure on `&mut dyn Tx` against a consistent snapshot.
 //! - [`records`]: what goes in and comes out (decoded prefixes, enums, counts).
@@ -14,17 +14,19 @@
 //!   pool of read connections; migrations in `../migrations`).
 
 pub mod records;
+pub mod sql;
 pub mod sqlite;
 pub mod tx;
+pub mod writer;
 
 use std::path::Path;
 
 pub use records::*;
-pub use sqlite::writer::WriterTotals;
 pub use tx::{
     Accounts, Archive, Jobs, Leases, Leasing, MoreRuns, Results, StoreResult, Tx, Units,
     Verifications, Workers,
 };
+pub use writer::WriterTotals;
 
 /// A store failure. Details stay in logs; clients see an internal error.
 #[derive(Debug, thiserror::Error)]

@@ -351,7 +351,7 @@ pub struct MoreRuns {
 }
 
 /// Everything a transaction can do.
-/// The archive (`migrations/0013_archive.sql`): decided units past the detail window,
+/// The archive (`migrations/sqlite/0013_archive.sql`): decided units past the detail window,
 /// one compact row each. Every other operation sees an archived unit as a done unit: it
 /// is counted, certified and audited from its row, and restored (rows and all) when a
 /// recheck or an overturn reaches it.

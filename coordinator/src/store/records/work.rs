@@ -268,7 +268,7 @@ pub struct ResultCore {
 impl ResultCore {
     /// Encodes what is kept of a result.
     pub fn encode(result: &UnitResult) -> ResultCore {
-        use crate::store::sqlite::codec::{encode_path, encode_sparse_counts};
+        use crate::store::sql::codec::{encode_path, encode_sparse_counts};
         ResultCore {
             counts: encode_sparse_counts(&result.nodes_by_depth),
             stop: result.cursor.as_deref().map(encode_path),

@@ -1,13 +1,12 @@
-//! Results (`migrations/0001_init.sql`): every report, its digest and its verdict, and the
+//! Results (`migrations/sqlite/0001_init.sql`): every report, its digest and its verdict, and the
 //! figures behind rates and the dashboard.
 
 use e2fleet_engine::UnitResult;
 use e2fleet_proto::api::{AccountId, JobId, LeaseId, ResultVerdict, UnitId, WorkerId};
-use rusqlite::{OptionalExtension, Row, params};
 
 use super::codec::{decode_sparse_counts, path_at};
 use super::units::U_COLUMNS;
-use super::{SqliteTx, parsed};
+use super::{ConnExt, Row, SqlTx, args};
 use crate::store::tx::{Results, StoreResult};
 use crate::store::{
     CertificateRow, FoundBoard, NewResult, NodesReceived, RateSample, ResultBody, ResultBreakdown,
@@ -21,26 +20,26 @@ const COLUMNS: &str = "id, job_id, unit_id, lease_id, worker_id, hostname, cpu_m
 
 /// Reads a row of [`COLUMNS`] (by position: a name lookup per field costs more than the
 /// query on the write path).
-fn from_row(r: &Row<'_>) -> rusqlite::Result<ResultRecord> {
+fn from_row(r: &Row) -> StoreResult<ResultRecord> {
     Ok(ResultRecord {
         id: ResultId(r.get(0)?),
-        job_id: parsed(r, 1)?,
+        job_id: r.parsed(1)?,
         unit_id: UnitId(r.get(2)?),
-        lease_id: parsed(r, 3)?,
-        worker_id: parsed(r, 4)?,
+        lease_id: r.parsed(3)?,
+        worker_id: r.parsed(4)?,
         hostname: r.get(5)?,
         cpu_model: r.get(6)?,
-        engine_kind: parsed(r, 7)?,
+        engine_kind: r.parsed(7)?,
         engine_build: r.get(8)?,
         digest: r.get(9)?,
-        committed: r.get::<_, i64>(10)? as u64,
-        solutions: r.get::<_, i64>(11)? as u64,
-        max_depth: r.get::<_, i64>(12)? as usize,
+        committed: r.get::<i64>(10)? as u64,
+        solutions: r.get::<i64>(11)? as u64,
+        max_depth: r.get::<i64>(12)? as usize,
         engine_seconds: r.get(13)?,
-        verdict: parsed(r, 14)?,
+        verdict: r.parsed(14)?,
         received_ms: r.get(15)?,
-        account_id: parsed(r, 16)?,
-        standing: parsed(r, 17)?,
+        account_id: r.parsed(16)?,
+        standing: r.parsed(17)?,
     })
 }
 
@@ -60,21 +59,20 @@ const BODY_JOINS: &str =
 /// A result from the [`BODY_COLUMNS`] at `at`: its whole body, or for a folded result
 /// what was kept of it — counts, solutions count, deepest depth and budget stop, without
 /// solution or deepest boards.
-fn body_at(r: &Row<'_>, at: usize) -> rusqlite::Result<UnitResult> {
+fn body_at(r: &Row, at: usize) -> StoreResult<UnitResult> {
     let json: Option<String> = r.get(at)?;
-    let fail = |e: crate::store::StoreError| super::conversion(at, e.to_string());
     if let Some(json) = json {
-        return ResultBody(json).decode().map_err(fail);
+        return ResultBody(json).decode();
     }
     let cursor = path_at(r, at + 2, "stop")?;
-    let depths = r.get::<_, i64>(at + 6)? as usize;
-    let nodes_by_depth = decode_sparse_counts(r.get_ref(at + 1)?, depths).map_err(fail)?;
+    let depths = r.get::<i64>(at + 6)? as usize;
+    let nodes_by_depth = decode_sparse_counts(r.value(at + 1)?, depths)?;
     Ok(UnitResult {
         nodes_by_depth,
-        committed: r.get::<_, i64>(at + 3)? as u64,
-        solutions_count: r.get::<_, i64>(at + 4)? as u64,
+        committed: r.get::<i64>(at + 3)? as u64,
+        solutions_count: r.get::<i64>(at + 4)? as u64,
         solutions: Vec::new(),
-        max_depth: r.get::<_, i64>(at + 5)? as usize,
+        max_depth: r.get::<i64>(at + 5)? as usize,
         deepest: Vec::new(),
         stop: Some(if cursor.is_some() {
             e2fleet_engine::unit::StopReason::Budget
@@ -85,7 +83,7 @@ fn body_at(r: &Row<'_>, at: usize) -> rusqlite::Result<UnitResult> {
     })
 }
 
-impl SqliteTx<'_> {
+impl SqlTx<'_> {
     /// Accepted results whose `column` (`account_id` or `worker_id`) is `id` and that no
     /// other account or identity (by the same column) reported the same digest for.
     fn unconfirmed_accepted_by(
@@ -95,31 +93,26 @@ impl SqliteTx<'_> {
     ) -> StoreResult<Vec<ResultRecord>> {
         // archived ones come back first: what a recheck or a void reaches is run again
         self.restore_unconfirmed(column, id)?;
-        let mut q = self.c.prepare_cached(&format!(
+        let rows = self.c.map(&format!(
             "SELECT {COLUMNS} FROM results r0 WHERE r0.{column} = ?1 AND r0.verdict = 'accepted' \
                AND NOT EXISTS (SELECT 1 FROM results r WHERE r.unit_id = r0.unit_id AND r.digest = r0.digest \
                                  AND r.{column} != ?1 AND r.verdict IN ('agree', 'accepted')) \
              ORDER BY r0.id"
-        ))?;
-        let rows = q.query_map([id], from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        ), args![id], from_row)?;
+        Ok(rows)
     }
 
-    fn strings(&mut self, sql: &str, params: impl rusqlite::Params) -> StoreResult<Vec<String>> {
-        let mut q = self.c.prepare_cached(sql)?;
-        let rows = q.query_map(params, |r| r.get(0))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+    fn strings(&mut self, sql: &str, params: &[super::Value]) -> StoreResult<Vec<String>> {
+        let rows = self.c.map(sql, params, |r| r.get(0))?;
+        Ok(rows)
     }
 }
 
-impl Results for SqliteTx<'_> {
+impl Results for SqlTx<'_> {
     fn insert_result(&mut self, n: &NewResult) -> StoreResult<ResultId> {
         let r = &n.record;
-        self.c.prepare_cached(
-            "INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms, account_id, standing, counts, stop) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )?
-        .execute(params![
+        let id: i64 = self.c.one("INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms, account_id, standing, counts, stop) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id", args![
             r.job_id.to_string(),
             r.unit_id.0,
             r.lease_id.to_string(),
@@ -140,51 +133,49 @@ impl Results for SqliteTx<'_> {
             n.core.counts,
             n.core.stop
         ])?;
-        let id = self.c.last_insert_rowid();
-        self.c
-            .prepare_cached("INSERT INTO result_bodies (result_id, json) VALUES (?, ?)")?
-            .execute(params![id, n.body.0])?;
+        self.c.execute(
+            "INSERT INTO result_bodies (result_id, json) VALUES (?, ?)",
+            args![id, n.body.0],
+        )?;
         Ok(ResultId(id))
     }
 
     fn result_by_lease(&mut self, lease: LeaseId) -> StoreResult<Option<ResultRecord>> {
-        Ok(self
-            .c
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM results WHERE lease_id = ?"))?
-            .query_row([lease.to_string()], from_row)
-            .optional()?)
+        self.c.map_row(
+            &format!("SELECT {COLUMNS} FROM results WHERE lease_id = ?"),
+            args![lease.to_string()],
+            from_row,
+        )
     }
 
     fn result(&mut self, id: ResultId) -> StoreResult<Option<ResultRecord>> {
-        Ok(self
-            .c
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM results WHERE id = ?"))?
-            .query_row([id.0], from_row)
-            .optional()?)
+        self.c.map_row(
+            &format!("SELECT {COLUMNS} FROM results WHERE id = ?"),
+            args![id.0],
+            from_row,
+        )
     }
 
     fn result_body(&mut self, id: ResultId) -> StoreResult<Option<UnitResult>> {
-        Ok(self
-            .c
-            .prepare_cached(&format!(
-                "SELECT {BODY_COLUMNS} FROM results r {BODY_JOINS} WHERE r.id = ?"
-            ))?
-            .query_row([id.0], |r| body_at(r, 0))
-            .optional()?)
+        self.c.map_row(
+            &format!("SELECT {BODY_COLUMNS} FROM results r {BODY_JOINS} WHERE r.id = ?"),
+            args![id.0],
+            |r| body_at(r, 0),
+        )
     }
 
     fn valid_results_of_unit(&mut self, unit: UnitId) -> StoreResult<Vec<ResultRecord>> {
-        let mut q = self.c.prepare_cached(&format!(
+        let rows = self.c.map(&format!(
             "SELECT {COLUMNS} FROM results WHERE unit_id = ? AND verdict NOT IN ('wrong', 'void') ORDER BY id"
-        ))?;
-        let rows = q.query_map([unit.0], from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        ), args![unit.0], from_row)?;
+        Ok(rows)
     }
 
     fn set_result_verdict(&mut self, id: ResultId, verdict: ResultVerdict) -> StoreResult<()> {
-        self.c
-            .prepare_cached("UPDATE results SET verdict = ? WHERE id = ?")?
-            .execute(params![verdict.as_str(), id.0])?;
+        self.c.execute(
+            "UPDATE results SET verdict = ? WHERE id = ?",
+            args![verdict.as_str(), id.0],
+        )?;
         Ok(())
     }
 
@@ -206,21 +197,22 @@ impl Results for SqliteTx<'_> {
         &mut self,
         account: &AccountId,
     ) -> StoreResult<Vec<ResultRecord>> {
-        let mut q = self.c.prepare_cached(&format!(
+        let rows = self.c.map(&format!(
             "SELECT {COLUMNS} FROM results WHERE account_id = ? AND verdict IN ('pending', 'agree') ORDER BY id"
-        ))?;
-        let rows = q.query_map([account.as_str()], from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        ), args![account.as_str()], from_row)?;
+        Ok(rows)
     }
 
     fn accepted_bodies_of_job(&mut self, job: JobId) -> StoreResult<Vec<UnitResult>> {
-        let mut q = self.c.prepare(&format!(
-            "SELECT {BODY_COLUMNS} FROM results r {BODY_JOINS} \
+        let rows = self.c.map(
+            &format!(
+                "SELECT {BODY_COLUMNS} FROM results r {BODY_JOINS} \
              WHERE r.job_id = ? AND r.verdict = 'accepted' ORDER BY r.unit_id"
-        ))?;
-        let rows = q.query_map([job.to_string()], |r| body_at(r, 0))?;
-        let mut bodies: Vec<UnitResult> = rows.collect::<Result<_, _>>()?;
-        drop(q);
+            ),
+            args![job.to_string()],
+            |r| body_at(r, 0),
+        )?;
+        let mut bodies: Vec<UnitResult> = rows;
         bodies.extend(self.archived_results(job)?);
         Ok(bodies)
     }
@@ -229,28 +221,25 @@ impl Results for SqliteTx<'_> {
         let rows = self.strings(
             "SELECT b.json FROM results r JOIN result_bodies b ON b.result_id = r.id \
              WHERE r.job_id = ? AND r.verdict = 'accepted' AND r.solutions > 0 ORDER BY r.unit_id LIMIT ?",
-            params![job.to_string(), limit as i64],
+            args![job.to_string(), limit as i64],
         )?;
         bodies(rows)
     }
 
     fn deepest_results_of_job(&mut self, job: JobId, limit: usize) -> StoreResult<Vec<FoundBoard>> {
-        let mut q = self.c.prepare_cached(
-            "SELECT b.json, r.account_id, r.hostname, r.received_ms FROM results r INDEXED BY results_kept_boards \
+        let rows = self.c.map("SELECT b.json, r.account_id, r.hostname, r.received_ms FROM results r INDEXED BY results_kept_boards \
              JOIN result_bodies b ON b.result_id = r.id \
-             WHERE r.job_id = ? AND r.verdict = 'accepted' AND r.body_kept = 1 ORDER BY r.max_depth DESC, r.received_ms, r.id LIMIT ?",
-        )?;
-        let rows = q.query_map(params![job.to_string(), limit as i64], |r| {
+             WHERE r.job_id = ? AND r.verdict = 'accepted' AND r.body_kept = 1 ORDER BY r.max_depth DESC, r.received_ms, r.id LIMIT ?", args![job.to_string(), limit as i64], |r| {
             Ok((
-                r.get::<_, String>(0)?,
-                parsed::<AccountId>(r, 1)?,
-                r.get::<_, String>(2)?,
-                r.get::<_, i64>(3)?,
+                r.get::<String>(0)?,
+                r.parsed::<AccountId>(1)?,
+                r.get::<String>(2)?,
+                r.get::<i64>(3)?,
             ))
         })?;
         let mut found = Vec::new();
         for row in rows {
-            let (body, account, hostname, found_ms) = row?;
+            let (body, account, hostname, found_ms) = row;
             found.push(FoundBoard {
                 result: ResultBody(body).decode()?,
                 account,
@@ -265,89 +254,75 @@ impl Results for SqliteTx<'_> {
         let rows = self.strings(
             "SELECT b.json FROM results r INDEXED BY results_kept_boards JOIN result_bodies b ON b.result_id = r.id \
              WHERE r.job_id = ? AND r.verdict = 'accepted' AND r.body_kept = 1 ORDER BY r.max_depth DESC, r.unit_id LIMIT 1",
-            [job.to_string()],
+            args![job.to_string()],
         )?;
         Ok(bodies(rows)?.pop())
     }
 
     fn rate_samples(&mut self, job: Option<JobId>, since_ms: i64) -> StoreResult<Vec<RateSample>> {
-        let mut q = self.c.prepare_cached(
-            "SELECT committed, engine_seconds, hostname, cpu_model, engine_kind FROM results \
-             WHERE verdict IN ('accepted', 'agree') AND engine_seconds > 0 AND received_ms >= ?1 AND (?2 IS NULL OR job_id = ?2)",
-        )?;
-        let rows = q.query_map(params![since_ms, job.map(|j| j.to_string())], |r| {
+        let rows = self.c.map("SELECT committed, engine_seconds, hostname, cpu_model, engine_kind FROM results \
+             WHERE verdict IN ('accepted', 'agree') AND engine_seconds > 0 AND received_ms >= ?1 AND (?2 IS NULL OR job_id = ?2)", args![since_ms, job.map(|j| j.to_string())], |r| {
             Ok(RateSample {
-                committed: r.get::<_, i64>(0)? as u64,
+                committed: r.get::<i64>(0)? as u64,
                 engine_seconds: r.get(1)?,
                 hostname: r.get(2)?,
                 cpu_model: r.get(3)?,
-                engine_kind: parsed(r, 4)?,
+                engine_kind: r.parsed(4)?,
             })
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        Ok(rows)
     }
 
     fn nodes_since(&mut self, job: Option<JobId>, since_ms: i64) -> StoreResult<NodesReceived> {
-        Ok(self.c.prepare_cached(
-            "SELECT COALESCE(SUM(committed), 0), COALESCE(SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END), 0) \
-             FROM results WHERE received_ms >= ?1 AND (?2 IS NULL OR job_id = ?2)",
-        )?
-        .query_row(params![since_ms, job.map(|j| j.to_string())], |r| {
+        self.c.first("SELECT COALESCE(SUM(committed), 0), COALESCE(SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END), 0) \
+             FROM results WHERE received_ms >= ?1 AND (?2 IS NULL OR job_id = ?2)", args![since_ms, job.map(|j| j.to_string())], |r| {
             Ok(NodesReceived {
-                raw: r.get::<_, i64>(0)? as u64,
-                verified: r.get::<_, i64>(1)? as u64,
+                raw: r.get::<i64>(0)? as u64,
+                verified: r.get::<i64>(1)? as u64,
             })
-        })?)
+        })
     }
 
     fn results_since(&mut self, since_ms: i64) -> StoreResult<u64> {
-        let n: i64 = self
-            .c
-            .prepare_cached("SELECT COUNT(*) FROM results WHERE received_ms >= ?")?
-            .query_row([since_ms], |r| r.get(0))?;
+        let n: i64 = self.c.one(
+            "SELECT COUNT(*) FROM results WHERE received_ms >= ?",
+            args![since_ms],
+        )?;
         Ok(n as u64)
     }
 
     fn result_minutes(&mut self, since_ms: i64) -> StoreResult<Vec<ResultMinute>> {
-        let mut q = self.c.prepare_cached(
-            "SELECT received_ms / 60000, SUM(committed), SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END), COUNT(*) \
-             FROM results WHERE received_ms >= ? GROUP BY received_ms / 60000 ORDER BY 1",
-        )?;
-        let rows = q.query_map([since_ms], |r| {
+        let rows = self.c.map("SELECT received_ms / 60000, SUM(committed), SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END), COUNT(*) \
+             FROM results WHERE received_ms >= ? GROUP BY received_ms / 60000 ORDER BY 1", args![since_ms], |r| {
             Ok(ResultMinute {
                 minute: r.get(0)?,
-                raw_nodes: r.get::<_, i64>(1)? as u64,
-                verified_nodes: r.get::<_, i64>(2)? as u64,
-                results: r.get::<_, i64>(3)? as u64,
+                raw_nodes: r.get::<i64>(1)? as u64,
+                verified_nodes: r.get::<i64>(2)? as u64,
+                results: r.get::<i64>(3)? as u64,
             })
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        Ok(rows)
     }
 
     fn wrong_results(&mut self) -> StoreResult<u64> {
         let n: i64 = self
             .c
-            .prepare_cached("SELECT COUNT(*) FROM results WHERE verdict = 'wrong'")?
-            .query_row([], |r| r.get(0))?;
+            .one("SELECT COUNT(*) FROM results WHERE verdict = 'wrong'", &[])?;
         Ok(n as u64)
     }
 
     fn result_breakdown(&mut self, job: JobId) -> StoreResult<Vec<ResultBreakdown>> {
-        let mut q = self.c.prepare_cached(
-            "SELECT verdict, engine_kind, engine_build, COUNT(*), COALESCE(SUM(committed), 0) FROM results WHERE job_id = ? \
-             GROUP BY verdict, engine_kind, engine_build ORDER BY 1, 2, 3",
-        )?;
-        let rows = q.query_map([job.to_string()], |r| {
+        let rows = self.c.map("SELECT verdict, engine_kind, engine_build, COUNT(*), COALESCE(SUM(committed), 0) FROM results WHERE job_id = ? \
+             GROUP BY verdict, engine_kind, engine_build ORDER BY 1, 2, 3", args![job.to_string()], |r| {
             Ok(ResultBreakdown {
-                verdict: parsed(r, 0)?,
-                engine_kind: parsed(r, 1)?,
+                verdict: r.parsed(0)?,
+                engine_kind: r.parsed(1)?,
                 engine_build: r.get(2)?,
-                results: r.get::<_, i64>(3)? as u64,
-                nodes: r.get::<_, i64>(4)? as u64,
+                results: r.get::<i64>(3)? as u64,
+                nodes: r.get::<i64>(4)? as u64,
             })
         })?;
-        let mut groups: Vec<ResultBreakdown> = rows.collect::<Result<_, _>>()?;
-        drop(q);
+        let mut groups: Vec<ResultBreakdown> = rows;
         for archived in self.archived_breakdown(job)? {
             match groups.iter_mut().find(|g| {
                 (g.verdict, g.engine_kind, &g.engine_build)
@@ -383,63 +358,52 @@ impl Results for SqliteTx<'_> {
                LEFT JOIN jobs j ON j.id = r.job_id LEFT JOIN result_bodies b ON b.result_id = r.id \
              WHERE u.job_id = ? AND u.state != 'cancelled' ORDER BY u.id"
         );
-        let mut q = self.c.prepare(&sql)?;
-        let rows = q.query_map([job.to_string()], |r| {
+        let rows = self.c.map(&sql, args![job.to_string()], |r| {
             let unit = super::units::from_row_at(r, 0)?;
-            let accepted = match r.get::<_, Option<i64>>(15)? {
+            let accepted = match r.get::<Option<i64>>(15)? {
                 None => None,
                 Some(_) => Some((
                     body_at(r, 16)?,
-                    r.get::<_, String>(23)?,
-                    r.get::<_, i64>(24)?.max(1) as u32,
+                    r.get::<String>(23)?,
+                    r.get::<i64>(24)?.max(1) as u32,
                 )),
             };
             Ok(CertificateRow { unit, accepted })
         })?;
-        let mut all: Vec<CertificateRow> = rows.collect::<Result<_, _>>()?;
-        drop(q);
+        let mut all: Vec<CertificateRow> = rows;
         all.extend(self.archived_rows(job)?);
         all.sort_by_key(|row| row.unit.id);
         Ok(all)
     }
 
     fn fold_results(&mut self, unit: UnitId, keep: Option<ResultId>) -> StoreResult<u64> {
-        const FOLDABLE: &str = "unit_id = ?1 AND id IS NOT ?2 AND verdict IN ('accepted', 'agree') \
+        const FOLDABLE: &str = "unit_id = ?1 AND id IS DISTINCT FROM ?2 AND verdict IN ('accepted', 'agree') \
              AND body_kept = 1 AND counts IS NOT NULL";
         let keep = keep.map(|k| k.0);
         self.c
-            .prepare_cached(&format!(
+            .execute(&format!(
                 "DELETE FROM result_bodies WHERE result_id IN (SELECT id FROM results WHERE {FOLDABLE})"
-            ))?
-            .execute(params![unit.0, keep])?;
-        let n = self
-            .c
-            .prepare_cached(&format!(
-                "UPDATE results SET body_kept = 0 WHERE {FOLDABLE}"
-            ))?
-            .execute(params![unit.0, keep])?;
+            ), args![unit.0, keep])?;
+        let n = self.c.execute(
+            &format!("UPDATE results SET body_kept = 0 WHERE {FOLDABLE}"),
+            args![unit.0, keep],
+        )?;
         Ok(n as u64)
     }
 
     fn fold_surplus_boards(&mut self, job: JobId, keep: usize) -> StoreResult<u64> {
         let surplus: Vec<i64> = {
-            let mut q = self.c.prepare_cached(
-                "SELECT id FROM (SELECT id, solutions, ROW_NUMBER() OVER (ORDER BY max_depth DESC, received_ms, id) AS rank \
-                   FROM results INDEXED BY results_kept_boards WHERE job_id = ? AND verdict = 'accepted' AND body_kept = 1) \
-                 WHERE rank > ? AND solutions = 0",
-            )?;
-            let rows = q.query_map(params![job.to_string(), keep as i64], |r| r.get(0))?;
-            rows.collect::<Result<_, _>>()?
+            self.c.map("SELECT id FROM (SELECT id, solutions, ROW_NUMBER() OVER (ORDER BY max_depth DESC, received_ms, id) AS rank \
+                   FROM results INDEXED BY results_kept_boards WHERE job_id = ? AND verdict = 'accepted' AND body_kept = 1) AS ranked \
+                 WHERE rank > ? AND solutions = 0", args![job.to_string(), keep as i64], |r| r.get(0))?
         };
         for id in &surplus {
             self.c
-                .prepare_cached("DELETE FROM result_bodies WHERE result_id = ?")?
-                .execute([id])?;
-            self.c
-                .prepare_cached(
-                    "UPDATE results SET body_kept = 0 WHERE id = ? AND counts IS NOT NULL",
-                )?
-                .execute([id])?;
+                .execute("DELETE FROM result_bodies WHERE result_id = ?", args![id])?;
+            self.c.execute(
+                "UPDATE results SET body_kept = 0 WHERE id = ? AND counts IS NOT NULL",
+                args![id],
+            )?;
         }
         Ok(surplus.len() as u64)
     }
@@ -453,14 +417,8 @@ impl Results for SqliteTx<'_> {
     ) -> StoreResult<usize> {
         let n: i64 = self
             .c
-            .prepare_cached(
-                "SELECT COUNT(*) FROM (SELECT 1 FROM results INDEXED BY results_kept_boards \
-                 WHERE job_id = ? AND max_depth >= ? AND verdict = 'accepted' AND body_kept = 1 AND id != ? LIMIT ?)",
-            )?
-            .query_row(
-                params![job.to_string(), depth as i64, other_than.0, limit as i64],
-                |r| r.get(0),
-            )?;
+            .one("SELECT COUNT(*) FROM (SELECT 1 FROM results INDEXED BY results_kept_boards \
+                 WHERE job_id = ? AND max_depth >= ? AND verdict = 'accepted' AND body_kept = 1 AND id != ? LIMIT ?) AS kept", args![job.to_string(), depth as i64, other_than.0, limit as i64])?;
         Ok(n as usize)
     }
 
@@ -469,18 +427,17 @@ impl Results for SqliteTx<'_> {
         job: JobId,
         units: &[UnitId],
     ) -> StoreResult<Vec<Option<String>>> {
-        let mut q = self.c.prepare_cached(
-            "SELECT r.digest FROM units u JOIN results r ON r.id = u.accepted_result_id \
-             WHERE u.id = ? AND u.job_id = ? AND u.state != 'cancelled'",
-        )?;
+        let job_id = job.to_string();
         let hot: Vec<Option<String>> = units
             .iter()
             .map(|u| {
-                q.query_row(params![u.0, job.to_string()], |r| r.get(0))
-                    .optional()
+                self.c.opt(
+                    "SELECT r.digest FROM units u JOIN results r ON r.id = u.accepted_result_id \
+                     WHERE u.id = ? AND u.job_id = ? AND u.state != 'cancelled'",
+                    args![u.0, job_id],
+                )
             })
             .collect::<Result<_, _>>()?;
-        drop(q);
         hot.into_iter()
             .zip(units)
             .map(|(digest, &unit)| match digest {

@@ -20,11 +20,10 @@
 //!   job).
 //! - Ids are text (UUIDs) or integers (units, results); budgets are 0 for "none".
 
-use e2fleet_engine::{Placement, Unit};
-use rusqlite::types::ValueRef;
-
-use super::conversion;
+use super::{Row, Value};
 use crate::store::StoreError;
+use crate::store::tx::StoreResult;
+use e2fleet_engine::{Placement, Unit};
 
 /// Encodes a path, in the shorter of its two forms.
 pub fn encode_path(path: &[Placement]) -> Vec<u8> {
@@ -234,24 +233,17 @@ pub fn decode_path(text: &str, what: &str) -> Result<Vec<Placement>, StoreError>
 }
 
 /// Reads a path column (a BLOB, or text from earlier versions; NULL is no path).
-pub fn path_at(
-    r: &rusqlite::Row<'_>,
-    idx: usize,
-    what: &str,
-) -> rusqlite::Result<Option<Vec<Placement>>> {
-    let decoded = match r.get_ref(idx)? {
-        ValueRef::Null => return Ok(None),
-        ValueRef::Blob(b) => decode_path_blob(b, what),
-        ValueRef::Text(t) => decode_path(&String::from_utf8_lossy(t), what),
+pub fn path_at(r: &Row, idx: usize, what: &str) -> StoreResult<Option<Vec<Placement>>> {
+    match r.value(idx)? {
+        Value::Null(_) => Ok(None),
+        Value::Blob(b) => decode_path_blob(b, what).map(Some),
+        Value::Text(t) => decode_path(t, what).map(Some),
         _ => Err(StoreError::Corrupt(format!("{what}: not a path"))),
-    };
-    decoded
-        .map(Some)
-        .map_err(|e| conversion(idx, e.to_string()))
+    }
 }
 
 /// Reads a unit from its prefix and cursor columns.
-pub fn unit_at(r: &rusqlite::Row<'_>, prefix: usize, cursor: usize) -> rusqlite::Result<Unit> {
+pub fn unit_at(r: &Row, prefix: usize, cursor: usize) -> StoreResult<Unit> {
     Ok(Unit {
         prefix: path_at(r, prefix, "prefix")?.unwrap_or_default(),
         cursor: path_at(r, cursor, "cursor")?.unwrap_or_default(),
@@ -269,9 +261,9 @@ pub fn decode_counts(text: &str, what: &str) -> Result<Vec<u64>, StoreError> {
 }
 
 /// Reads a per-depth counts column.
-pub fn counts_at(r: &rusqlite::Row<'_>, idx: usize) -> rusqlite::Result<Vec<u64>> {
+pub fn counts_at(r: &Row, idx: usize) -> StoreResult<Vec<u64>> {
     let text: String = r.get(idx)?;
-    decode_counts(&text, "counts").map_err(|e| conversion(idx, e.to_string()))
+    decode_counts(&text, "counts")
 }
 
 /// Encodes per-depth counts compactly: varints of the first non-zero depth, then of each
@@ -294,18 +286,17 @@ pub fn encode_sparse_counts(counts: &[u64]) -> Vec<u8> {
 /// Reads a sparse counts column into `depths` counts: [`encode_sparse_counts`]'s BLOB,
 /// the JSON text of earlier versions (`[first non-zero depth, counts...]`), or NULL (all
 /// zero).
-pub fn decode_sparse_counts(stored: ValueRef<'_>, depths: usize) -> Result<Vec<u64>, StoreError> {
+pub fn decode_sparse_counts(stored: &Value, depths: usize) -> Result<Vec<u64>, StoreError> {
     let (first, rest): (usize, Vec<u64>) = match stored {
-        ValueRef::Null => return Ok(vec![0; depths]),
-        ValueRef::Text(text) => {
-            let stored: Vec<u64> =
-                crate::store::parse_json(&String::from_utf8_lossy(text), "counts")?;
+        Value::Null(_) => return Ok(vec![0; depths]),
+        Value::Text(text) => {
+            let stored: Vec<u64> = crate::store::parse_json(text, "counts")?;
             match stored.split_first() {
                 None => (0, Vec::new()),
                 Some((&first, rest)) => (first as usize, rest.to_vec()),
             }
         }
-        ValueRef::Blob(bytes) => {
+        Value::Blob(bytes) => {
             let bad = || StoreError::Corrupt("counts: malformed".into());
             let mut at = 0;
             let mut rest = Vec::new();
@@ -503,28 +494,31 @@ mod tests {
         ] {
             let blob = encode_sparse_counts(&counts);
             assert_eq!(
-                decode_sparse_counts(ValueRef::Blob(&blob), counts.len()).unwrap(),
+                decode_sparse_counts(&Value::Blob(blob.clone()), counts.len()).unwrap(),
                 counts,
                 "{blob:?}"
             );
         }
         assert_eq!(encode_sparse_counts(&[0, 0, 5, 0, 7, 0]), [2, 5, 0, 7]);
         assert!(encode_sparse_counts(&[0; 3]).is_empty());
-        assert!(decode_sparse_counts(ValueRef::Blob(&[3, 2, 0]), 4).is_err());
+        assert!(decode_sparse_counts(&Value::Blob(vec![3, 2, 0]), 4).is_err());
         // a cut varint and more depths than the tree has: refused
-        assert!(decode_sparse_counts(ValueRef::Blob(&[0, 0x80]), 4).is_err());
-        assert!(decode_sparse_counts(ValueRef::Blob(&[0; 40]), 4).is_err());
+        assert!(decode_sparse_counts(&Value::Blob(vec![0, 0x80]), 4).is_err());
+        assert!(decode_sparse_counts(&Value::Blob(vec![0; 40]), 4).is_err());
         // the JSON text of earlier versions, and NULL
         assert_eq!(
-            decode_sparse_counts(ValueRef::Text(b"[2,5,0,7]"), 6).unwrap(),
+            decode_sparse_counts(&Value::Text("[2,5,0,7]".into()), 6).unwrap(),
             [0, 0, 5, 0, 7, 0]
         );
         assert_eq!(
-            decode_sparse_counts(ValueRef::Text(b"[]"), 2).unwrap(),
+            decode_sparse_counts(&Value::Text("[]".into()), 2).unwrap(),
             [0, 0]
         );
-        assert!(decode_sparse_counts(ValueRef::Text(b"[3,1,1]"), 4).is_err());
-        assert_eq!(decode_sparse_counts(ValueRef::Null, 2).unwrap(), [0, 0]);
+        assert!(decode_sparse_counts(&Value::Text("[3,1,1]".into()), 4).is_err());
+        assert_eq!(
+            decode_sparse_counts(&Value::Null(crate::store::sql::Kind::Blob), 2).unwrap(),
+            [0, 0]
+        );
     }
 
     /// What an archived budget run of the real Eternity II stores for its counts and its
@@ -574,7 +568,7 @@ mod tests {
         assert!(counts.len() * 2 < json.len());
         assert!(delta.len() * 4 < old_delta * 3);
         assert_eq!(
-            decode_sparse_counts(ValueRef::Blob(&counts), plan.len()).unwrap(),
+            decode_sparse_counts(&Value::Blob(counts.clone()), plan.len()).unwrap(),
             second.nodes_by_depth
         );
         assert_eq!(decode_stop_delta(&cursor, &delta, "s").unwrap(), stop);

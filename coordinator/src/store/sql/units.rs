@@ -1,12 +1,11 @@
-//! Units (`migrations/0001_init.sql`): batch creation, the leasable queue, counters and
+//! Units (`migrations/sqlite/0001_init.sql`): batch creation, the leasable queue, counters and
 //! decisions.
 
 use e2fleet_engine::Unit;
 use e2fleet_proto::api::{JobId, UnitCounts, UnitId};
-use rusqlite::{OptionalExtension, Row, params};
 
 use super::codec::{encode_path, unit_at};
-use super::{SqliteTx, parsed};
+use super::{ConnExt, Row, SqlTx, args};
 use crate::store::tx::{Leasing, MoreRuns, StoreResult, Units};
 use crate::store::{AccountNeed, NewUnit, ResultId, UnitRecord, UnitState};
 
@@ -19,76 +18,74 @@ pub(super) const U_COLUMNS: &str = "u.id, u.job_id, u.prefix_json, u.cursor_json
 
 /// Reads a row of [`COLUMNS`] (by position: a name lookup per field costs more than the
 /// query on the write path).
-fn from_row(r: &Row<'_>) -> rusqlite::Result<UnitRecord> {
+fn from_row(r: &Row) -> StoreResult<UnitRecord> {
     from_row_at(r, 0)
 }
 
 /// Reads the columns of [`COLUMNS`] starting at column `at`.
-pub(super) fn from_row_at(r: &Row<'_>, at: usize) -> rusqlite::Result<UnitRecord> {
+pub(super) fn from_row_at(r: &Row, at: usize) -> StoreResult<UnitRecord> {
     Ok(UnitRecord {
         id: UnitId(r.get(at)?),
-        job_id: parsed(r, at + 1)?,
+        job_id: r.parsed(at + 1)?,
         unit: unit_at(r, at + 2, at + 3)?,
-        parent: r.get::<_, Option<i64>>(at + 4)?.map(UnitId),
-        kind: parsed(r, at + 5)?,
-        quorum: r.get::<_, i64>(at + 6)? as u32,
-        needed: r.get::<_, i64>(at + 7)? as u32,
-        state: parsed(r, at + 8)?,
-        active_leases: r.get::<_, i64>(at + 9)? as u32,
-        results: r.get::<_, i64>(at + 10)? as u32,
-        accepted_result: r.get::<_, Option<i64>>(at + 11)?.map(ResultId),
+        parent: r.get::<Option<i64>>(at + 4)?.map(UnitId),
+        kind: r.parsed(at + 5)?,
+        quorum: r.get::<i64>(at + 6)? as u32,
+        needed: r.get::<i64>(at + 7)? as u32,
+        state: r.parsed(at + 8)?,
+        active_leases: r.get::<i64>(at + 9)? as u32,
+        results: r.get::<i64>(at + 10)? as u32,
+        accepted_result: r.get::<Option<i64>>(at + 11)?.map(ResultId),
         created_ms: r.get(at + 12)?,
         account_need: AccountNeed::from_stored(r.get(at + 13)?),
         disputed: r.get(at + 14)?,
     })
 }
 
-impl SqliteTx<'_> {
+impl SqlTx<'_> {
     /// Moves a unit's counters and recomputes the state of one that is not done:
     /// `open` while more runs are needed than are out, `busy` otherwise.
     fn adjust(&mut self, id: UnitId, leases_delta: i64, results_delta: i64) -> StoreResult<()> {
         self.c
-            .prepare_cached(
-                "UPDATE units SET active_leases = active_leases + ?1, results = results + ?2, \
+            .execute("UPDATE units SET active_leases = active_leases + ?1, results = results + ?2, \
                    state = CASE WHEN state IN ('done', 'cancelled') THEN state \
                                 WHEN results + ?2 + active_leases + ?1 < needed THEN 'open' ELSE 'busy' END \
-                 WHERE id = ?3",
-            )?
-            .execute(params![leases_delta, results_delta, id.0])?;
+                 WHERE id = ?3", args![leases_delta, results_delta, id.0])?;
         Ok(())
     }
 }
 
-impl Units for SqliteTx<'_> {
+impl Units for SqlTx<'_> {
     fn insert_units(&mut self, job: JobId, units: &[NewUnit], now_ms: i64) -> StoreResult<()> {
         // one prepared statement executed per row: on the writer thread that is cheaper
         // than building multi-row statements
         // a unit cross-checked from the start prefers its runs from different accounts
-        let mut insert = self.c.prepare_cached(
-            "INSERT INTO units (job_id, prefix_json, cursor_json, parent_id, kind, quorum, needed, state, created_ms, needs_new_account) \
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, 'open', ?7, CASE WHEN ?6 > 1 THEN 1 ELSE 0 END)",
-        )?;
+        let insert = "INSERT INTO units (job_id, prefix_json, cursor_json, parent_id, kind, quorum, needed, state, created_ms, needs_new_account) \
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, 'open', ?7, CASE WHEN ?6 > 1 THEN 1 ELSE 0 END)";
         let job = job.to_string();
         for u in units {
-            insert.execute(params![
-                job,
-                encode_path(&u.unit.prefix),
-                encode_path(&u.unit.cursor),
-                u.parent.map(|p| p.0),
-                u.kind.as_str(),
-                u.quorum as i64,
-                now_ms
-            ])?;
+            self.c.execute(
+                insert,
+                args![
+                    job,
+                    encode_path(&u.unit.prefix),
+                    encode_path(&u.unit.cursor),
+                    u.parent.map(|p| p.0),
+                    u.kind.as_str(),
+                    u.quorum as i64,
+                    now_ms
+                ],
+            )?;
         }
         Ok(())
     }
 
     fn unit(&mut self, id: UnitId) -> StoreResult<Option<UnitRecord>> {
-        Ok(self
-            .c
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM units WHERE id = ?"))?
-            .query_row([id.0], from_row)
-            .optional()?)
+        self.c.map_row(
+            &format!("SELECT {COLUMNS} FROM units WHERE id = ?"),
+            args![id.0],
+            from_row,
+        )
     }
 
     fn leasable_units(
@@ -118,45 +115,37 @@ impl Units for SqliteTx<'_> {
         // then the oldest open units, in index order, so a lease reads `limit` rows and
         // not the whole open set
         if who.trusted {
-            let mut q = self.c.prepare_cached(&format!(
+            let rows = self.c.map(&format!(
                 "SELECT {U_COLUMNS} FROM units u INDEXED BY units_disputed JOIN jobs j ON j.id = u.job_id \
                  WHERE u.state = 'open' AND u.disputed = 1 AND j.state = 'running' AND j.paused = 0 \
                    AND {of_job} AND {ELIGIBLE} \
                  ORDER BY u.id LIMIT ?4"
-            ))?;
-            let rows = q.query_map(
-                params![
+            ), args![
                     worker,
                     who.account.as_str(),
                     who.live_parties,
                     limit as i64,
                     job
-                ],
-                from_row,
-            )?;
+                ], from_row)?;
             for row in rows {
-                units.push(row?);
+                units.push(row);
             }
         }
         if units.len() < limit {
-            let mut q = self.c.prepare_cached(&format!(
+            let rows = self.c.map(&format!(
                 "SELECT {U_COLUMNS} FROM units u INDEXED BY {open_index} JOIN jobs j ON j.id = u.job_id \
                  WHERE u.state = 'open' AND j.state = 'running' AND j.paused = 0 \
                    AND {of_job} AND {ELIGIBLE} \
                  ORDER BY u.id LIMIT ?4"
-            ))?;
-            let rows = q.query_map(
-                params![
+            ), args![
                     worker,
                     who.account.as_str(),
                     who.live_parties,
                     (limit + units.len()) as i64,
                     job
-                ],
-                from_row,
-            )?;
+                ], from_row)?;
             for row in rows {
-                let unit = row?;
+                let unit = row;
                 if units.len() < limit && !units.iter().any(|u| u.id == unit.id) {
                     units.push(unit);
                 }
@@ -166,35 +155,27 @@ impl Units for SqliteTx<'_> {
     }
 
     fn active_leases_by_job(&mut self) -> StoreResult<Vec<(JobId, u64)>> {
-        let mut q = self.c.prepare_cached(
-            "SELECT u.job_id, COUNT(*) FROM leases l INDEXED BY leases_by_state JOIN units u ON u.id = l.unit_id \
-             WHERE l.state = 'active' GROUP BY u.job_id",
-        )?;
-        let rows = q.query_map([], |r| Ok((parsed(r, 0)?, r.get::<_, i64>(1)? as u64)))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let rows = self.c.map("SELECT u.job_id, COUNT(*) FROM leases l INDEXED BY leases_by_state JOIN units u ON u.id = l.unit_id \
+             WHERE l.state = 'active' GROUP BY u.job_id", &[], |r| Ok((r.parsed(0)?, r.get::<i64>(1)? as u64)))?;
+        Ok(rows)
     }
 
     fn splittable_unit(&mut self) -> StoreResult<Option<UnitRecord>> {
-        Ok(self
+        self
             .c
-            .prepare_cached(&format!(
+            .map_row(&format!(
                 "SELECT {U_COLUMNS} FROM units u JOIN jobs j ON j.id = u.job_id \
                  WHERE u.state = 'open' AND j.state = 'running' AND j.paused = 0 AND length(u.cursor_json) > 0 AND u.cursor_json != '[]' \
                    AND u.active_leases = 0 AND u.results = 0 AND u.needed = 1 \
                  ORDER BY u.id LIMIT 1"
-            ))?
-            .query_row([], from_row)
-            .optional()?)
+            ), &[], from_row)
     }
 
     fn set_unit_path(&mut self, id: UnitId, unit: &Unit) -> StoreResult<()> {
-        self.c
-            .prepare_cached("UPDATE units SET prefix_json = ?, cursor_json = ? WHERE id = ?")?
-            .execute(params![
-                encode_path(&unit.prefix),
-                encode_path(&unit.cursor),
-                id.0
-            ])?;
+        self.c.execute(
+            "UPDATE units SET prefix_json = ?, cursor_json = ? WHERE id = ?",
+            args![encode_path(&unit.prefix), encode_path(&unit.cursor), id.0],
+        )?;
         Ok(())
     }
 
@@ -211,17 +192,11 @@ impl Units for SqliteTx<'_> {
     }
 
     fn recount_unit(&mut self, id: UnitId, reopen: bool) -> StoreResult<()> {
-        self.c.prepare_cached(
-            "UPDATE units SET results = (SELECT COUNT(*) FROM results r WHERE r.unit_id = units.id AND r.verdict NOT IN ('wrong', 'void')) \
-             WHERE id = ?",
-        )?
-        .execute([id.0])?;
+        self.c.execute("UPDATE units SET results = (SELECT COUNT(*) FROM results r WHERE r.unit_id = units.id AND r.verdict NOT IN ('wrong', 'void')) \
+             WHERE id = ?", args![id.0])?;
         if reopen {
-            self.c.prepare_cached(
-                "UPDATE units SET accepted_result_id = NULL, needed = results + active_leases + 1, state = 'open' \
-                 WHERE id = ? AND state != 'cancelled'",
-            )?
-            .execute([id.0])?;
+            self.c.execute("UPDATE units SET accepted_result_id = NULL, needed = results + active_leases + 1, state = 'open' \
+                 WHERE id = ? AND state != 'cancelled'", args![id.0])?;
         } else {
             self.adjust(id, 0, 0)?;
         }
@@ -230,19 +205,13 @@ impl Units for SqliteTx<'_> {
 
     fn mark_unit_done(&mut self, id: UnitId, result: ResultId, now_ms: i64) -> StoreResult<()> {
         self.c
-            .prepare_cached(
-                "UPDATE units SET state = 'done', accepted_result_id = ?, disputed = 0, decided_ms = ? WHERE id = ?",
-            )?
-            .execute(params![result.0, now_ms, id.0])?;
+            .execute("UPDATE units SET state = 'done', accepted_result_id = ?, disputed = 0, decided_ms = ? WHERE id = ?", args![result.0, now_ms, id.0])?;
         Ok(())
     }
 
     fn request_run(&mut self, id: UnitId, more: &MoreRuns) -> StoreResult<()> {
-        self.c.prepare_cached(
-            "UPDATE units SET quorum = MAX(quorum, ?1), needed = results + active_leases + 1, state = 'open', \
-               needs_new_account = ?2, disputed = ?3 WHERE id = ?4",
-        )?
-        .execute(params![
+        self.c.execute("UPDATE units SET quorum = MAX(quorum, ?1), needed = results + active_leases + 1, state = 'open', \
+               needs_new_account = ?2, disputed = ?3 WHERE id = ?4", args![
             more.quorum as i64,
             more.account_need as i64,
             more.disputed,
@@ -254,47 +223,44 @@ impl Units for SqliteTx<'_> {
     fn unit_children(&mut self, parent: UnitId) -> StoreResult<Vec<UnitRecord>> {
         // an overturn walks the children: archived ones come back to be revoked
         self.restore_children(parent)?;
-        let mut q = self
-            .c
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM units WHERE parent_id = ?"))?;
-        let rows = q.query_map([parent.0], from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let rows = self.c.map(
+            &format!("SELECT {COLUMNS} FROM units WHERE parent_id = ?"),
+            args![parent.0],
+            from_row,
+        )?;
+        Ok(rows)
     }
 
     fn cancel_unit(&mut self, id: UnitId) -> StoreResult<()> {
-        self.c
-            .prepare_cached("UPDATE units SET state = 'cancelled' WHERE id = ?")?
-            .execute([id.0])?;
+        self.c.execute(
+            "UPDATE units SET state = 'cancelled' WHERE id = ?",
+            args![id.0],
+        )?;
         Ok(())
     }
 
     fn cancel_job_units(&mut self, job: JobId) -> StoreResult<()> {
-        self.c
-            .prepare_cached(
-                "UPDATE units SET state = 'cancelled' WHERE job_id = ? AND state IN ('open', 'busy')",
-            )?
-            .execute([job.to_string()])?;
+        self.c.execute(
+            "UPDATE units SET state = 'cancelled' WHERE job_id = ? AND state IN ('open', 'busy')",
+            args![job.to_string()],
+        )?;
         Ok(())
     }
 
     fn job_has_unfinished_units(&mut self, job: JobId) -> StoreResult<bool> {
-        Ok(self
-            .c
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM units WHERE job_id = ? AND state IN ('open', 'busy'))",
-            )?
-            .query_row([job.to_string()], |r| r.get(0))?)
+        self.c.one(
+            "SELECT EXISTS (SELECT 1 FROM units WHERE job_id = ? AND state IN ('open', 'busy'))",
+            args![job.to_string()],
+        )
     }
 
     fn unit_counts(&mut self, job: JobId) -> StoreResult<UnitCounts> {
-        let mut q = self
-            .c
-            .prepare_cached("SELECT state, COUNT(*) FROM units WHERE job_id = ? GROUP BY state")?;
-        let rows = q.query_map([job.to_string()], |r| {
-            Ok((parsed::<UnitState>(r, 0)?, r.get::<_, i64>(1)? as u64))
-        })?;
-        let rows: Vec<(UnitState, u64)> = rows.collect::<Result<_, _>>()?;
-        drop(q);
+        let rows = self.c.map(
+            "SELECT state, COUNT(*) FROM units WHERE job_id = ? GROUP BY state",
+            args![job.to_string()],
+            |r| Ok((r.parsed::<UnitState>(0)?, r.get::<i64>(1)? as u64)),
+        )?;
+        let rows: Vec<(UnitState, u64)> = rows;
         let mut counts = UnitCounts {
             done: self.archived_units_of(job)?,
             ..UnitCounts::default()
@@ -316,13 +282,10 @@ impl Units for SqliteTx<'_> {
         // (or, needs_new_account = 2, an account) that has not run them
         let (for_worker, for_account, disputed, needed): (i64, i64, i64, i64) = self
             .c
-            .prepare_cached(
-                "SELECT COALESCE(SUM(disputed = 0 AND needs_new_account < 2), 0), \
+            .first("SELECT COALESCE(SUM(disputed = 0 AND needs_new_account < 2), 0), \
                         COALESCE(SUM(disputed = 0 AND needs_new_account = 2), 0), \
                         COALESCE(SUM(disputed = 1), 0), COALESCE(MAX(results + active_leases + 1), 0) \
-                 FROM units WHERE job_id = ? AND state = 'open' AND results > 0",
-            )?
-            .query_row([job.to_string()], |r| {
+                 FROM units WHERE job_id = ? AND state = 'open' AND results > 0", args![job.to_string()], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })?;
         Ok(e2fleet_proto::api::status::Waiting {

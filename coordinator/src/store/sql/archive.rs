@@ -1,4 +1,4 @@
-//! The archive (`migrations/0013_archive.sql`): a unit decided before the detail window
+//! The archive (`migrations/sqlite/0013_archive.sql`): a unit decided before the detail window
 //! moves out of `units`, `results` and `leases` into one row of small integers, its
 //! accepted digest as 32 bytes, its counts and its budget stop. A continuation whose
 //! parent is archived keeps neither prefix nor cursor: they are its parent's prefix and
@@ -15,17 +15,16 @@
 use std::collections::HashMap;
 use std::rc::Rc;
 
+use super::Value;
 use e2fleet_engine::unit::StopReason;
 use e2fleet_engine::{Placement, Unit, UnitResult};
 use e2fleet_proto::api::{JobId, UnitId};
-use rusqlite::types::{Value, ValueRef};
-use rusqlite::{OptionalExtension, params};
 
 use super::codec::{
     decode_path_blob, decode_sparse_counts, decode_stop_delta, digest_bytes, digest_hex,
     encode_path, encode_stop_delta, path_at, path_tag, unit_at,
 };
-use super::{SqliteTx, parsed};
+use super::{ConnExt, SqlTx, args};
 use crate::store::tx::{Archive, StoreResult};
 use crate::store::{
     AccountNeed, ArchivePass, CertificateRow, ResultBreakdown, StoreError, UnitKind, UnitRecord,
@@ -95,7 +94,7 @@ fn decode_runners(text: &str) -> StoreResult<Vec<Runner>> {
 
 /// A result of an archived unit as stored: what it is in the certificate and totals.
 fn archived_result(
-    counts: ValueRef<'_>,
+    counts: &Value,
     depths: usize,
     (committed, solutions, max_depth): (i64, i64, i64),
     stop: Option<Vec<Placement>>,
@@ -138,51 +137,49 @@ struct ResultRow {
     body_kept: bool,
 }
 
-impl SqliteTx<'_> {
+impl SqlTx<'_> {
     /// The archive's number for a job; `create` makes one when it has none.
     fn job_num(&mut self, job: &str, create: bool) -> StoreResult<Option<i64>> {
-        let found = self
-            .c
-            .prepare_cached("SELECT num FROM archive_jobs WHERE job_id = ?")?
-            .query_row([job], |r| r.get(0))
-            .optional()?;
+        let found = self.c.map_row(
+            "SELECT num FROM archive_jobs WHERE job_id = ?",
+            args![job],
+            |r| r.get(0),
+        )?;
         if found.is_some() || !create {
             return Ok(found);
         }
-        self.c
-            .prepare_cached("INSERT INTO archive_jobs (job_id) VALUES (?)")?
-            .execute([job])?;
-        Ok(Some(self.c.last_insert_rowid()))
+        Ok(Some(self.c.one(
+            "INSERT INTO archive_jobs (job_id) VALUES (?) RETURNING num",
+            args![job],
+        )?))
     }
 
     fn worker_num(&mut self, worker: &str) -> StoreResult<i64> {
-        if let Some(n) = self
-            .c
-            .prepare_cached("SELECT num FROM archive_workers WHERE worker_id = ?")?
-            .query_row([worker], |r| r.get(0))
-            .optional()?
-        {
+        if let Some(n) = self.c.map_row(
+            "SELECT num FROM archive_workers WHERE worker_id = ?",
+            args![worker],
+            |r| r.get(0),
+        )? {
             return Ok(n);
         }
-        self.c
-            .prepare_cached("INSERT INTO archive_workers (worker_id) VALUES (?)")?
-            .execute([worker])?;
-        Ok(self.c.last_insert_rowid())
+        self.c.one(
+            "INSERT INTO archive_workers (worker_id) VALUES (?) RETURNING num",
+            args![worker],
+        )
     }
 
     fn engine_num(&mut self, kind: &str, build: &str) -> StoreResult<i64> {
-        if let Some(n) = self
-            .c
-            .prepare_cached("SELECT num FROM archive_engines WHERE kind = ? AND build = ?")?
-            .query_row([kind, build], |r| r.get(0))
-            .optional()?
-        {
+        if let Some(n) = self.c.map_row(
+            "SELECT num FROM archive_engines WHERE kind = ? AND build = ?",
+            args![kind, build],
+            |r| r.get(0),
+        )? {
             return Ok(n);
         }
-        self.c
-            .prepare_cached("INSERT INTO archive_engines (kind, build) VALUES (?, ?)")?
-            .execute([kind, build])?;
-        Ok(self.c.last_insert_rowid())
+        self.c.one(
+            "INSERT INTO archive_engines (kind, build) VALUES (?, ?) RETURNING num",
+            args![kind, build],
+        )
     }
 
     fn tally(
@@ -194,11 +191,8 @@ impl SqliteTx<'_> {
         nodes: i64,
     ) -> StoreResult<()> {
         self.c
-            .prepare_cached(
-                "INSERT INTO archive_tallies (job, verdict, engine, results, nodes) VALUES (?1, ?2, ?3, ?4, ?5) \
-                 ON CONFLICT (job, verdict, engine) DO UPDATE SET results = results + ?4, nodes = nodes + ?5",
-            )?
-            .execute(params![job, verdict, engine, results, nodes])?;
+            .execute("INSERT INTO archive_tallies (job, verdict, engine, results, nodes) VALUES (?1, ?2, ?3, ?4, ?5) \
+                 ON CONFLICT (job, verdict, engine) DO UPDATE SET results = results + ?4, nodes = nodes + ?5", args![job, verdict, engine, results, nodes])?;
         Ok(())
     }
 
@@ -206,26 +200,24 @@ impl SqliteTx<'_> {
     /// (a late report on it is still compared: the archive keeps no lease), every result
     /// accepted or agreeing and folded. Whether it went.
     fn archive_unit(&mut self, id: i64, cutoff_ms: i64) -> StoreResult<bool> {
-        let unit = self
-            .c
-            .prepare_cached(
-                "SELECT job_id, parent_id, kind, quorum, prefix_json, cursor_json, accepted_result_id, \
+        let unit = self.c.map_row(
+            "SELECT job_id, parent_id, kind, quorum, prefix_json, cursor_json, accepted_result_id, \
                    decided_ms, active_leases, state FROM units WHERE id = ?",
-            )?
-            .query_row([id], |r| {
+            args![id],
+            |r| {
                 Ok((
-                    r.get::<_, String>(0)?,
-                    r.get::<_, Option<i64>>(1)?,
-                    parsed::<UnitKind>(r, 2)?,
-                    r.get::<_, i64>(3)?,
+                    r.get::<String>(0)?,
+                    r.get::<Option<i64>>(1)?,
+                    r.parsed::<UnitKind>(2)?,
+                    r.get::<i64>(3)?,
                     unit_at(r, 4, 5)?,
-                    r.get::<_, Option<i64>>(6)?,
-                    r.get::<_, Option<i64>>(7)?.unwrap_or(0),
-                    r.get::<_, i64>(8)?,
-                    r.get::<_, String>(9)?,
+                    r.get::<Option<i64>>(6)?,
+                    r.get::<Option<i64>>(7)?.unwrap_or(0),
+                    r.get::<i64>(8)?,
+                    r.get::<String>(9)?,
                 ))
-            })
-            .optional()?;
+            },
+        )?;
         let Some((job_id, parent, kind, quorum, path, Some(accepted), decided_ms, 0, state)) = unit
         else {
             return Ok(false);
@@ -233,22 +225,17 @@ impl SqliteTx<'_> {
         if state != UnitState::Done.as_str() {
             return Ok(false);
         }
-        let out: bool = self
-            .c
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM leases WHERE unit_id = ?1 \
+        let out: bool = self.c.one(
+            "SELECT EXISTS (SELECT 1 FROM leases WHERE unit_id = ?1 \
                    AND (state = 'active' OR (state = 'expired' AND deadline_ms > ?2)))",
-            )?
-            .query_row([id, cutoff_ms], |r| r.get(0))?;
+            args![id, cutoff_ms],
+        )?;
         if out {
             return Ok(false);
         }
         let rows: Vec<ResultRow> = {
-            let mut q = self.c.prepare_cached(
-                "SELECT id, verdict, worker_id, account_id, standing, engine_kind, engine_build, digest, \
-                   committed, solutions, max_depth, counts, stop, body_kept FROM results WHERE unit_id = ? ORDER BY id",
-            )?;
-            let rows = q.query_map([id], |r| {
+            self.c.map("SELECT id, verdict, worker_id, account_id, standing, engine_kind, engine_build, digest, \
+                   committed, solutions, max_depth, counts, stop, body_kept FROM results WHERE unit_id = ? ORDER BY id", args![id], |r| {
                 Ok(ResultRow {
                     id: r.get(0)?,
                     verdict: r.get(1)?,
@@ -265,8 +252,7 @@ impl SqliteTx<'_> {
                     stop: r.get(12)?,
                     body_kept: r.get(13)?,
                 })
-            })?;
-            rows.collect::<Result<_, _>>()?
+            })?
         };
         let Some(winner) = rows.iter().find(|r| r.id == accepted) else {
             return Ok(false);
@@ -288,11 +274,11 @@ impl SqliteTx<'_> {
         let derived = match (kind, parent) {
             (UnitKind::Continuation, Some(p)) => self
                 .c
-                .prepare_cached("SELECT prefix, stop_tag FROM archive WHERE job = ? AND unit = ?")?
-                .query_row(params![job, p], |r| {
-                    Ok((r.get::<_, Option<Vec<u8>>>(0)?, r.get::<_, Option<i64>>(1)?))
-                })
-                .optional()?
+                .map_row(
+                    "SELECT prefix, stop_tag FROM archive WHERE job = ? AND unit = ?",
+                    args![job, p],
+                    |r| Ok((r.get::<Option<Vec<u8>>>(0)?, r.get::<Option<i64>>(1)?)),
+                )?
                 .is_some_and(|(prefix, tag)| {
                     tag == Some(path_tag(&path.cursor))
                         && prefix.is_none_or(|p| {
@@ -328,12 +314,9 @@ impl SqliteTx<'_> {
         let other_account = rows.iter().any(|r| r.account_id != winner.account_id);
         let alone = i64::from(!other_identity) | (i64::from(!other_account) << 1);
         self.c
-            .prepare_cached(
-                "INSERT INTO archive (job, unit, parent, kind, quorum, prefix, cursor, digest, committed, \
+            .execute("INSERT INTO archive (job, unit, parent, kind, quorum, prefix, cursor, digest, committed, \
                    solutions, max_depth, counts, stop, stop_tag, worker, runners, alone, decided_ms) \
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )?
-            .execute(params![
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
                 job,
                 id,
                 parent,
@@ -359,11 +342,12 @@ impl SqliteTx<'_> {
             "DELETE FROM leases WHERE unit_id = ?",
             "DELETE FROM units WHERE id = ?",
         ] {
-            self.c.prepare_cached(sql)?.execute([id])?;
+            self.c.execute(sql, args![id])?;
         }
-        self.c
-            .prepare_cached("UPDATE archive_jobs SET units = units + 1 WHERE num = ?")?
-            .execute([job])?;
+        self.c.execute(
+            "UPDATE archive_jobs SET units = units + 1 WHERE num = ?",
+            args![job],
+        )?;
         Ok(true)
     }
 
@@ -378,13 +362,11 @@ impl SqliteTx<'_> {
             Option<Vec<u8>>,
         );
         let step = |tx: &mut Self, unit: i64| -> StoreResult<Link> {
-            tx.c.prepare_cached(
+            tx.c.map_row(
                 "SELECT parent, prefix, cursor, stop FROM archive WHERE job = ? AND unit = ?",
+                args![job, unit],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
             )?
-            .query_row(params![job, unit], |r| {
-                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-            })
-            .optional()?
             .ok_or_else(|| StoreError::Corrupt(format!("archived unit {unit} has no row")))
         };
         // the stops of the ancestors between this unit and the first that keeps its path
@@ -426,11 +408,8 @@ impl SqliteTx<'_> {
             i64,
         ) = self
             .c
-            .prepare_cached(
-                "SELECT parent, kind, quorum, digest, committed, solutions, max_depth, counts, stop, runners, \
-                   decided_ms FROM archive WHERE job = ? AND unit = ?",
-            )?
-            .query_row(params![job, unit], |r| {
+            .first("SELECT parent, kind, quorum, digest, committed, solutions, max_depth, counts, stop, runners, \
+                   decided_ms FROM archive WHERE job = ? AND unit = ?", args![job, unit], |r| {
                 Ok((
                     r.get(0)?,
                     r.get(1)?,
@@ -449,25 +428,18 @@ impl SqliteTx<'_> {
             .map(|delta| decode_stop_delta(&path.cursor, &delta, "stop"))
             .transpose()?
             .map(|stop| encode_path(&stop));
-        self.c
-            .prepare_cached(
-                "UPDATE archive SET prefix = ?1, cursor = ?2 WHERE parent = ?3 AND prefix IS NULL",
-            )?
-            .execute(params![prefix, stop, unit])?;
+        self.c.execute(
+            "UPDATE archive SET prefix = ?1, cursor = ?2 WHERE parent = ?3 AND prefix IS NULL",
+            args![prefix, stop, unit],
+        )?;
         let (job_id, budget): (String, i64) = self
             .c
-            .prepare_cached(
-                "SELECT a.job_id, j.budget FROM archive_jobs a JOIN jobs j ON j.id = a.job_id WHERE a.num = ?",
-            )?
-            .query_row([job], |r| Ok((r.get(0)?, r.get(1)?)))?;
+            .first("SELECT a.job_id, j.budget FROM archive_jobs a JOIN jobs j ON j.id = a.job_id WHERE a.num = ?", args![job], |r| Ok((r.get(0)?, r.get(1)?)))?;
         let n = runners.len() as i64;
         self.c
-            .prepare_cached(
-                "INSERT INTO units (id, job_id, prefix_json, cursor_json, parent_id, kind, quorum, needed, state, \
+            .execute("INSERT INTO units (id, job_id, prefix_json, cursor_json, parent_id, kind, quorum, needed, state, \
                    active_leases, results, created_ms, decided_ms) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'done', 0, ?8, ?9, ?9)",
-            )?
-            .execute(params![
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 'done', 0, ?8, ?9, ?9)", args![
                 unit,
                 job_id,
                 prefix,
@@ -481,34 +453,26 @@ impl SqliteTx<'_> {
         let digest = digest_hex(&digest);
         for (i, run) in runners.iter().enumerate() {
             let (worker_id, hostname, cpu_model, account_id): (String, String, String, String) =
-                self.c
-                    .prepare_cached(
-                        "SELECT w.id, w.hostname, w.cpu_model, w.account_id FROM archive_workers a \
+                self.c.first(
+                    "SELECT w.id, w.hostname, w.cpu_model, w.account_id FROM archive_workers a \
                          JOIN workers w ON w.id = a.worker_id WHERE a.num = ?",
-                    )?
-                    .query_row([run.worker], |r| {
-                        Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
-                    })?;
-            let (engine_kind, engine_build): (String, String) = self
-                .c
-                .prepare_cached("SELECT kind, build FROM archive_engines WHERE num = ?")?
-                .query_row([run.engine], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                    args![run.worker],
+                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+                )?;
+            let (engine_kind, engine_build): (String, String) = self.c.first(
+                "SELECT kind, build FROM archive_engines WHERE num = ?",
+                args![run.engine],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?;
             let lease = uuid::Uuid::new_v4().to_string();
             self.c
-                .prepare_cached(
-                    "INSERT INTO leases (id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state, account_id) \
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, 'reported', ?7)",
-                )?
-                .execute(params![lease, unit, worker_id, hostname, budget, decided_ms, account_id])?;
+                .execute("INSERT INTO leases (id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state, account_id) \
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, 'reported', ?7)", args![lease, unit, worker_id, hostname, budget, decided_ms, account_id])?;
             let verdict = if i == 0 { "accepted" } else { "agree" };
-            self.c
-                .prepare_cached(
-                    "INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, \
+            let id: i64 = self.c.one("INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, \
                        engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms, \
                        account_id, standing, counts, stop, body_kept) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, 0)",
-                )?
-                .execute(params![
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, 0) RETURNING id", args![
                     job_id,
                     unit,
                     lease,
@@ -529,29 +493,27 @@ impl SqliteTx<'_> {
                     stop
                 ])?;
             if i == 0 {
-                let id = self.c.last_insert_rowid();
-                self.c
-                    .prepare_cached("UPDATE units SET accepted_result_id = ? WHERE id = ?")?
-                    .execute([id, unit])?;
+                self.c.execute(
+                    "UPDATE units SET accepted_result_id = ? WHERE id = ?",
+                    args![id, unit],
+                )?;
             }
             self.tally(job, verdict, run.engine, -1, -figures.0)?;
         }
-        self.c
-            .prepare_cached("DELETE FROM archive WHERE job = ? AND unit = ?")?
-            .execute([job, unit])?;
-        self.c
-            .prepare_cached("UPDATE archive_jobs SET units = units - 1 WHERE num = ?")?
-            .execute([job])?;
+        self.c.execute(
+            "DELETE FROM archive WHERE job = ? AND unit = ?",
+            args![job, unit],
+        )?;
+        self.c.execute(
+            "UPDATE archive_jobs SET units = units - 1 WHERE num = ?",
+            args![job],
+        )?;
         Ok(())
     }
 
     /// Restores every archived unit the query `sql` (selecting job number and unit) finds.
-    fn restore_found(&mut self, sql: &str, params: impl rusqlite::Params) -> StoreResult<usize> {
-        let found: Vec<(i64, i64)> = {
-            let mut q = self.c.prepare_cached(sql)?;
-            let rows = q.query_map(params, |r| Ok((r.get(0)?, r.get(1)?)))?;
-            rows.collect::<Result<_, _>>()?
-        };
+    fn restore_found(&mut self, sql: &str, params: &[Value]) -> StoreResult<usize> {
+        let found: Vec<(i64, i64)> = { self.c.map(sql, params, |r| Ok((r.get(0)?, r.get(1)?)))? };
         for &(job, unit) in &found {
             self.restore(job, unit)?;
         }
@@ -562,7 +524,7 @@ impl SqliteTx<'_> {
     pub(super) fn restore_children(&mut self, parent: UnitId) -> StoreResult<usize> {
         self.restore_found(
             "SELECT job, unit FROM archive WHERE parent = ? ORDER BY unit",
-            [parent.0],
+            args![parent.0],
         )
     }
 
@@ -582,7 +544,7 @@ impl SqliteTx<'_> {
                 "SELECT job, unit FROM archive WHERE worker IN ({workers}) AND alone > 0 AND (alone & {bit}) != 0 \
                  ORDER BY unit"
             ),
-            [id],
+            args![id],
         )
     }
 
@@ -593,15 +555,12 @@ impl SqliteTx<'_> {
             return Ok(Vec::new());
         };
         let depths = self.job_depths(&job_id)?;
-        let mut q = self.c.prepare(
-            "SELECT unit, parent, kind, quorum, prefix, cursor, digest, committed, solutions, max_depth, \
-               counts, stop, runners, decided_ms FROM archive WHERE job = ? ORDER BY unit",
-        )?;
-        let mut rows = q.query([num])?;
         // the chains' tips: unit -> (prefix, stop), taken by the one continuation after it
         let mut tips: HashMap<i64, (Rc<Vec<Placement>>, Vec<Placement>)> = HashMap::new();
         let mut out = Vec::new();
-        while let Some(r) = rows.next()? {
+        let sql = "SELECT unit, parent, kind, quorum, prefix, cursor, digest, committed, solutions, max_depth, \
+               counts, stop, runners, decided_ms FROM archive WHERE job = ? ORDER BY unit";
+        self.c.for_each(sql, args![num], &mut |r| {
             let id: i64 = r.get(0)?;
             let parent: Option<i64> = r.get(1)?;
             let (prefix, cursor) = match path_at(r, 4, "prefix")? {
@@ -614,15 +573,15 @@ impl SqliteTx<'_> {
                 })?,
             };
             let stop = r
-                .get::<_, Option<Vec<u8>>>(11)?
+                .get::<Option<Vec<u8>>>(11)?
                 .map(|delta| decode_stop_delta(&cursor, &delta, "stop"))
                 .transpose()?;
             if let Some(stop) = &stop {
                 tips.insert(id, (prefix.clone(), stop.clone()));
             }
-            let runners = decode_runners(&r.get::<_, String>(12)?)?.len() as u32;
+            let runners = decode_runners(&r.get::<String>(12)?)?.len() as u32;
             let result = archived_result(
-                r.get_ref(10)?,
+                r.value(10)?,
                 depths,
                 (r.get(7)?, r.get(8)?, r.get(9)?),
                 stop,
@@ -637,7 +596,7 @@ impl SqliteTx<'_> {
                     },
                     parent: parent.map(UnitId),
                     kind: kind_of(r.get(2)?)?,
-                    quorum: r.get::<_, i64>(3)? as u32,
+                    quorum: r.get::<i64>(3)? as u32,
                     needed: runners,
                     state: UnitState::Done,
                     active_leases: 0,
@@ -647,9 +606,10 @@ impl SqliteTx<'_> {
                     account_need: AccountNeed::None,
                     disputed: false,
                 },
-                accepted: Some((result, digest_hex(&r.get::<_, Vec<u8>>(6)?), runners)),
+                accepted: Some((result, digest_hex(&r.get::<Vec<u8>>(6)?), runners)),
             });
-        }
+            Ok(())
+        })?;
         Ok(out)
     }
 
@@ -671,53 +631,53 @@ impl SqliteTx<'_> {
         let Some(num) = self.job_num(&job.to_string(), false)? else {
             return Ok(None);
         };
-        let digest: Option<Vec<u8>> = self
-            .c
-            .prepare_cached("SELECT digest FROM archive WHERE job = ? AND unit = ?")?
-            .query_row([num, unit.0], |r| r.get(0))
-            .optional()?;
+        let digest: Option<Vec<u8>> = self.c.map_row(
+            "SELECT digest FROM archive WHERE job = ? AND unit = ?",
+            args![num, unit.0],
+            |r| r.get(0),
+        )?;
         Ok(digest.map(|d| digest_hex(&d)))
     }
 
     /// How many of a job's units are archived.
     pub(super) fn archived_units_of(&mut self, job: JobId) -> StoreResult<u64> {
-        let n: Option<i64> = self
-            .c
-            .prepare_cached("SELECT units FROM archive_jobs WHERE job_id = ?")?
-            .query_row([job.to_string()], |r| r.get(0))
-            .optional()?;
+        let n: Option<i64> = self.c.map_row(
+            "SELECT units FROM archive_jobs WHERE job_id = ?",
+            args![job.to_string()],
+            |r| r.get(0),
+        )?;
         Ok(n.unwrap_or(0) as u64)
     }
 
     /// What a job's archived results add to its breakdown.
     pub(super) fn archived_breakdown(&mut self, job: JobId) -> StoreResult<Vec<ResultBreakdown>> {
-        let mut q = self.c.prepare_cached(
+        let rows = self.c.map(
             "SELECT t.verdict, e.kind, e.build, t.results, t.nodes FROM archive_tallies t \
              JOIN archive_jobs a ON a.num = t.job JOIN archive_engines e ON e.num = t.engine \
              WHERE a.job_id = ? AND t.results > 0",
+            args![job.to_string()],
+            |r| {
+                Ok(ResultBreakdown {
+                    verdict: r.parsed(0)?,
+                    engine_kind: r.parsed(1)?,
+                    engine_build: r.get(2)?,
+                    results: r.get::<i64>(3)? as u64,
+                    nodes: r.get::<i64>(4)? as u64,
+                })
+            },
         )?;
-        let rows = q.query_map([job.to_string()], |r| {
-            Ok(ResultBreakdown {
-                verdict: parsed(r, 0)?,
-                engine_kind: parsed(r, 1)?,
-                engine_build: r.get(2)?,
-                results: r.get::<_, i64>(3)? as u64,
-                nodes: r.get::<_, i64>(4)? as u64,
-            })
-        })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        Ok(rows)
     }
 
     fn job_depths(&mut self, job_id: &str) -> StoreResult<usize> {
         let depths: i64 = self
             .c
-            .prepare_cached("SELECT depths FROM jobs WHERE id = ?")?
-            .query_row([job_id], |r| r.get(0))?;
+            .one("SELECT depths FROM jobs WHERE id = ?", args![job_id])?;
         Ok(depths as usize)
     }
 }
 
-impl Archive for SqliteTx<'_> {
+impl Archive for SqlTx<'_> {
     fn archive_decided(
         &mut self,
         cutoff_ms: i64,
@@ -725,15 +685,13 @@ impl Archive for SqliteTx<'_> {
         limit: usize,
     ) -> StoreResult<ArchivePass> {
         let found: Vec<(i64, i64)> = {
-            let mut q = self.c.prepare_cached(
+            self.c.map(
                 "SELECT decided_ms, id FROM units INDEXED BY units_decided \
                  WHERE state = 'done' AND decided_ms <= ?1 AND (decided_ms, id) > (?2, ?3) \
                  ORDER BY decided_ms, id LIMIT ?4",
-            )?;
-            let rows = q.query_map(params![cutoff_ms, after.0, after.1, limit as i64], |r| {
-                Ok((r.get(0)?, r.get(1)?))
-            })?;
-            rows.collect::<Result<_, _>>()?
+                args![cutoff_ms, after.0, after.1, limit as i64],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )?
         };
         let mut pass = ArchivePass {
             archived: 0,
@@ -750,19 +708,15 @@ impl Archive for SqliteTx<'_> {
 
     fn is_archived(&mut self, unit: UnitId) -> StoreResult<bool> {
         // one primary-key probe per job: the jobs are few, the archive is keyed by job first
-        Ok(self
+        self
             .c
-            .prepare_cached(
-                "SELECT EXISTS (SELECT 1 FROM archive WHERE job IN (SELECT num FROM archive_jobs) AND unit = ?)",
-            )?
-            .query_row([unit.0], |r| r.get(0))?)
+            .one("SELECT EXISTS (SELECT 1 FROM archive WHERE job IN (SELECT num FROM archive_jobs) AND unit = ?)", args![unit.0])
     }
 
     fn archived_units(&mut self) -> StoreResult<u64> {
         let n: i64 = self
             .c
-            .prepare_cached("SELECT COALESCE(SUM(units), 0) FROM archive_jobs")?
-            .query_row([], |r| r.get(0))?;
+            .one("SELECT COALESCE(SUM(units), 0) FROM archive_jobs", &[])?;
         Ok(n as u64)
     }
 }

@@ -1,11 +1,10 @@
-//! Workers (`migrations/0001_init.sql`, `0003_verification.sql`): identities, tokens,
+//! Workers (`migrations/sqlite/0001_init.sql`, `0003_verification.sql`): identities, tokens,
 //! liveness, errors and quarantine.
 
 use e2fleet_engine::engine::EngineKind;
 use e2fleet_proto::api::{HostInfo, WorkerId};
-use rusqlite::{OptionalExtension, Row, params};
 
-use super::{SqliteTx, parsed};
+use super::{ConnExt, Row, SqlTx, args};
 use crate::store::WorkerRecord;
 use crate::store::tx::{StoreResult, Workers};
 
@@ -16,16 +15,16 @@ const COLUMNS: &str = "w.id, w.token_hash, w.hostname, w.cpu_model, w.cores, w.a
      w.account_id";
 
 /// Reads a row of [`COLUMNS`], then `leases_held` if `with_leases`.
-fn from_row(r: &Row<'_>, with_leases: bool) -> rusqlite::Result<WorkerRecord> {
-    let engine_kind: EngineKind = parsed(r, 10)?;
+fn from_row(r: &Row, with_leases: bool) -> StoreResult<WorkerRecord> {
+    let engine_kind: EngineKind = r.parsed(10)?;
     Ok(WorkerRecord {
-        id: parsed(r, 0)?,
-        account_id: parsed(r, 20)?,
+        id: r.parsed(0)?,
+        account_id: r.parsed(20)?,
         token_hash: r.get(1)?,
         host: HostInfo {
             hostname: r.get(2)?,
             cpu_model: r.get(3)?,
-            cores: r.get::<_, i64>(4)? as u32,
+            cores: r.get::<i64>(4)? as u32,
             arch: r.get(5)?,
             os: r.get(6)?,
             rustc_version: r.get(7)?,
@@ -40,31 +39,28 @@ fn from_row(r: &Row<'_>, with_leases: bool) -> rusqlite::Result<WorkerRecord> {
         registered_ms: r.get(13)?,
         last_seen_ms: r.get(14)?,
         per_core_rate: r.get(15)?,
-        threads: r.get::<_, i64>(16)? as u32,
-        units_done: r.get::<_, i64>(17)? as u64,
-        errors: r.get::<_, i64>(18)? as u64,
+        threads: r.get::<i64>(16)? as u32,
+        units_done: r.get::<i64>(17)? as u64,
+        errors: r.get::<i64>(18)? as u64,
         quarantined: r.get(19)?,
         leases_held: if with_leases {
-            r.get::<_, i64>(21)? as u64
+            r.get::<i64>(21)? as u64
         } else {
             0
         },
     })
 }
 
-impl Workers for SqliteTx<'_> {
+impl Workers for SqlTx<'_> {
     fn upsert_worker(&mut self, w: &WorkerRecord) -> StoreResult<()> {
         let h = &w.host;
-        self.c.prepare_cached(
-            "INSERT INTO workers (id, token_hash, hostname, cpu_model, cores, arch, os, rustc_version, worker_version, registered_ms, last_seen_ms, \
+        self.c.execute("INSERT INTO workers (id, token_hash, hostname, cpu_model, cores, arch, os, rustc_version, worker_version, registered_ms, last_seen_ms, \
                engine_kind, engine_build, target_features, class_id, account_id) \
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
              ON CONFLICT(id) DO UPDATE SET token_hash = excluded.token_hash, hostname = excluded.hostname, cpu_model = excluded.cpu_model, \
                cores = excluded.cores, arch = excluded.arch, os = excluded.os, rustc_version = excluded.rustc_version, \
                worker_version = excluded.worker_version, last_seen_ms = excluded.last_seen_ms, engine_kind = excluded.engine_kind, \
-               engine_build = excluded.engine_build, target_features = excluded.target_features, class_id = excluded.class_id",
-        )?
-        .execute(params![
+               engine_build = excluded.engine_build, target_features = excluded.target_features, class_id = excluded.class_id", args![
             w.id.to_string(),
             w.token_hash,
             h.hostname,
@@ -86,30 +82,27 @@ impl Workers for SqliteTx<'_> {
     }
 
     fn worker(&mut self, id: WorkerId) -> StoreResult<Option<WorkerRecord>> {
-        Ok(self
-            .c
-            .prepare_cached(&format!("SELECT {COLUMNS} FROM workers w WHERE w.id = ?"))?
-            .query_row([id.to_string()], |r| from_row(r, false))
-            .optional()?)
+        self.c.map_row(
+            &format!("SELECT {COLUMNS} FROM workers w WHERE w.id = ?"),
+            args![id.to_string()],
+            |r| from_row(r, false),
+        )
     }
 
     fn worker_by_token_hash(&mut self, hash: &str) -> StoreResult<Option<WorkerRecord>> {
-        Ok(self
-            .c
-            .prepare_cached(&format!(
-                "SELECT {COLUMNS} FROM workers w WHERE w.token_hash = ?"
-            ))?
-            .query_row([hash], |r| from_row(r, false))
-            .optional()?)
+        self.c.map_row(
+            &format!("SELECT {COLUMNS} FROM workers w WHERE w.token_hash = ?"),
+            args![hash],
+            |r| from_row(r, false),
+        )
     }
 
     fn list_workers(&mut self) -> StoreResult<Vec<WorkerRecord>> {
-        let mut q = self.c.prepare_cached(&format!(
+        let rows = self.c.map(&format!(
             "SELECT {COLUMNS}, (SELECT COUNT(*) FROM leases l WHERE l.worker_id = w.id AND l.state = 'active') \
              FROM workers w ORDER BY w.hostname, w.id"
-        ))?;
-        let rows = q.query_map([], |r| from_row(r, true))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        ), &[], |r| from_row(r, true))?;
+        Ok(rows)
     }
 
     fn worker_seen(
@@ -119,62 +112,49 @@ impl Workers for SqliteTx<'_> {
         rate: Option<(f64, u32)>,
         engine: Option<(EngineKind, &str)>,
     ) -> StoreResult<Option<bool>> {
-        Ok(self.c.prepare_cached(
-            "UPDATE workers SET last_seen_ms = ?, per_core_rate = COALESCE(?, per_core_rate), threads = COALESCE(?, threads), \
+        self.c.map_row("UPDATE workers SET last_seen_ms = ?, per_core_rate = COALESCE(?, per_core_rate), threads = COALESCE(?, threads), \
                engine_kind = COALESCE(?, engine_kind), engine_build = COALESCE(?, engine_build) WHERE id = ? \
-             RETURNING quarantined",
-        )?
-        .query_row(
-            params![
+             RETURNING quarantined", args![
                 now_ms,
                 rate.map(|r| r.0),
                 rate.map(|r| r.1 as i64),
                 engine.map(|e| e.0.as_str()),
                 engine.map(|e| e.1),
                 id.to_string()
-            ],
-            |r| r.get(0),
-        )
-        .optional()?)
+            ], |r| r.get(0))
     }
 
     fn worker_unit_done(&mut self, id: WorkerId) -> StoreResult<()> {
-        self.c
-            .prepare_cached("UPDATE workers SET units_done = units_done + 1 WHERE id = ?")?
-            .execute([id.to_string()])?;
+        self.c.execute(
+            "UPDATE workers SET units_done = units_done + 1 WHERE id = ?",
+            args![id.to_string()],
+        )?;
         Ok(())
     }
 
     fn worker_error(&mut self, id: WorkerId, threshold: u64) -> StoreResult<bool> {
         // the identity, not its host label: another identity naming the same host is
         // another identity
-        let quarantined: Option<bool> = self
-            .c
-            .prepare_cached(
-                "UPDATE workers SET errors = errors + 1, quarantined = quarantined OR errors + 1 >= ? \
+        let quarantined: Option<bool> = self.c.map_row(
+            "UPDATE workers SET errors = errors + 1, quarantined = quarantined OR errors + 1 >= ? \
                  WHERE id = ? RETURNING quarantined",
-            )?
-            .query_row(params![threshold as i64, id.to_string()], |r| r.get(0))
-            .optional()?;
+            args![threshold as i64, id.to_string()],
+            |r| r.get(0),
+        )?;
         Ok(quarantined.unwrap_or(false))
     }
 
     fn release_worker(&mut self, id: WorkerId) -> StoreResult<bool> {
-        Ok(self
-            .c
-            .prepare_cached(
-                "UPDATE workers SET quarantined = 0, errors = 0 WHERE id = ? AND quarantined = 1",
-            )?
-            .execute([id.to_string()])?
-            == 1)
+        Ok(self.c.execute(
+            "UPDATE workers SET quarantined = 0, errors = 0 WHERE id = ? AND quarantined = 1",
+            args![id.to_string()],
+        )? == 1)
     }
 
     fn release_host(&mut self, hostname: &str) -> StoreResult<u64> {
-        Ok(self
-            .c
-            .prepare_cached(
-                "UPDATE workers SET quarantined = 0, errors = 0 WHERE hostname = ? AND quarantined = 1",
-            )?
-            .execute([hostname])? as u64)
+        Ok(self.c.execute(
+            "UPDATE workers SET quarantined = 0, errors = 0 WHERE hostname = ? AND quarantined = 1",
+            args![hostname],
+        )? as u64)
     }
 }

@@ -1,19 +1,18 @@
-//! Verification (`migrations/0003_verification.sql`): hardware classes, suites and their
+//! Verification (`migrations/sqlite/0003_verification.sql`): hardware classes, suites and their
 //! units, suite results.
 
 use e2fleet_engine::UnitResult;
 use e2fleet_engine::suite::{SuiteExpected, SuiteUnit};
 use e2fleet_proto::api::{HostInfo, JobId};
-use rusqlite::{OptionalExtension, Row, params};
 
-use super::{SqliteTx, conversion, parsed};
+use super::{ConnExt, Row, SqlTx, args};
 use crate::store::tx::{StoreResult, Verifications};
 use crate::store::{
     AuditRecord, ClassRecord, NewVerification, ResultBody, SuiteUnitRecord, VerificationRecord,
     parse_json,
 };
 
-fn verification_from_row(r: &Row<'_>) -> rusqlite::Result<VerificationRecord> {
+fn verification_from_row(r: &Row) -> StoreResult<VerificationRecord> {
     Ok(VerificationRecord {
         id: r.get(0)?,
         suite: r.get(1)?,
@@ -22,11 +21,11 @@ fn verification_from_row(r: &Row<'_>) -> rusqlite::Result<VerificationRecord> {
         hostname: r.get(4)?,
         engine_build: r.get(5)?,
         digest: r.get(6)?,
-        nodes: r.get::<_, i64>(7)? as u64,
+        nodes: r.get::<i64>(7)? as u64,
         engine_seconds: r.get(8)?,
         received_ms: r.get(9)?,
-        worker_id: parsed(r, 10)?,
-        account_id: parsed(r, 11)?,
+        worker_id: r.parsed(10)?,
+        account_id: r.parsed(11)?,
     })
 }
 
@@ -36,13 +35,10 @@ fn spec_json(u: &SuiteUnit) -> String {
     serde_json::to_string(&spec).expect("suite units serialise")
 }
 
-impl Verifications for SqliteTx<'_> {
+impl Verifications for SqlTx<'_> {
     fn upsert_class(&mut self, id: &str, h: &HostInfo, now_ms: i64) -> StoreResult<()> {
-        self.c.prepare_cached(
-            "INSERT OR IGNORE INTO hw_classes (id, cpu_model, arch, os, rustc_version, target_features, engine_kind, engine_release, first_seen_ms) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )?
-        .execute(params![
+        self.c.execute("INSERT OR IGNORE INTO hw_classes (id, cpu_model, arch, os, rustc_version, target_features, engine_kind, engine_release, first_seen_ms) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
             id,
             h.cpu_model,
             h.arch,
@@ -57,11 +53,8 @@ impl Verifications for SqliteTx<'_> {
     }
 
     fn classes_of_suite(&mut self, suite: &str) -> StoreResult<Vec<ClassRecord>> {
-        let mut q = self.c.prepare_cached(
-            "SELECT id, cpu_model, arch, os, rustc_version, target_features, engine_kind, engine_release, first_seen_ms \
-             FROM hw_classes WHERE id IN (SELECT DISTINCT class_id FROM verifications WHERE suite = ?) ORDER BY first_seen_ms, id",
-        )?;
-        let rows = q.query_map([suite], |r| {
+        let rows = self.c.map("SELECT id, cpu_model, arch, os, rustc_version, target_features, engine_kind, engine_release, first_seen_ms \
+             FROM hw_classes WHERE id IN (SELECT DISTINCT class_id FROM verifications WHERE suite = ?) ORDER BY first_seen_ms, id", args![suite], |r| {
             Ok(ClassRecord {
                 id: r.get(0)?,
                 cpu_model: r.get(1)?,
@@ -69,12 +62,12 @@ impl Verifications for SqliteTx<'_> {
                 os: r.get(3)?,
                 rustc_version: r.get(4)?,
                 target_features: r.get(5)?,
-                engine_kind: parsed(r, 6)?,
+                engine_kind: r.parsed(6)?,
                 engine_release: r.get(7)?,
                 first_seen_ms: r.get(8)?,
             })
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        Ok(rows)
     }
 
     fn replace_suite(
@@ -84,54 +77,51 @@ impl Verifications for SqliteTx<'_> {
         now_ms: i64,
     ) -> StoreResult<()> {
         self.c
-            .prepare_cached("DELETE FROM suite_units WHERE suite = ?")?
-            .execute([suite])?;
-        self.c.prepare_cached("INSERT INTO suites (name, created_ms) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET created_ms = excluded.created_ms")?
-            .execute(params![suite, now_ms])?;
-        let mut insert = self.c.prepare_cached(
-            "INSERT INTO suite_units (suite, name, position, spec_json, expected_json, expected_source) VALUES (?, ?, ?, ?, ?, ?)",
-        )?;
+            .execute("DELETE FROM suite_units WHERE suite = ?", args![suite])?;
+        self.c.execute("INSERT INTO suites (name, created_ms) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET created_ms = excluded.created_ms", args![suite, now_ms])?;
+        let insert = "INSERT INTO suite_units (suite, name, position, spec_json, expected_json, expected_source) VALUES (?, ?, ?, ?, ?, ?)";
         for (position, u) in units.iter().enumerate() {
-            insert.execute(params![
-                suite,
-                u.name,
-                position as i64,
-                spec_json(&u.spec),
-                u.expected
-                    .as_ref()
-                    .map(|e| serde_json::to_string(e).expect("expected results serialise")),
-                u.expected_source
-            ])?;
+            self.c.execute(
+                insert,
+                args![
+                    suite,
+                    u.name,
+                    position as i64,
+                    spec_json(&u.spec),
+                    u.expected
+                        .as_ref()
+                        .map(|e| serde_json::to_string(e).expect("expected results serialise")),
+                    u.expected_source
+                ],
+            )?;
         }
         Ok(())
     }
 
     fn suite_units(&mut self, suite: &str) -> StoreResult<Vec<SuiteUnitRecord>> {
-        let mut q = self.c.prepare_cached(
-            "SELECT name, spec_json, expected_json, expected_source FROM suite_units WHERE suite = ? ORDER BY position",
-        )?;
-        let rows = q.query_map([suite], |r| {
+        let rows = self.c.map("SELECT name, spec_json, expected_json, expected_source FROM suite_units WHERE suite = ? ORDER BY position", args![suite], |r| {
             let spec: String = r.get(1)?;
             let expected: Option<String> = r.get(2)?;
             Ok(SuiteUnitRecord {
                 name: r.get(0)?,
-                spec: parse_json(&spec, "suite unit").map_err(|e| conversion(1, e.to_string()))?,
+                spec: parse_json(&spec, "suite unit")?,
                 expected: expected
                     .map(|e| parse_json::<SuiteExpected>(&e, "expected result"))
                     .transpose()
-                    .map_err(|e| conversion(2, e.to_string()))?,
+                    ?,
                 expected_source: r.get(3)?,
             })
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        Ok(rows)
     }
 
     fn suite_names(&mut self) -> StoreResult<Vec<String>> {
-        let mut q = self
-            .c
-            .prepare_cached("SELECT name FROM suites ORDER BY created_ms, name")?;
-        let rows = q.query_map([], |r| r.get(0))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let rows = self.c.map(
+            "SELECT name FROM suites ORDER BY created_ms, name",
+            &[],
+            |r| r.get(0),
+        )?;
+        Ok(rows)
     }
 
     fn set_expected(
@@ -141,10 +131,7 @@ impl Verifications for SqliteTx<'_> {
         expected: &SuiteExpected,
         source: &str,
     ) -> StoreResult<()> {
-        self.c.prepare_cached(
-            "UPDATE suite_units SET expected_json = ?, expected_source = ? WHERE suite = ? AND name = ? AND expected_json IS NULL",
-        )?
-        .execute(params![
+        self.c.execute("UPDATE suite_units SET expected_json = ?, expected_source = ? WHERE suite = ? AND name = ? AND expected_json IS NULL", args![
             serde_json::to_string(expected).expect("expected results serialise"),
             source,
             suite,
@@ -154,11 +141,8 @@ impl Verifications for SqliteTx<'_> {
     }
 
     fn insert_verification(&mut self, v: &NewVerification) -> StoreResult<()> {
-        self.c.prepare_cached(
-            "INSERT INTO verifications (suite, unit, class_id, worker_id, hostname, engine_build, digest, result_json, nodes, engine_seconds, received_ms, account_id) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )?
-        .execute(params![
+        self.c.execute("INSERT INTO verifications (suite, unit, class_id, worker_id, hostname, engine_build, digest, result_json, nodes, engine_seconds, received_ms, account_id) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
             v.suite,
             v.unit,
             v.class_id,
@@ -176,12 +160,9 @@ impl Verifications for SqliteTx<'_> {
     }
 
     fn verifications_of_suite(&mut self, suite: &str) -> StoreResult<Vec<VerificationRecord>> {
-        let mut q = self.c.prepare_cached(
-            "SELECT id, suite, unit, class_id, hostname, engine_build, digest, nodes, engine_seconds, received_ms, \
-               worker_id, account_id FROM verifications WHERE suite = ? ORDER BY id",
-        )?;
-        let rows = q.query_map([suite], verification_from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let rows = self.c.map("SELECT id, suite, unit, class_id, hostname, engine_build, digest, nodes, engine_seconds, received_ms, \
+               worker_id, account_id FROM verifications WHERE suite = ? ORDER BY id", args![suite], verification_from_row)?;
+        Ok(rows)
     }
 
     fn verification_body(
@@ -190,40 +171,33 @@ impl Verifications for SqliteTx<'_> {
         unit: &str,
         digest: &str,
     ) -> StoreResult<Option<UnitResult>> {
-        let body: Option<String> = self.c.prepare_cached(
-            "SELECT result_json FROM verifications WHERE suite = ? AND unit = ? AND digest = ? ORDER BY id LIMIT 1",
-        )?
-        .query_row([suite, unit, digest], |r| r.get(0))
-        .optional()?;
+        let body: Option<String> = self.c.map_row("SELECT result_json FROM verifications WHERE suite = ? AND unit = ? AND digest = ? ORDER BY id LIMIT 1", args![suite, unit, digest], |r| r.get(0))?;
         body.map(|b| ResultBody(b).decode()).transpose()
     }
 
     fn unflag_class(&mut self, class: &str, now_ms: i64) -> StoreResult<()> {
-        self.c
-            .prepare_cached(
-                "INSERT INTO class_unflags (class_id, unflagged_ms) VALUES (?1, ?2) \
+        self.c.execute(
+            "INSERT INTO class_unflags (class_id, unflagged_ms) VALUES (?1, ?2) \
                  ON CONFLICT(class_id) DO UPDATE SET unflagged_ms = excluded.unflagged_ms",
-            )?
-            .execute(params![class, now_ms])?;
+            args![class, now_ms],
+        )?;
         Ok(())
     }
 
     fn class_unflags(&mut self) -> StoreResult<Vec<(String, i64)>> {
-        let mut q = self
-            .c
-            .prepare_cached("SELECT class_id, unflagged_ms FROM class_unflags")?;
-        let rows = q.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let rows = self.c.map(
+            "SELECT class_id, unflagged_ms FROM class_unflags",
+            &[],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?;
+        Ok(rows)
     }
 
     fn insert_audit(&mut self, a: &AuditRecord) -> StoreResult<()> {
         self.c
-            .prepare_cached(
-                "INSERT INTO audits (job_id, worker_id, account_id, class_id, hostname, engine_kind, engine_build, \
+            .execute("INSERT INTO audits (job_id, worker_id, account_id, class_id, hostname, engine_kind, engine_build, \
                  certificate_sha256, merkle_root, structure_ok, units_checked, units_agreed, disagreed_json, unknown, \
-                 engine_seconds, received_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )?
-            .execute(params![
+                 engine_seconds, received_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
                 a.job_id.to_string(),
                 a.worker_id.to_string(),
                 a.account_id.to_string(),
@@ -245,37 +219,34 @@ impl Verifications for SqliteTx<'_> {
     }
 
     fn audits_of_job(&mut self, job: JobId) -> StoreResult<Vec<AuditRecord>> {
-        let mut q = self.c.prepare_cached(
-            "SELECT job_id, worker_id, account_id, class_id, hostname, engine_kind, engine_build, certificate_sha256, \
+        let rows = self.c.map("SELECT job_id, worker_id, account_id, class_id, hostname, engine_kind, engine_build, certificate_sha256, \
              merkle_root, structure_ok, units_checked, units_agreed, disagreed_json, unknown, engine_seconds, received_ms \
-             FROM audits WHERE job_id = ? ORDER BY received_ms, id",
-        )?;
-        let rows = q.query_map([job.to_string()], |r| {
+             FROM audits WHERE job_id = ? ORDER BY received_ms, id", args![job.to_string()], |r| {
             Ok((
                 AuditRecord {
-                    job_id: parsed(r, 0)?,
-                    worker_id: parsed(r, 1)?,
-                    account_id: parsed(r, 2)?,
+                    job_id: r.parsed(0)?,
+                    worker_id: r.parsed(1)?,
+                    account_id: r.parsed(2)?,
                     class_id: r.get(3)?,
                     hostname: r.get(4)?,
-                    engine_kind: parsed(r, 5)?,
+                    engine_kind: r.parsed(5)?,
                     engine_build: r.get(6)?,
                     certificate_sha256: r.get(7)?,
                     merkle_root: r.get(8)?,
                     structure_ok: r.get(9)?,
-                    units_checked: r.get::<_, i64>(10)? as u64,
-                    units_agreed: r.get::<_, i64>(11)? as u64,
+                    units_checked: r.get::<i64>(10)? as u64,
+                    units_agreed: r.get::<i64>(11)? as u64,
                     disagreed: Vec::new(),
-                    unknown: r.get::<_, i64>(13)? as u64,
+                    unknown: r.get::<i64>(13)? as u64,
                     engine_seconds: r.get(14)?,
                     received_ms: r.get(15)?,
                 },
-                r.get::<_, String>(12)?,
+                r.get::<String>(12)?,
             ))
         })?;
         let mut out = Vec::new();
         for row in rows {
-            let (mut audit, disagreed) = row?;
+            let (mut audit, disagreed) = row;
             audit.disagreed = parse_json(&disagreed, "audit units")?;
             out.push(audit);
         }

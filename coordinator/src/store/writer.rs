@@ -1,7 +1,11 @@
-//! The write path: one dedicated thread that owns a synchronous SQLite connection and
-//! runs every job/unit/lease/result write, with group commit.
+//! The write path: one dedicated thread per coordinator that owns the backend's write
+//! connection ([`Session`]) and runs every job/unit/lease/result write, with group
+//! commit. Both backends use it: SQLite because it has one writer, PostgreSQL because
+//! each batch takes a database-wide lock (several coordinators write one after another;
+//! see [`crate::store::postgres`]), so on both the throughput is how fast one thread
+//! applies writes and one commit is paid per batch, not per request.
 //!
-//! # Why not sqlx here
+//! # Why not sqlx here (SQLite)
 //! sqlx runs each SQLite statement on a worker thread and hands the result back through a
 //! channel: on this project's 2-vCPU machines that hop costs ~50 µs per statement
 //! (`SELECT 1`: 51 µs through sqlx, 0.25 µs with a prepared statement on the calling
@@ -21,25 +25,43 @@
 //! [`run_one`] for why not a savepoint per job). Replies are sent only after the batch's
 //! `COMMIT` returned: a caller never hears "done" for a write that is not durable.
 //!
-//! A second thread checkpoints the WAL ([`CHECKPOINT_EVERY`]), so the writer never does,
-//! and keeps the WAL file bounded ([`WAL_LIMIT_BYTES`]).
+//! Between batches the session may do upkeep ([`Session::between_batches`]: SQLite starts
+//! its WAL over there when it has grown).
 //!
 //! Every write goes through this thread (registrations and verification too), so SQLite's
 //! busy handler never arbitrates between writers in this process.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use rusqlite::Connection;
 use tokio::sync::oneshot;
 use tracing::error;
 
 use crate::store::StoreError;
+use crate::store::sql::Conn;
+
+/// A backend's write connection, as the writer thread drives it.
+pub trait Session: Send + 'static {
+    /// Begins a batch's transaction.
+    fn begin(&mut self) -> Result<(), String>;
+    /// Commits it.
+    fn commit(&mut self) -> Result<(), String>;
+    /// Rolls it back.
+    fn rollback(&mut self);
+    /// A count that moves whenever a statement may have changed rows (or failed and so
+    /// spoiled the transaction); `None` when it cannot be told.
+    fn changes(&mut self) -> Option<i64>;
+    /// The connection the jobs run their statements on.
+    fn conn(&mut self) -> &mut dyn Conn;
+    /// Upkeep between batches; `true` when it started the log over (SQLite's WAL).
+    fn between_batches(&mut self) -> bool {
+        false
+    }
+}
 
 /// Most jobs committed together.
 pub const MAX_BATCH: usize = 128;
@@ -53,7 +75,7 @@ pub const MAX_BATCH_TIME: Duration = Duration::from_millis(2);
 /// What a finished job does once its batch's commit succeeded or failed.
 type Reply = Box<dyn FnOnce(Result<(), String>) + Send>;
 /// A write job: runs on the connection, says whether it succeeded, and how to reply.
-type Job = Box<dyn FnOnce(&Connection) -> (bool, Reply) + Send>;
+type Job = Box<dyn FnOnce(&mut dyn Conn) -> (bool, Reply) + Send>;
 
 /// Handle to the writer thread. Cloning shares the thread; it ends when the last handle
 /// is dropped.
@@ -94,7 +116,8 @@ pub struct WriterTotals {
     pub max_queued_us: u64,
     /// Longest a batch held the write lock, microseconds.
     pub max_batch_us: u64,
-    /// Times the WAL was started over ([`WAL_LIMIT_BYTES`]).
+    /// Times the log was started over between batches (SQLite's WAL, see
+    /// [`crate::store::sqlite`]).
     pub wal_resets: u64,
 }
 
@@ -131,48 +154,16 @@ impl WriterStats {
 }
 
 impl Writer {
-    /// Opens a connection to the (already migrated) database at `path` and starts the
-    /// thread.
-    pub fn start(path: &Path) -> Result<Writer, StoreError> {
-        Self::start_with_queue(path, MAX_QUEUED)
-    }
-
-    /// [`Writer::start`] with a queue of `capacity` jobs.
-    pub fn start_with_queue(path: &Path, capacity: usize) -> Result<Writer, StoreError> {
-        let conn = Connection::open(path)?;
-        conn.busy_timeout(Duration::from_secs(10))?;
-        // temp_store = MEMORY: statement journals (multi-row statements inside the
-        // batch's transaction) otherwise live in temporary files created and deleted per
-        // batch: hundreds of open/write/unlink calls a second under load
-        // wal_autocheckpoint = 0: the checkpointer thread copies the WAL back into the
-        // database, so the writer never stalls on a checkpoint's copying and fsync
-        conn.execute_batch(
-            "PRAGMA journal_mode = WAL; PRAGMA synchronous = NORMAL; PRAGMA foreign_keys = ON; \
-             PRAGMA temp_store = MEMORY; PRAGMA cache_size = -65536; PRAGMA wal_autocheckpoint = 0; \
-             PRAGMA journal_size_limit = 67108864;",
-        )?;
-        conn.set_prepared_statement_cache_capacity(128);
-        let checkpoints = Connection::open(path)?;
-        // what the checkpointer last saw of the WAL, for the writer's resets
-        let wal = Arc::new(AtomicU64::new(0));
-        let checkpoint_wal = wal.clone();
-        checkpoints.busy_timeout(Duration::from_secs(10))?;
+    /// Starts the thread on `session`, with a queue of `capacity` jobs ([`MAX_QUEUED`]
+    /// normally).
+    pub fn start(session: impl Session, capacity: usize) -> Result<Writer, StoreError> {
         let (tx, rx) = mpsc::sync_channel::<Job>(capacity);
-        let (alive, writer_gone) = mpsc::channel::<()>();
         let stats = Arc::new(WriterStats::default());
         let thread_stats = stats.clone();
-        let spawn_error = |e| StoreError::Writer(format!("cannot start the writer thread: {e}"));
         std::thread::Builder::new()
             .name("e2fleet-writer".into())
-            .spawn(move || {
-                run(conn, &wal, rx, thread_stats);
-                drop(alive);
-            })
-            .map_err(spawn_error)?;
-        std::thread::Builder::new()
-            .name("e2fleet-checkpoint".into())
-            .spawn(move || checkpoint(checkpoints, &checkpoint_wal, writer_gone))
-            .map_err(spawn_error)?;
+            .spawn(move || run(session, rx, thread_stats))
+            .map_err(|e| StoreError::Writer(format!("cannot start the writer thread: {e}")))?;
         Ok(Writer { jobs: tx, stats })
     }
 
@@ -186,14 +177,14 @@ impl Writer {
     /// `Err` after changing rows rolls back the whole batch (see the module docs).
     pub async fn write<T, E, F>(&self, f: F) -> Result<T, E>
     where
-        F: FnOnce(&Connection) -> Result<T, E> + Send + 'static,
+        F: FnOnce(&mut dyn Conn) -> Result<T, E> + Send + 'static,
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
         let (reply_tx, reply_rx) = oneshot::channel::<Result<T, E>>();
         let queued = Instant::now();
         let stats = self.stats.clone();
-        let job: Job = Box::new(move |conn: &Connection| {
+        let job: Job = Box::new(move |conn: &mut dyn Conn| {
             let started = Instant::now();
             let out = f(conn);
             stats.record_job(started - queued, started.elapsed());
@@ -224,17 +215,13 @@ impl Writer {
     }
 }
 
-fn run(conn: Connection, wal: &AtomicU64, jobs: mpsc::Receiver<Job>, stats: Arc<WriterStats>) {
-    let mut wal_checked = Instant::now();
+fn run(mut session: impl Session, jobs: mpsc::Receiver<Job>, stats: Arc<WriterStats>) {
     while let Ok(first) = jobs.recv() {
-        if wal_checked.elapsed() >= WAL_CHECK_EVERY {
-            wal_checked = Instant::now();
-            if reset_wal_if_big(&conn, wal) {
-                stats.wal_resets.fetch_add(1, Relaxed);
-            }
+        if session.between_batches() {
+            stats.wal_resets.fetch_add(1, Relaxed);
         }
         let batch = tracing::debug_span!("write batch", jobs = tracing::field::Empty).entered();
-        if let Err(e) = conn.execute_batch("BEGIN IMMEDIATE") {
+        if let Err(e) = session.begin() {
             error!(error = %e, "writer: cannot begin a transaction");
             // dropping a job unrun drops its reply channel: its caller gets an error
             drop(first);
@@ -245,7 +232,7 @@ fn run(conn: Connection, wal: &AtomicU64, jobs: mpsc::Receiver<Job>, stats: Arc<
         let mut spoiled = None;
         let mut next = Some(first);
         while let Some(job) = next.take() {
-            let (reply, changed_then_failed) = run_one(&conn, job);
+            let (reply, changed_then_failed) = run_one(&mut session, job);
             replies.extend(reply);
             if changed_then_failed {
                 spoiled = Some(
@@ -262,12 +249,12 @@ fn run(conn: Connection, wal: &AtomicU64, jobs: mpsc::Receiver<Job>, stats: Arc<
         let commit = match spoiled {
             Some(why) => {
                 error!("writer: a job failed after changing rows; its batch is rolled back");
-                let _ = conn.execute_batch("ROLLBACK");
+                session.rollback();
                 Err(why)
             }
-            None => conn.execute_batch("COMMIT").map_err(|e| {
+            None => session.commit().map_err(|e| {
                 error!(error = %e, "writer: commit failed; the batch is rolled back");
-                let _ = conn.execute_batch("ROLLBACK");
+                session.rollback();
                 format!("commit failed: {e}")
             }),
         };
@@ -280,69 +267,6 @@ fn run(conn: Connection, wal: &AtomicU64, jobs: mpsc::Receiver<Job>, stats: Arc<
     }
 }
 
-/// How often the checkpointer copies committed WAL frames into the database.
-pub const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
-
-/// WAL size past which the writer starts it over (also its `journal_size_limit`).
-pub const WAL_LIMIT_BYTES: u64 = 64 << 20;
-
-/// The checkpointer thread: a PASSIVE checkpoint every [`CHECKPOINT_EVERY`] (it never
-/// waits for or blocks the writer or readers), until the writer thread ends.
-///
-/// A PASSIVE checkpoint copies frames back but never makes SQLite start the WAL over:
-/// that happens only when a checkpoint has copied *every* frame and no reader still needs
-/// the old ones, which under steady writes and reads is never. Left alone the WAL grows
-/// without bound (a load bench of 60,000 units left a 3.4 GB WAL next to a 0.4 GB
-/// database; a checkpoint that resets it from this thread starves behind the writer's back-to-back
-/// batches). So the writer itself resets it between batches ([`reset_wal_if_big`]).
-fn checkpoint(conn: Connection, wal: &AtomicU64, writer_gone: mpsc::Receiver<()>) {
-    let page = conn
-        .query_row("PRAGMA page_size", [], |r| r.get::<_, i64>(0))
-        .unwrap_or(4096) as u64;
-    while let Err(mpsc::RecvTimeoutError::Timeout) = writer_gone.recv_timeout(CHECKPOINT_EVERY) {
-        match conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(1)) {
-            Ok(frames) => wal.store(frames.max(0) as u64 * page, Relaxed),
-            Err(e) => error!(error = %e, "checkpoint failed; will retry"),
-        }
-    }
-}
-
-/// How often the writer looks at the WAL's size between batches.
-const WAL_CHECK_EVERY: Duration = Duration::from_millis(100);
-
-/// Starts the WAL over when it has grown past [`WAL_LIMIT_BYTES`] (`wal`: its size as
-/// the checkpointer last saw it): a RESTART checkpoint run by the writer between batches
-/// (so no write can starve it), which waits for the readers of old frames (reads are
-/// short), copies what the PASSIVE checkpoints left, and makes the next batch write the
-/// WAL from its start again — over blocks the file already has (`journal_size_limit`
-/// trims it back to the limit). Returns whether it reset the WAL.
-fn reset_wal_if_big(conn: &Connection, wal: &AtomicU64) -> bool {
-    if wal.load(Relaxed) <= WAL_LIMIT_BYTES {
-        return false;
-    }
-    // readers finish within a millisecond or so: poll for them every 100 µs (SQLite's own
-    // busy handler sleeps 1, 2, 5, 10... ms, a stall every queued write waits out), for up
-    // to a second, then give up until the next check
-    fn spin(tries: i32) -> bool {
-        std::thread::sleep(Duration::from_micros(100));
-        tries < 10_000
-    }
-    let _ = conn.busy_handler(Some(spin));
-    let reset = match conn.query_row("PRAGMA wal_checkpoint(RESTART)", [], |r| r.get::<_, i64>(0)) {
-        Ok(0) => {
-            wal.store(0, Relaxed);
-            true
-        }
-        Ok(_) => false,
-        Err(e) => {
-            error!(error = %e, "WAL reset failed; will retry");
-            false
-        }
-    };
-    let _ = conn.busy_timeout(Duration::from_secs(10));
-    reset
-}
-
 /// Runs one job. Returns its reply (`None` if it panicked: its reply channel is dropped,
 /// so its caller gets an error) and whether it failed *after* changing rows — then the
 /// batch must be rolled back, as there is no cheaper way to undo part of a transaction.
@@ -350,10 +274,10 @@ fn reset_wal_if_big(conn: &Connection, wal: &AtomicU64) -> bool {
 /// (A `SAVEPOINT` per job would undo only that job, but costs ~20% of the writer's time:
 /// every page a job touches is copied to the statement journal first. Jobs check their
 /// input before writing, so a failure after a change means a storage error or a bug.)
-fn run_one(conn: &Connection, job: Job) -> (Option<Reply>, bool) {
-    let before = total_changes(conn);
-    let outcome = catch_unwind(AssertUnwindSafe(|| job(conn)));
-    let changed = || before.is_none() || total_changes(conn) != before;
+fn run_one(session: &mut impl Session, job: Job) -> (Option<Reply>, bool) {
+    let before = session.changes();
+    let outcome = catch_unwind(AssertUnwindSafe(|| job(session.conn())));
+    let mut changed = || before.is_none() || session.changes() != before;
     match outcome {
         Ok((true, reply)) => (Some(reply), false),
         Ok((false, reply)) => (Some(reply), changed()),
@@ -364,19 +288,22 @@ fn run_one(conn: &Connection, job: Job) -> (Option<Reply>, bool) {
     }
 }
 
-/// Rows changed on this connection so far (`None` if it cannot be read).
-fn total_changes(conn: &Connection) -> Option<i64> {
-    conn.prepare_cached("SELECT total_changes()")
-        .and_then(|mut q| q.query_row([], |r| r.get(0)))
-        .ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn insert(c: &Connection, v: i64) -> Result<(), StoreError> {
-        c.execute("INSERT INTO t (v) VALUES (?)", [v])?;
+    use rusqlite::Connection;
+
+    use crate::store::sql::args;
+    use crate::store::sqlite::writer_at;
+
+    fn insert(c: &mut dyn Conn, v: i64) -> Result<(), StoreError> {
+        c.execute("INSERT INTO t (v) VALUES (?)", args![v])?;
+        Ok(())
+    }
+
+    fn create(c: &mut dyn Conn) -> Result<(), StoreError> {
+        c.execute("CREATE TABLE t (v INTEGER)", &[])?;
         Ok(())
     }
 
@@ -391,16 +318,13 @@ mod tests {
     async fn open() -> (tempfile::TempDir, std::path::PathBuf, Writer) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.db");
-        let writer = Writer::start(&path).unwrap();
-        writer
-            .write(|c| Ok::<_, StoreError>(c.execute_batch("CREATE TABLE t (v INTEGER)")?))
-            .await
-            .unwrap();
+        let writer = writer_at(&path, MAX_QUEUED).unwrap();
+        writer.write(create).await.unwrap();
         (dir, path, writer)
     }
 
     /// Holds the writer for a while, so that the jobs after it queue and run as a batch.
-    fn slow_insert(c: &Connection, v: i64) -> Result<(), StoreError> {
+    fn slow_insert(c: &mut dyn Conn, v: i64) -> Result<(), StoreError> {
         std::thread::sleep(Duration::from_millis(100));
         insert(c, v)
     }
@@ -434,11 +358,8 @@ mod tests {
     async fn a_full_queue_refuses_at_once_and_the_queued_work_still_commits() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("w.db");
-        let writer = Writer::start_with_queue(&path, 1).unwrap();
-        writer
-            .write(|c| Ok::<_, StoreError>(c.execute_batch("CREATE TABLE t (v INTEGER)")?))
-            .await
-            .unwrap();
+        let writer = writer_at(&path, 1).unwrap();
+        writer.write(create).await.unwrap();
         let started = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let first = tokio::spawn({
             let (w, started) = (writer.clone(), started.clone());

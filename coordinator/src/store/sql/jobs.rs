@@ -1,10 +1,9 @@
-//! Jobs (`migrations/0001_init.sql`): creation, state and the running per-depth totals.
+//! Jobs (`migrations/sqlite/0001_init.sql`): creation, state and the running per-depth totals.
 
 use e2fleet_proto::api::{JobId, JobState};
-use rusqlite::{OptionalExtension, Row, params};
 
 use super::codec::{counts_at, decode_budget, decode_counts, encode_budget, encode_counts};
-use super::{SqliteTx, parsed};
+use super::{ConnExt, Row, SqlTx, args};
 use crate::store::tx::{Jobs, StoreResult};
 use crate::store::{JobHead, JobRecord, JobSource, NewJob, Schedule};
 
@@ -16,24 +15,24 @@ const COLUMNS: &str = "SELECT id, name, order_spec, depths, split_depth, budget,
 
 /// Reads a row of [`COLUMNS`] (by position: a name lookup per field costs more than the
 /// query on the write path).
-fn from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
+fn from_row(r: &Row) -> StoreResult<JobRecord> {
     Ok(JobRecord {
-        id: parsed(r, 0)?,
+        id: r.parsed(0)?,
         name: r.get(1)?,
         order: r.get(2)?,
-        depths: r.get::<_, i64>(3)? as usize,
-        split_depth: r.get::<_, i64>(4)? as usize,
+        depths: r.get::<i64>(3)? as usize,
+        split_depth: r.get::<i64>(4)? as usize,
         budget: decode_budget(r.get(5)?),
-        replicas: r.get::<_, i64>(6)? as u32,
+        replicas: r.get::<i64>(6)? as u32,
         spot_check: r.get(7)?,
-        state: parsed(r, 8)?,
+        state: r.parsed(8)?,
         created_ms: r.get(9)?,
         finished_ms: r.get(10)?,
         enumeration: counts_at(r, 11)?,
-        enumeration_solutions: r.get::<_, i64>(12)? as u64,
+        enumeration_solutions: r.get::<i64>(12)? as u64,
         split: counts_at(r, 13)?,
         accepted: counts_at(r, 14)?,
-        accepted_solutions: r.get::<_, i64>(15)? as u64,
+        accepted_solutions: r.get::<i64>(15)? as u64,
         conservation_ok: r.get(16)?,
         schedule: Schedule {
             priority: r.get(17)?,
@@ -43,7 +42,7 @@ fn from_row(r: &Row<'_>) -> rusqlite::Result<JobRecord> {
     })
 }
 
-impl SqliteTx<'_> {
+impl SqlTx<'_> {
     /// Reads one column of counts, changes it and writes it back, moving the solutions
     /// total by `solutions` in the same statement (two statements per accepted unit: the
     /// report path runs this once per decided unit).
@@ -54,29 +53,25 @@ impl SqliteTx<'_> {
         solutions: i64,
         change: impl FnOnce(&mut Vec<u64>),
     ) -> StoreResult<()> {
-        let text: String = self
-            .c
-            .prepare_cached(&format!("SELECT {column} FROM jobs WHERE id = ?"))?
-            .query_row([id.to_string()], |r| r.get(0))?;
+        let text: String = self.c.one(
+            &format!("SELECT {column} FROM jobs WHERE id = ?"),
+            args![id.to_string()],
+        )?;
         let mut counts = decode_counts(&text, column)?;
         change(&mut counts);
         self.c
-            .prepare_cached(&format!(
+            .execute(&format!(
                 "UPDATE jobs SET {column} = ?, accepted_solutions = accepted_solutions + ? WHERE id = ?"
-            ))?
-            .execute(params![encode_counts(&counts), solutions, id.to_string()])?;
+            ), args![encode_counts(&counts), solutions, id.to_string()])?;
         Ok(())
     }
 }
 
-impl Jobs for SqliteTx<'_> {
+impl Jobs for SqlTx<'_> {
     fn insert_job(&mut self, job: &NewJob) -> StoreResult<()> {
         let j = &job.record;
-        self.c.prepare_cached(
-            "INSERT INTO jobs (id, name, puzzle_json, order_spec, depths, split_depth, budget, replicas, spot_check, state, created_ms, enumeration_json, enumeration_solutions, split_json, accepted_json, priority, share, paused) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )?
-        .execute(params![
+        self.c.execute("INSERT INTO jobs (id, name, puzzle_json, order_spec, depths, split_depth, budget, replicas, spot_check, state, created_ms, enumeration_json, enumeration_solutions, split_json, accepted_json, priority, share, paused) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
             j.id.to_string(),
             j.name,
             job.puzzle_json,
@@ -100,25 +95,21 @@ impl Jobs for SqliteTx<'_> {
     }
 
     fn set_schedule(&mut self, id: JobId, schedule: &Schedule) -> StoreResult<bool> {
-        Ok(self
-            .c
-            .prepare_cached("UPDATE jobs SET priority = ?, share = ?, paused = ? WHERE id = ?")?
-            .execute(params![
+        Ok(self.c.execute(
+            "UPDATE jobs SET priority = ?, share = ?, paused = ? WHERE id = ?",
+            args![
                 schedule.priority,
                 schedule.share,
                 schedule.paused,
                 id.to_string()
-            ])?
-            == 1)
+            ],
+        )? == 1)
     }
 
     fn running_schedules(&mut self) -> StoreResult<Vec<(JobId, Schedule)>> {
-        let mut q = self.c.prepare_cached(
-            "SELECT id, priority, share, paused FROM jobs WHERE state = 'running' ORDER BY created_ms, id",
-        )?;
-        let rows = q.query_map([], |r| {
+        let rows = self.c.map("SELECT id, priority, share, paused FROM jobs WHERE state = 'running' ORDER BY created_ms, id", &[], |r| {
             Ok((
-                parsed(r, 0)?,
+                r.parsed(0)?,
                 Schedule {
                     priority: r.get(1)?,
                     share: r.get(2)?,
@@ -126,52 +117,53 @@ impl Jobs for SqliteTx<'_> {
                 },
             ))
         })?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        Ok(rows)
     }
 
     fn job(&mut self, id: JobId) -> StoreResult<Option<JobRecord>> {
-        Ok(self
-            .c
-            .prepare_cached(&format!("{COLUMNS} WHERE id = ?"))?
-            .query_row([id.to_string()], from_row)
-            .optional()?)
+        self.c.map_row(
+            &format!("{COLUMNS} WHERE id = ?"),
+            args![id.to_string()],
+            from_row,
+        )
     }
 
     fn list_jobs(&mut self) -> StoreResult<Vec<JobRecord>> {
-        let mut q = self
-            .c
-            .prepare_cached(&format!("{COLUMNS} ORDER BY created_ms DESC"))?;
-        let rows = q.query_map([], from_row)?;
-        Ok(rows.collect::<Result<_, _>>()?)
+        let rows = self.c.map(
+            &format!("{COLUMNS} ORDER BY created_ms DESC"),
+            &[],
+            from_row,
+        )?;
+        Ok(rows)
     }
 
     fn job_source(&mut self, id: JobId) -> StoreResult<Option<JobSource>> {
-        Ok(self
-            .c
-            .prepare_cached("SELECT puzzle_json, order_spec, budget FROM jobs WHERE id = ?")?
-            .query_row([id.to_string()], |r| {
+        self.c.map_row(
+            "SELECT puzzle_json, order_spec, budget FROM jobs WHERE id = ?",
+            args![id.to_string()],
+            |r| {
                 Ok(JobSource {
                     puzzle_json: r.get(0)?,
                     order: r.get(1)?,
                     budget: decode_budget(r.get(2)?),
                 })
-            })
-            .optional()?)
+            },
+        )
     }
 
     fn job_head(&mut self, id: JobId) -> StoreResult<Option<JobHead>> {
-        Ok(self
-            .c
-            .prepare_cached("SELECT id, state, replicas, spot_check FROM jobs WHERE id = ?")?
-            .query_row([id.to_string()], |r| {
+        self.c.map_row(
+            "SELECT id, state, replicas, spot_check FROM jobs WHERE id = ?",
+            args![id.to_string()],
+            |r| {
                 Ok(JobHead {
-                    id: parsed(r, 0)?,
-                    state: parsed(r, 1)?,
-                    replicas: r.get::<_, i64>(2)? as u32,
+                    id: r.parsed(0)?,
+                    state: r.parsed(1)?,
+                    replicas: r.get::<i64>(2)? as u32,
                     spot_check: r.get(3)?,
                 })
-            })
-            .optional()?)
+            },
+        )
     }
 
     fn add_accepted(&mut self, id: JobId, nodes: &[u64], solutions: u64) -> StoreResult<()> {
@@ -201,19 +193,15 @@ impl Jobs for SqliteTx<'_> {
         now_ms: i64,
         conservation_ok: Option<bool>,
     ) -> StoreResult<()> {
-        self.c.prepare_cached("UPDATE jobs SET state = ?, finished_ms = ?, conservation_ok = ? WHERE id = ? AND state = 'running'")?
-            .execute(params![state.as_str(), now_ms, conservation_ok, id.to_string()])?;
+        self.c.execute("UPDATE jobs SET state = ?, finished_ms = ?, conservation_ok = ? WHERE id = ? AND state = 'running'", args![state.as_str(), now_ms, conservation_ok, id.to_string()])?;
         Ok(())
     }
 
     fn reopen_job(&mut self, id: JobId) -> StoreResult<bool> {
-        Ok(self
-            .c
-            .prepare_cached(
-                "UPDATE jobs SET state = 'running', finished_ms = NULL, conservation_ok = NULL \
+        Ok(self.c.execute(
+            "UPDATE jobs SET state = 'running', finished_ms = NULL, conservation_ok = NULL \
              WHERE id = ? AND state = 'complete'",
-            )?
-            .execute([id.to_string()])?
-            == 1)
+            args![id.to_string()],
+        )? == 1)
     }
 }

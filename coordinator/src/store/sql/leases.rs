@@ -1,0 +1,141 @@
+//! Leases (`migrations/sqlite/0001_init.sql`): grants, expiry, extension, release, and the
+//! counts behind the dashboard.
+
+use e2fleet_proto::api::{JobId, LeaseId, UnitId, WorkerId};
+
+use super::codec::{decode_budget, encode_budget};
+use super::{ConnExt, Row, SqlTx, args};
+use crate::store::tx::{Leases, StoreResult};
+use crate::store::{LeaseMinute, LeaseRecord, LeaseState, UnitRecord};
+
+/// The columns [`from_row`] reads, in order.
+const COLUMNS: &str =
+    "id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state, account_id";
+
+/// Reads a row of [`COLUMNS`] starting at column `at`.
+fn from_row_at(r: &Row, at: usize) -> StoreResult<LeaseRecord> {
+    Ok(LeaseRecord {
+        id: r.parsed(at)?,
+        unit_id: UnitId(r.get(at + 1)?),
+        worker_id: r.parsed(at + 2)?,
+        hostname: r.get(at + 3)?,
+        budget: decode_budget(r.get(at + 4)?),
+        created_ms: r.get(at + 5)?,
+        deadline_ms: r.get(at + 6)?,
+        state: r.parsed(at + 7)?,
+        account_id: r.parsed(at + 8)?,
+    })
+}
+
+fn from_row(r: &Row) -> StoreResult<LeaseRecord> {
+    from_row_at(r, 0)
+}
+
+impl Leases for SqlTx<'_> {
+    fn insert_lease(&mut self, l: &LeaseRecord) -> StoreResult<()> {
+        self.c.execute("INSERT INTO leases (id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state, account_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
+                l.id.to_string(),
+                l.unit_id.0,
+                l.worker_id.to_string(),
+                l.hostname,
+                encode_budget(l.budget),
+                l.created_ms,
+                l.deadline_ms,
+                l.state.as_str(),
+                l.account_id.as_str()
+            ])?;
+        Ok(())
+    }
+
+    fn active_leases_of_worker(&mut self, worker: WorkerId) -> StoreResult<u64> {
+        let n: i64 = self.c.one(
+            "SELECT COUNT(*) FROM leases WHERE worker_id = ? AND state = 'active'",
+            args![worker.to_string()],
+        )?;
+        Ok(n as u64)
+    }
+
+    fn lease(&mut self, id: LeaseId) -> StoreResult<Option<LeaseRecord>> {
+        self.c.map_row(
+            &format!("SELECT {COLUMNS} FROM leases WHERE id = ?"),
+            args![id.to_string()],
+            from_row,
+        )
+    }
+
+    fn lease_with_unit(&mut self, id: LeaseId) -> StoreResult<Option<(LeaseRecord, UnitRecord)>> {
+        self
+            .c
+            .map_row(&format!(
+                    "SELECT l.id, l.unit_id, l.worker_id, l.hostname, l.budget, l.created_ms, l.deadline_ms, l.state, \
+                       l.account_id, {} FROM leases l JOIN units u ON u.id = l.unit_id WHERE l.id = ?",
+                    super::units::U_COLUMNS
+                ), args![id.to_string()], |r| {
+                Ok((from_row_at(r, 0)?, super::units::from_row_at(r, 9)?))
+            })
+    }
+
+    fn expire_overdue_leases(&mut self, now_ms: i64) -> StoreResult<Vec<UnitId>> {
+        let ids = self.c.map("UPDATE leases SET state = 'expired' WHERE state = 'active' AND deadline_ms < ? RETURNING unit_id", args![now_ms], |r| r.get(0).map(UnitId))?;
+        Ok(ids)
+    }
+
+    fn set_lease_state(&mut self, id: LeaseId, state: LeaseState) -> StoreResult<()> {
+        self.c.execute(
+            "UPDATE leases SET state = ? WHERE id = ?",
+            args![state.as_str(), &id.to_string()],
+        )?;
+        Ok(())
+    }
+
+    fn extend_lease(
+        &mut self,
+        id: LeaseId,
+        worker: WorkerId,
+        deadline_ms: i64,
+    ) -> StoreResult<bool> {
+        Ok(self.c.execute(
+            "UPDATE leases SET deadline_ms = ? WHERE id = ? AND worker_id = ? AND state = 'active'",
+            args![deadline_ms, id.to_string(), worker.to_string()],
+        )? == 1)
+    }
+
+    fn release_lease(&mut self, id: LeaseId, worker: WorkerId) -> StoreResult<Option<UnitId>> {
+        self.c.map_row("UPDATE leases SET state = 'released' WHERE id = ? AND worker_id = ? AND state = 'active' RETURNING unit_id", args![id.to_string(), worker.to_string()], |r| r.get(0).map(UnitId))
+    }
+
+    fn cancel_job_leases(&mut self, job: JobId) -> StoreResult<usize> {
+        self.c.execute("UPDATE leases SET state = 'cancelled' WHERE state = 'active' AND unit_id IN (SELECT id FROM units WHERE job_id = ?)", args![job.to_string()])
+    }
+
+    fn first_lease_of_job(&mut self, job: JobId) -> StoreResult<Option<i64>> {
+        self.c.one("SELECT MIN(l.created_ms) FROM leases l JOIN units u ON u.id = l.unit_id WHERE u.job_id = ?", args![job.to_string()])
+    }
+
+    fn lease_minutes(&mut self, since_ms: i64) -> StoreResult<Vec<LeaseMinute>> {
+        let rows = self.c.map("SELECT m, SUM(created), SUM(expired) FROM ( \
+               SELECT created_ms / 60000 AS m, 1 AS created, 0 AS expired FROM leases WHERE created_ms >= ?1 \
+               UNION ALL \
+               SELECT deadline_ms / 60000, 0, 1 FROM leases WHERE state = 'expired' AND deadline_ms >= ?1) \
+             GROUP BY m ORDER BY m", args![since_ms], |r| {
+            Ok(LeaseMinute {
+                minute: r.get(0)?,
+                created: r.get::<i64>(1)? as u64,
+                expired: r.get::<i64>(2)? as u64,
+            })
+        })?;
+        Ok(rows)
+    }
+
+    fn lease_counts_since(&mut self, since_ms: i64) -> StoreResult<(u64, u64)> {
+        let created: i64 = self.c.one(
+            "SELECT COUNT(*) FROM leases WHERE created_ms >= ?",
+            args![since_ms],
+        )?;
+        let expired: i64 = self.c.one(
+            "SELECT COUNT(*) FROM leases WHERE state = 'expired' AND deadline_ms >= ?",
+            args![since_ms],
+        )?;
+        Ok((created as u64, expired as u64))
+    }
+}
