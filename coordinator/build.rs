@@ -2,8 +2,12 @@
 //! (`chromium` on PATH, or `$CHROMIUM`), `cfg(has_browser)` is set and they run; without,
 //! they are marked ignored with the reason, which `cargo test` prints where a person sees
 //! it. `E2FLEET_REQUIRE_BROWSER=1` (CI) makes a missing browser an error.
+//!
+//! Also: the migrations are compiled in (`sqlx::migrate!`), so a new migration file must
+//! rebuild the crate.
 
 fn main() {
+    println!("cargo:rerun-if-changed=../migrations");
     println!("cargo:rustc-check-cfg=cfg(has_browser)");
     println!("cargo:rerun-if-env-changed=PATH");
     println!("cargo:rerun-if-env-changed=CHROMIUM");

@@ -10,16 +10,27 @@
 //! - [`Store::read`] runs a closure on `&mut dyn Tx` against a consistent snapshot.
 //! - [`records`]: what goes in and comes out (decoded prefixes, enums, counts).
 //! - [`tx`]: the operations, one trait per thing they touch.
-//! - [`sqlite`]: the embedded SQLite backend (one writer thread with group commit, a
-//!   pool of read connections; migrations in `../migrations`).
+//! - [`sql`]: the statements, written once in the SQL both backends take, on a small
+//!   connection interface ([`sql::Conn`]).
+//! - [`writer`]: the write path both backends share: one thread, group commit.
+//! - [`sqlite`]: the embedded SQLite backend, the default (a file, nothing to install;
+//!   migrations in `../migrations/sqlite`).
+//! - [`postgres`]: PostgreSQL (`--db postgres://...`), for a database on a server the
+//!   operator already runs, and for several coordinators on one database (migrations in
+//!   `../migrations/postgres`).
+//! - [`testing`]: what the test suites use to run against either backend.
 
+pub mod postgres;
 pub mod records;
 pub mod sql;
 pub mod sqlite;
+pub mod testing;
 pub mod tx;
 pub mod writer;
 
-use std::path::Path;
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
 
 pub use records::*;
 pub use tx::{
@@ -63,6 +74,49 @@ pub struct Store {
 #[derive(Clone)]
 enum Backend {
     Sqlite(sqlite::SqliteStore),
+    Postgres(postgres::PgStore),
+}
+
+/// Where the coordinator's database is: a SQLite file (a path, or `sqlite://path`) or a
+/// PostgreSQL database (`postgres://user:password@host:port/database`, or
+/// `postgresql://`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Database {
+    /// A SQLite file.
+    Sqlite(PathBuf),
+    /// A PostgreSQL connection address.
+    Postgres(String),
+}
+
+impl FromStr for Database {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Database, String> {
+        if s.starts_with("postgres://") || s.starts_with("postgresql://") {
+            return Ok(Database::Postgres(s.to_string()));
+        }
+        let path = s.strip_prefix("sqlite://").unwrap_or(s);
+        if path.is_empty() {
+            return Err("an empty database path".into());
+        }
+        Ok(Database::Sqlite(PathBuf::from(path)))
+    }
+}
+
+impl fmt::Display for Database {
+    /// The path, or the PostgreSQL address without its password (for logs).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Database::Sqlite(path) => write!(f, "{}", path.display()),
+            Database::Postgres(url) => match url::Url::parse(url) {
+                Ok(mut u) if u.password().is_some() => {
+                    let _ = u.set_password(Some("***"));
+                    write!(f, "{u}")
+                }
+                _ => write!(f, "{url}"),
+            },
+        }
+    }
 }
 
 impl Store {
@@ -71,6 +125,34 @@ impl Store {
         Ok(Store {
             backend: Backend::Sqlite(sqlite::SqliteStore::open(path).await?),
         })
+    }
+
+    /// Opens the database `db` (either backend) and applies its migrations.
+    pub async fn connect(db: &Database) -> Result<Store, StoreError> {
+        Ok(Store {
+            backend: match db {
+                Database::Sqlite(path) => Backend::Sqlite(sqlite::SqliteStore::open(path).await?),
+                Database::Postgres(url) => Backend::Postgres(postgres::PgStore::open(url).await?),
+            },
+        })
+    }
+
+    /// Which backend this is: `"sqlite"` or `"postgres"`.
+    pub fn backend(&self) -> &'static str {
+        match &self.backend {
+            Backend::Sqlite(_) => "sqlite",
+            Backend::Postgres(_) => "postgres",
+        }
+    }
+
+    /// Whether this coordinator does the upkeep that runs on one coordinator only (the
+    /// archiver): always on SQLite (one coordinator per file), on PostgreSQL the holder
+    /// of the upkeep lock ([`postgres::PgStore::is_leader`]).
+    pub fn is_leader(&self) -> bool {
+        match &self.backend {
+            Backend::Sqlite(_) => true,
+            Backend::Postgres(s) => s.is_leader(),
+        }
     }
 
     /// Runs `f` in a write transaction, committed (with whatever other writes the backend
@@ -84,6 +166,7 @@ impl Store {
     {
         match &self.backend {
             Backend::Sqlite(s) => s.write(f).await,
+            Backend::Postgres(s) => s.write(f).await,
         }
     }
 
@@ -96,6 +179,7 @@ impl Store {
     {
         match &self.backend {
             Backend::Sqlite(s) => s.read(f).await,
+            Backend::Postgres(s) => s.read(f).await,
         }
     }
 
@@ -103,6 +187,7 @@ impl Store {
     pub fn writer_stats(&self) -> WriterTotals {
         match &self.backend {
             Backend::Sqlite(s) => s.writer_stats(),
+            Backend::Postgres(s) => s.writer_stats(),
         }
     }
 }

@@ -11,18 +11,19 @@ use e2fleet_engine::certificate::audit::{check_structure, compare_run, spec, uni
 use e2fleet_engine::certificate::decode;
 use e2fleet_engine::search::{NoControl, RunOptions, Walker};
 
+use e2fleet_coordinator::store::testing::{database_for, scalar};
+
 use crate::harness::*;
 use crate::trust::{trusted_volunteer, work_all};
 
 const FIVE: &str = "brendan/set1/pieces_05x05.txt";
 
 /// (results, results that still have their body) in the database.
-fn stored(db: &std::path::Path) -> (i64, i64) {
-    let c = rusqlite::Connection::open(db).unwrap();
-    let count = |sql: &str| c.query_row(sql, [], |r| r.get::<_, i64>(0)).unwrap();
+async fn stored(db: &std::path::Path) -> (i64, i64) {
+    let db = database_for(db).await;
     (
-        count("SELECT COUNT(*) FROM results"),
-        count("SELECT COUNT(*) FROM result_bodies"),
+        scalar(&db, "SELECT COUNT(*) FROM results").await,
+        scalar(&db, "SELECT COUNT(*) FROM result_bodies").await,
     )
 }
 
@@ -51,7 +52,7 @@ async fn folded_results_keep_every_total_exact_through_overturns_restarts_and_la
     let chains = c.submit(FIVE, 2, 300, 1).await;
     work_all(&mut [&mut o1], 2_000).await;
     assert_exact_5x5(&c.job(&chains).await);
-    let (results, bodies) = stored(&db);
+    let (results, bodies) = stored(&db).await;
     assert!(results > 300, "{results} results");
     // what keeps a body: the 16 solutions' results and at most 10 best boards
     assert!(bodies <= 16 + 10, "{bodies} bodies kept of {results}");
@@ -70,7 +71,7 @@ async fn folded_results_keep_every_total_exact_through_overturns_restarts_and_la
         doc["nodes_total"], 113_211,
         "the lie is in the total for now"
     );
-    assert!(stored(&db).1 <= 2 * (16 + 10), "{:?}", stored(&db));
+    assert!(stored(&db).await.1 <= 2 * (16 + 10), "{:?}", stored(&db).await);
 
     // a late duplicate of a decided, folded report changes nothing
     assert_eq!(v.report(&lie, &r).await.unwrap(), "duplicate");

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use e2fleet_coordinator::fleet::{Fleet, FleetConfig};
 use e2fleet_coordinator::store::Store;
+use e2fleet_coordinator::store::testing::database_for;
 use e2fleet_engine::formats::{LoadOptions, load_file, parse_str, to_site_json};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{NoControl, RunOptions, Walker};
@@ -117,7 +118,7 @@ impl Coordinator {
         limits: e2fleet_coordinator::server::ServerLimits,
         archive_after: Option<Duration>,
     ) -> Coordinator {
-        let store = Store::open(db).await.unwrap();
+        let store = Store::connect(&database_for(db).await).await.unwrap();
         let c = clock.clone();
         let fleet = Arc::new(Fleet::new(
             store,

@@ -341,7 +341,11 @@ async fn an_upgraded_built_in_suite_replaces_the_stored_one() {
     c.stop().await;
     // as an older coordinator would have left it: a different default suite
     {
-        let store = e2fleet_coordinator::store::Store::open(&db).await.unwrap();
+        let store = e2fleet_coordinator::store::Store::connect(
+            &e2fleet_coordinator::store::testing::database_for(&db).await,
+        )
+        .await
+        .unwrap();
         let old = e2fleet_coordinator::store::SuiteUnitRecord {
             name: "old-unit".into(),
             spec: serde_json::from_str(r#"{"name":"old-unit","puzzle":"brendan-set1-04x04","order":"row-major","prefix_depth":0,"prefix_index":0,"budget":null,"speed":false,"expected":null}"#).unwrap(),

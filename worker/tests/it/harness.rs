@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use e2fleet_coordinator::fleet::{Fleet, FleetConfig, system_clock};
 use e2fleet_coordinator::store::Store;
+use e2fleet_coordinator::store::testing::database_for;
 use e2fleet_engine::formats::{LoadOptions, load_file, to_site_json};
 use e2fleet_proto::api::JobRequest;
 
@@ -22,7 +23,7 @@ pub struct Coordinator {
 
 impl Coordinator {
     pub async fn start(db: &Path, port: u16, lease: Duration) -> Coordinator {
-        let store = Store::open(db).await.unwrap();
+        let store = Store::connect(&database_for(db).await).await.unwrap();
         let fleet = Arc::new(Fleet::new(
             store,
             FleetConfig {

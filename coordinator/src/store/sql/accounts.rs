@@ -89,7 +89,7 @@ impl Accounts for SqlTx<'_> {
                  WHERE id = ?", args![nodes as i64, id.as_str()])?;
         self.c
             .execute("INSERT INTO account_days (account_id, day, nodes, results) VALUES (?, ?, ?, 1) \
-                 ON CONFLICT (account_id, day) DO UPDATE SET nodes = nodes + excluded.nodes, results = results + 1", args![id.as_str(), now_ms.div_euclid(DAY_MS), nodes as i64])?;
+                 ON CONFLICT (account_id, day) DO UPDATE SET nodes = account_days.nodes + excluded.nodes, results = account_days.results + 1", args![id.as_str(), now_ms.div_euclid(DAY_MS), nodes as i64])?;
         Ok(())
     }
 
@@ -123,7 +123,7 @@ impl Accounts for SqlTx<'_> {
         )?;
         let after: Option<bool> = self.c.map_row(
             "UPDATE accounts SET errors = errors + 1, confirmed_streak = 0, \
-                   quarantined = quarantined OR (kind = 'volunteer' AND errors + 1 >= ?) \
+                   quarantined = CASE WHEN quarantined = 1 OR (kind = 'volunteer' AND errors + 1 >= ?) THEN 1 ELSE 0 END \
                  WHERE id = ? RETURNING quarantined",
             args![threshold as i64, id.as_str()],
             |r| r.get(0),

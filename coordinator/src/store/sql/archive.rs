@@ -192,7 +192,7 @@ impl SqlTx<'_> {
     ) -> StoreResult<()> {
         self.c
             .execute("INSERT INTO archive_tallies (job, verdict, engine, results, nodes) VALUES (?1, ?2, ?3, ?4, ?5) \
-                 ON CONFLICT (job, verdict, engine) DO UPDATE SET results = results + ?4, nodes = nodes + ?5", args![job, verdict, engine, results, nodes])?;
+                 ON CONFLICT (job, verdict, engine) DO UPDATE SET results = archive_tallies.results + ?4, nodes = archive_tallies.nodes + ?5", args![job, verdict, engine, results, nodes])?;
         Ok(())
     }
 
@@ -716,7 +716,7 @@ impl Archive for SqlTx<'_> {
     fn archived_units(&mut self) -> StoreResult<u64> {
         let n: i64 = self
             .c
-            .one("SELECT COALESCE(SUM(units), 0) FROM archive_jobs", &[])?;
+            .one("SELECT COALESCE(CAST(SUM(units) AS BIGINT), 0) FROM archive_jobs", &[])?;
         Ok(n as u64)
     }
 }

@@ -113,10 +113,10 @@ impl Leases for SqlTx<'_> {
     }
 
     fn lease_minutes(&mut self, since_ms: i64) -> StoreResult<Vec<LeaseMinute>> {
-        let rows = self.c.map("SELECT m, SUM(created), SUM(expired) FROM ( \
+        let rows = self.c.map("SELECT m, CAST(SUM(created) AS BIGINT), CAST(SUM(expired) AS BIGINT) FROM ( \
                SELECT created_ms / 60000 AS m, 1 AS created, 0 AS expired FROM leases WHERE created_ms >= ?1 \
                UNION ALL \
-               SELECT deadline_ms / 60000, 0, 1 FROM leases WHERE state = 'expired' AND deadline_ms >= ?1) \
+               SELECT deadline_ms / 60000, 0, 1 FROM leases WHERE state = 'expired' AND deadline_ms >= ?1) AS minutes \
              GROUP BY m ORDER BY m", args![since_ms], |r| {
             Ok(LeaseMinute {
                 minute: r.get(0)?,

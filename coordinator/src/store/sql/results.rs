@@ -274,7 +274,7 @@ impl Results for SqlTx<'_> {
     }
 
     fn nodes_since(&mut self, job: Option<JobId>, since_ms: i64) -> StoreResult<NodesReceived> {
-        self.c.first("SELECT COALESCE(SUM(committed), 0), COALESCE(SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END), 0) \
+        self.c.first("SELECT COALESCE(CAST(SUM(committed) AS BIGINT), 0), COALESCE(CAST(SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END) AS BIGINT), 0) \
              FROM results WHERE received_ms >= ?1 AND (?2 IS NULL OR job_id = ?2)", args![since_ms, job.map(|j| j.to_string())], |r| {
             Ok(NodesReceived {
                 raw: r.get::<i64>(0)? as u64,
@@ -292,7 +292,7 @@ impl Results for SqlTx<'_> {
     }
 
     fn result_minutes(&mut self, since_ms: i64) -> StoreResult<Vec<ResultMinute>> {
-        let rows = self.c.map("SELECT received_ms / 60000, SUM(committed), SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END), COUNT(*) \
+        let rows = self.c.map("SELECT received_ms / 60000, CAST(SUM(committed) AS BIGINT), CAST(SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END) AS BIGINT), COUNT(*) \
              FROM results WHERE received_ms >= ? GROUP BY received_ms / 60000 ORDER BY 1", args![since_ms], |r| {
             Ok(ResultMinute {
                 minute: r.get(0)?,
@@ -312,7 +312,7 @@ impl Results for SqlTx<'_> {
     }
 
     fn result_breakdown(&mut self, job: JobId) -> StoreResult<Vec<ResultBreakdown>> {
-        let rows = self.c.map("SELECT verdict, engine_kind, engine_build, COUNT(*), COALESCE(SUM(committed), 0) FROM results WHERE job_id = ? \
+        let rows = self.c.map("SELECT verdict, engine_kind, engine_build, COUNT(*), COALESCE(CAST(SUM(committed) AS BIGINT), 0) FROM results WHERE job_id = ? \
              GROUP BY verdict, engine_kind, engine_build ORDER BY 1, 2, 3", args![job.to_string()], |r| {
             Ok(ResultBreakdown {
                 verdict: r.parsed(0)?,

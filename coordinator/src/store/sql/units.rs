@@ -210,7 +210,7 @@ impl Units for SqlTx<'_> {
     }
 
     fn request_run(&mut self, id: UnitId, more: &MoreRuns) -> StoreResult<()> {
-        self.c.execute("UPDATE units SET quorum = MAX(quorum, ?1), needed = results + active_leases + 1, state = 'open', \
+        self.c.execute("UPDATE units SET quorum = CASE WHEN quorum > ?1 THEN quorum ELSE ?1 END, needed = results + active_leases + 1, state = 'open', \
                needs_new_account = ?2, disputed = ?3 WHERE id = ?4", args![
             more.quorum as i64,
             more.account_need as i64,
@@ -282,9 +282,9 @@ impl Units for SqlTx<'_> {
         // (or, needs_new_account = 2, an account) that has not run them
         let (for_worker, for_account, disputed, needed): (i64, i64, i64, i64) = self
             .c
-            .first("SELECT COALESCE(SUM(disputed = 0 AND needs_new_account < 2), 0), \
-                        COALESCE(SUM(disputed = 0 AND needs_new_account = 2), 0), \
-                        COALESCE(SUM(disputed = 1), 0), COALESCE(MAX(results + active_leases + 1), 0) \
+            .first("SELECT COALESCE(CAST(SUM(CASE WHEN disputed = 0 AND needs_new_account < 2 THEN 1 ELSE 0 END) AS BIGINT), 0), \
+                        COALESCE(CAST(SUM(CASE WHEN disputed = 0 AND needs_new_account = 2 THEN 1 ELSE 0 END) AS BIGINT), 0), \
+                        COALESCE(CAST(SUM(disputed) AS BIGINT), 0), COALESCE(MAX(results + active_leases + 1), 0) \
                  FROM units WHERE job_id = ? AND state = 'open' AND results > 0", args![job.to_string()], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })?;

@@ -37,8 +37,8 @@ fn spec_json(u: &SuiteUnit) -> String {
 
 impl Verifications for SqlTx<'_> {
     fn upsert_class(&mut self, id: &str, h: &HostInfo, now_ms: i64) -> StoreResult<()> {
-        self.c.execute("INSERT OR IGNORE INTO hw_classes (id, cpu_model, arch, os, rustc_version, target_features, engine_kind, engine_release, first_seen_ms) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
+        self.c.execute("INSERT INTO hw_classes (id, cpu_model, arch, os, rustc_version, target_features, engine_kind, engine_release, first_seen_ms) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING", args![
             id,
             h.cpu_model,
             h.arch,

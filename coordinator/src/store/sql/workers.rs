@@ -136,7 +136,7 @@ impl Workers for SqlTx<'_> {
         // the identity, not its host label: another identity naming the same host is
         // another identity
         let quarantined: Option<bool> = self.c.map_row(
-            "UPDATE workers SET errors = errors + 1, quarantined = quarantined OR errors + 1 >= ? \
+            "UPDATE workers SET errors = errors + 1, quarantined = CASE WHEN quarantined = 1 OR errors + 1 >= ? THEN 1 ELSE 0 END \
                  WHERE id = ? RETURNING quarantined",
             args![threshold as i64, id.to_string()],
             |r| r.get(0),

@@ -1,0 +1,268 @@
+//! Running the test suites against either store.
+//!
+//! A suite names its databases by path, as for SQLite; [`database_for`] turns a path into
+//! the database to use:
+//! - by default, the SQLite file at that path;
+//! - with [`SERVER_ENV`] set to a PostgreSQL server's address (a user that may create
+//!   databases, e.g. `postgres://postgres@127.0.0.1:5432/postgres`), a database of its
+//!   own on that server, named after the path (the same path reaches the same database
+//!   again, as a coordinator restarted on the same file does).
+//!
+//! [`PostgresServer`] starts a throwaway server for a test (`initdb` and `postgres` from
+//! the PATH or Debian's `/usr/lib/postgresql/*/bin`, run as the `postgres` user when the
+//! tests run as root, in a temporary folder, on a free local port; stopped when dropped).
+//! Where it cannot start, tests that need it skip with a message, unless [`REQUIRE_ENV`]
+//! is set (CI sets it).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use sqlx::{Connection, Executor, PgConnection};
+
+use super::Database;
+
+/// The PostgreSQL server the suites run against instead of SQLite.
+pub const SERVER_ENV: &str = "E2FLEET_TEST_POSTGRES";
+/// When set, a test that needs PostgreSQL fails instead of skipping.
+pub const REQUIRE_ENV: &str = "E2FLEET_REQUIRE_POSTGRES";
+
+/// The database a test's `path` stands for (see the module docs).
+pub async fn database_for(path: &Path) -> Database {
+    match std::env::var(SERVER_ENV) {
+        Ok(server) if !server.is_empty() => Database::Postgres(
+            create_database(&server, &name_for(path))
+                .await
+                .unwrap_or_else(|e| panic!("cannot create a test database on {server}: {e}")),
+        ),
+        _ => Database::Sqlite(path.to_path_buf()),
+    }
+}
+
+/// A database name for a path: `e2fleet_t_` and a hash of it.
+fn name_for(path: &Path) -> String {
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(path.to_string_lossy().as_bytes());
+    let hex: String = digest[..10]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("e2fleet_t_{hex}")
+}
+
+/// Creates database `name` on `server` if it does not exist; its address.
+pub async fn create_database(server: &str, name: &str) -> Result<String, String> {
+    let mut url = url::Url::parse(server).map_err(|e| e.to_string())?;
+    let mut c = PgConnection::connect(server)
+        .await
+        .map_err(|e| e.to_string())?;
+    let exists: bool =
+        sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(name)
+            .fetch_one(&mut c)
+            .await
+            .map_err(|e| e.to_string())?;
+    if !exists {
+        match c.execute(format!("CREATE DATABASE {name}").as_str()).await {
+            Ok(_) => {}
+            // created meanwhile by another test on the same path
+            Err(e) if e.to_string().contains("already exists") => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    let _ = c.close().await;
+    url.set_path(&format!("/{name}"));
+    Ok(url.to_string())
+}
+
+/// One integer from a query on `db` (tests that look at what is stored: counts of rows).
+pub async fn scalar(db: &Database, sql: &str) -> i64 {
+    match db {
+        Database::Sqlite(path) => {
+            let (path, sql) = (path.clone(), sql.to_string());
+            tokio::task::spawn_blocking(move || {
+                let c = rusqlite::Connection::open(path).expect("open the database");
+                c.query_row(&sql, [], |r| r.get::<_, i64>(0))
+                    .expect("the query")
+            })
+            .await
+            .expect("the query ran")
+        }
+        Database::Postgres(url) => {
+            let mut c = PgConnection::connect(url).await.expect("connect");
+            let n: i64 = sqlx::query_scalar(sql)
+                .fetch_one(&mut c)
+                .await
+                .expect("the query");
+            let _ = c.close().await;
+            n
+        }
+    }
+}
+
+/// A throwaway PostgreSQL server (see the module docs).
+pub struct PostgresServer {
+    data: tempfile::TempDir,
+    bin: PathBuf,
+    as_postgres: bool,
+    url: String,
+}
+
+impl PostgresServer {
+    /// Starts one, or says why it cannot.
+    pub fn start() -> Result<PostgresServer, String> {
+        let bin = binaries().ok_or("no PostgreSQL server binaries (initdb, pg_ctl) found: apt-get install postgresql")?;
+        let root = rustix_is_root();
+        let data = tempfile::Builder::new()
+            .prefix("e2fleet-pg-")
+            .tempdir()
+            .map_err(|e| e.to_string())?;
+        if root {
+            run(Command::new("chown").args(["-R", "postgres:postgres"]).arg(data.path()))?;
+        }
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| e.to_string())?
+            .port();
+        let server = PostgresServer {
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+            data,
+            bin,
+            as_postgres: root,
+        };
+        let dir = server.data.path().join("data");
+        server.pg(
+            "initdb",
+            &[
+                "-D".as_ref(),
+                dir.as_os_str(),
+                "-U".as_ref(),
+                "postgres".as_ref(),
+                "--auth=trust".as_ref(),
+                "--no-sync".as_ref(),
+            ],
+        )?;
+        let options = format!(
+            "-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} \
+             -c max_connections=400 -c fsync=off -c synchronous_commit=off -c full_page_writes=off",
+            server.data.path().display()
+        );
+        let log = server.data.path().join("log");
+        server.pg(
+            "pg_ctl",
+            &[
+                "-D".as_ref(),
+                dir.as_os_str(),
+                "-l".as_ref(),
+                log.as_os_str(),
+                "-o".as_ref(),
+                options.as_ref(),
+                "-w".as_ref(),
+                "-t".as_ref(),
+                "60".as_ref(),
+                "start".as_ref(),
+            ],
+        )?;
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if started.elapsed() > Duration::from_secs(30) {
+                return Err("the PostgreSQL server did not start listening".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(server)
+    }
+
+    /// Starts one, or returns `None` with a message on stderr when it cannot (and
+    /// [`REQUIRE_ENV`] is not set: then it panics).
+    pub fn start_or_skip(test: &str) -> Option<PostgresServer> {
+        match PostgresServer::start() {
+            Ok(s) => Some(s),
+            Err(why) if std::env::var_os(REQUIRE_ENV).is_some() => {
+                panic!("{test}: PostgreSQL is required ({REQUIRE_ENV}) but cannot start: {why}")
+            }
+            Err(why) => {
+                eprintln!("{test}: skipped, no PostgreSQL server can be started here: {why}");
+                None
+            }
+        }
+    }
+
+    /// The server's address (the `postgres` superuser, database `postgres`).
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn pg(&self, tool: &str, args: &[&std::ffi::OsStr]) -> Result<(), String> {
+        let path = self.bin.join(tool);
+        let mut cmd = if self.as_postgres {
+            let mut c = Command::new("runuser");
+            c.args(["-u", "postgres", "--"]).arg(path);
+            c
+        } else {
+            Command::new(path)
+        };
+        run(cmd.args(args))
+    }
+}
+
+impl Drop for PostgresServer {
+    fn drop(&mut self) {
+        let dir = self.data.path().join("data");
+        let _ = self.pg(
+            "pg_ctl",
+            &[
+                "-D".as_ref(),
+                dir.as_os_str(),
+                "-m".as_ref(),
+                "immediate".as_ref(),
+                "stop".as_ref(),
+            ],
+        );
+    }
+}
+
+fn run(cmd: &mut Command) -> Result<(), String> {
+    let out = cmd
+        .output()
+        .map_err(|e| format!("{:?}: {e}", cmd.get_program()))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{:?} failed: {}{}",
+            cmd.get_program(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+/// The folder with `initdb` and `pg_ctl`: on the PATH, or Debian's newest.
+fn binaries() -> Option<PathBuf> {
+    let on_path = std::env::var_os("PATH").and_then(|paths| {
+        std::env::split_paths(&paths).find(|d| d.join("initdb").is_file() && d.join("pg_ctl").is_file())
+    });
+    on_path.or_else(|| {
+        let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+            .ok()?
+            .filter_map(|e| e.ok().map(|e| e.path().join("bin")))
+            .filter(|d| d.join("initdb").is_file())
+            .collect();
+        versions.sort_by_key(|d| {
+            d.parent()
+                .and_then(|v| v.file_name()?.to_str()?.parse::<u32>().ok())
+                .unwrap_or(0)
+        });
+        versions.pop()
+    })
+}
+
+/// Whether this process runs as root (PostgreSQL refuses to).
+fn rustix_is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
