@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use e2fleet_coordinator::store::Database;
 use e2fleet_engine::formats::PuzzleArgs;
 use e2fleet_proto::logs::LogFormat;
 
@@ -161,9 +162,10 @@ pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "E2FLEET_LISTEN", default_value = "127.0.0.1:7733")]
     pub listen: String,
-    /// SQLite database file.
+    /// The database: a SQLite file (a path, the default), or PostgreSQL
+    /// (`postgres://user:password@host:5432/database`: several coordinators may share it).
     #[arg(long, env = "E2FLEET_DB", default_value = "e2fleet.db")]
-    pub db: PathBuf,
+    pub db: Database,
     /// Token workers enrol with (generated and printed if not given).
     #[arg(long, env = "E2FLEET_ENROLL_TOKEN")]
     pub enroll_token: Option<String>,

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use e2fleet_coordinator::fleet::{Fleet, FleetConfig, TrustPolicy, random_token, system_clock};
-use e2fleet_coordinator::store::Store;
+use e2fleet_coordinator::store::{Database, Store};
 use tracing::info;
 
 use super::args::ServeArgs;
@@ -41,11 +41,12 @@ fn tls_config(
         args.tls_name.clone()
     };
     let dir = args.tls_dir.clone().unwrap_or_else(|| {
-        args.db
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-            .unwrap_or(std::path::Path::new("."))
-            .join("tls")
+        let beside = match &args.db {
+            Database::Sqlite(path) => path.parent().filter(|d| !d.as_os_str().is_empty()),
+            // several coordinators on one database: give them --tls-dir on a shared disk
+            Database::Postgres(_) => None,
+        };
+        beside.unwrap_or(std::path::Path::new(".")).join("tls")
     });
     let files = e2fleet_coordinator::tls::self_signed(&dir, &names)
         .map_err(|e| anyhow::anyhow!("TLS: {e}"))?;
@@ -93,13 +94,13 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
             .then(|| Duration::from_secs(args.archive_after_s)),
     };
     config.validate().map_err(anyhow::Error::msg)?;
-    let store = Store::open(&args.db).await?;
+    let store = Store::connect(&args.db).await?;
     let fleet = Arc::new(Fleet::new(store, config, system_clock()));
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let addr = listener.local_addr()?;
-    info!(%addr, db = %args.db.display(), "coordinator listening");
+    info!(%addr, db = %args.db, "coordinator listening");
     // an unspecified address (0.0.0.0) is where it listens, not where anyone reaches it
     let reach = if addr.ip().is_unspecified() {
         let host = tls_names.first().cloned().unwrap_or_else(hostname);

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use e2fleet_coordinator::fleet::{Fleet, FleetConfig};
-use e2fleet_coordinator::store::Store;
+use e2fleet_coordinator::store::{Database, Store};
 use e2fleet_coordinator::store::testing::database_for;
 use e2fleet_engine::formats::{LoadOptions, load_file, parse_str, to_site_json};
 use e2fleet_engine::plan::SearchPlan;
@@ -22,6 +22,9 @@ use tonic::{Request, Status};
 
 pub const ENROLL: &str = "enroll-secret-0123456789";
 pub const ADMIN: &str = "admin-secret-0123456789";
+/// The detail window of [`Coordinator::start_archiving`].
+#[allow(dead_code)]
+pub const ARCHIVE_WINDOW_MS: i64 = 3_600_000;
 
 /// A running coordinator.
 pub struct Coordinator {
@@ -56,8 +59,9 @@ impl Coordinator {
         Self::start_full(db, quarantine_after, trust, clock, Default::default(), None).await
     }
 
-    /// A coordinator that archives every decided unit (a detail window of 0) whenever
-    /// [`Fleet::archive_decided`] runs (its background tick, or a test's call).
+    /// A coordinator that archives decided units [`ARCHIVE_WINDOW_MS`] after their
+    /// decision whenever [`Fleet::archive_decided`] runs (its background tick, or a
+    /// test's call): a test advances the clock past the window, then archives.
     #[allow(dead_code)]
     pub async fn start_archiving(
         db: &Path,
@@ -70,7 +74,7 @@ impl Coordinator {
             trust,
             clock,
             Default::default(),
-            Some(Duration::ZERO),
+            Some(Duration::from_millis(ARCHIVE_WINDOW_MS as u64)),
         )
         .await
     }
@@ -118,7 +122,35 @@ impl Coordinator {
         limits: e2fleet_coordinator::server::ServerLimits,
         archive_after: Option<Duration>,
     ) -> Coordinator {
-        let store = Store::connect(&database_for(db).await).await.unwrap();
+        let database = database_for(db).await;
+        Self::start_database(
+            &database,
+            quarantine_after,
+            trust,
+            clock,
+            limits,
+            archive_after,
+        )
+        .await
+    }
+
+    /// A coordinator on `database` (several may share one PostgreSQL database), reading
+    /// the time from `clock`.
+    #[allow(dead_code)]
+    pub async fn start_on(database: &Database, clock: Arc<AtomicI64>) -> Coordinator {
+        Self::start_database(database, 3, Default::default(), clock, Default::default(), None)
+            .await
+    }
+
+    async fn start_database(
+        database: &Database,
+        quarantine_after: i64,
+        trust: e2fleet_coordinator::fleet::TrustPolicy,
+        clock: Arc<AtomicI64>,
+        limits: e2fleet_coordinator::server::ServerLimits,
+        archive_after: Option<Duration>,
+    ) -> Coordinator {
+        let store = Store::connect(database).await.unwrap();
         let c = clock.clone();
         let fleet = Arc::new(Fleet::new(
             store,

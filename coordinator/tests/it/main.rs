@@ -1,6 +1,9 @@
 //! The coordinator in one process on 127.0.0.1:0 with a real SQLite file, driven over
 //! gRPC by simulated workers: honest ones (the reference engine), slow ones that miss
 //! deadlines, ones that report twice or late, liars, and callers with wrong tokens.
+//!
+//! [`postgres`] runs this whole suite again on a PostgreSQL server, and several
+//! coordinators on one database.
 
 mod archive;
 mod bounds;
@@ -9,6 +12,7 @@ mod dashboard;
 mod folding;
 mod harness;
 mod http_api;
+mod postgres;
 mod scenarios;
 mod sharing;
 mod trust;
