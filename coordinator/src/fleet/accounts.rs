@@ -165,7 +165,7 @@ impl Fleet {
         self.tokens
             .lock()
             .expect("token cache")
-            .retain(|_, w| w.account_id != *account);
+            .retain(|_, (w, _)| w.account_id != *account);
     }
 
     /// Sets aside every result of `account` no other party confirmed: pending and

@@ -52,7 +52,8 @@ mod submission;
 pub mod verification;
 
 pub use e2fleet_proto::REPORT_MAX_SOLUTIONS;
-pub use registration::{MAX_LABEL_BYTES, random_token};
+pub use registration::{MAX_LABEL_BYTES, TOKEN_CACHE_TTL, random_token};
+pub use verification::FLAGS_TTL;
 pub use submission::{choose_split_depth, self_tests};
 
 /// Why a fleet operation failed. [`crate::server::errors`] maps each kind to one gRPC
@@ -213,11 +214,13 @@ pub struct Fleet {
     pub(crate) config: FleetConfig,
     pub(crate) clock: Clock,
     contexts: Mutex<HashMap<JobId, Arc<JobCtx>>>,
-    /// Token hash -> worker, for authentication without a query per call. Only identity
-    /// fields are used from it; quarantine is always read from the store.
-    tokens: Mutex<HashMap<String, WorkerRecord>>,
-    /// Which classes and identities get no real work; `None` = recompute.
-    flagged: Mutex<Option<verification::Flags>>,
+    /// Token hash -> (worker, when cached), for authentication without a query per call
+    /// ([`TOKEN_CACHE_TTL`]). Only identity fields are used from it;
+    /// quarantine is always read from the store.
+    tokens: Mutex<HashMap<String, (WorkerRecord, std::time::Instant)>>,
+    /// Which classes and identities get no real work, and when computed; `None` =
+    /// recompute ([`verification::FLAGS_TTL`]).
+    flagged: Mutex<Option<(verification::Flags, std::time::Instant)>>,
     /// When the lease path last expired overdue leases (ms).
     last_expiry_ms: AtomicI64,
     /// Lease id -> (job, budget, unit) of the units handed out, so a report is verified

@@ -17,6 +17,11 @@ use crate::store::{AccountRecord, WorkerRecord};
 /// Most worker tokens kept in memory.
 pub const TOKEN_CACHE_MAX: usize = 200_000;
 
+/// How long a cached token is believed without a database read. Several coordinators
+/// may share one database (PostgreSQL): a token another coordinator replaced (a worker
+/// registering again) or whose account it revoked stops working here within this.
+pub const TOKEN_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Longest label (host name, CPU model, versions, ...) a worker may send, in bytes.
 pub const MAX_LABEL_BYTES: usize = 256;
 
@@ -111,13 +116,19 @@ impl Fleet {
         if tokens.len() >= TOKEN_CACHE_MAX {
             tokens.clear();
         }
-        tokens.insert(hash, worker);
+        tokens.insert(hash, (worker, std::time::Instant::now()));
+    }
+
+    /// A cached token's worker, if cached within [`TOKEN_CACHE_TTL`].
+    fn token_hit(&self, hash: &str) -> Option<WorkerRecord> {
+        let tokens = self.tokens.lock().expect("token cache");
+        let (worker, at) = tokens.get(hash)?;
+        (at.elapsed() < TOKEN_CACHE_TTL).then(|| worker.clone())
     }
 
     /// The worker a token belongs to when it is in the in-memory cache (no database read).
     pub fn cached_worker(&self, token: Option<&str>) -> Option<WorkerRecord> {
-        let hash = sha256_hex(token?.as_bytes());
-        self.tokens.lock().expect("token cache").get(&hash).cloned()
+        self.token_hit(&sha256_hex(token?.as_bytes()))
     }
 
     /// The worker a bearer token belongs to.
@@ -125,8 +136,8 @@ impl Fleet {
         let token =
             token.ok_or_else(|| FleetError::Unauthenticated("missing worker token".into()))?;
         let hash = sha256_hex(token.as_bytes());
-        if let Some(w) = self.tokens.lock().expect("token cache").get(&hash) {
-            return Ok(w.clone());
+        if let Some(w) = self.token_hit(&hash) {
+            return Ok(w);
         }
         let lookup = hash.clone();
         let (worker, account) = self
@@ -225,7 +236,7 @@ impl Fleet {
                 .tokens
                 .lock()
                 .expect("token cache")
-                .retain(|_, w| w.id != id),
+                .retain(|_, (w, _)| w.id != id),
         }
         info!(worker_id = %id, account = %account.id, %hostname, "worker registered");
         Ok((id, token))

@@ -152,6 +152,11 @@ pub async fn serve_with_limits(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            // several coordinators on one database: one archives (the others would find
+            // the same units and queue behind its writes for nothing)
+            if !archive_fleet.store.is_leader() {
+                continue;
+            }
             if let Err(e) = archive_fleet.archive_decided().await {
                 warn!(error = %e, "archiving decided units failed");
             }

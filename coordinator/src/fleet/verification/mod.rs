@@ -82,6 +82,11 @@ mod matrix;
 use agreement::agreements;
 pub use flags::Flags;
 
+/// How long the flagged classes are believed before they are computed again: another
+/// coordinator on the same database (PostgreSQL) may have taken a verification result
+/// that flags or clears a class (this coordinator's own results clear the cache at once).
+pub const FLAGS_TTL: std::time::Duration = std::time::Duration::from_secs(10);
+
 impl Fleet {
     /// Stores the default suite if this database has none (once per process).
     pub(crate) async fn ensure_default_suite(&self) -> Result<(), FleetError> {
@@ -379,12 +384,14 @@ impl Fleet {
         if worker.class_id.is_empty() {
             return Ok(None);
         }
-        if let Some(flags) = self.flagged.lock().expect("flagged cache").as_ref() {
+        if let Some((flags, at)) = self.flagged.lock().expect("flagged cache").as_ref()
+            && at.elapsed() < FLAGS_TTL
+        {
             return Ok(flags.reason(worker));
         }
         let flags = self.store.read(|tx| Flags::compute(tx)).await?;
         let answer = flags.reason(worker);
-        *self.flagged.lock().expect("flagged cache") = Some(flags);
+        *self.flagged.lock().expect("flagged cache") = Some((flags, std::time::Instant::now()));
         Ok(answer)
     }
 }
