@@ -6,6 +6,7 @@ mod audit;
 mod first_hour;
 mod harness;
 mod hostile;
+mod postgres;
 mod processes;
 mod scenarios;
 mod tls;

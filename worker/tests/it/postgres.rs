@@ -1,0 +1,168 @@
+//! Several coordinator processes on one PostgreSQL database, with real worker processes:
+//! the job adds up to the digit whichever coordinator each call reaches, and when one
+//! coordinator is SIGKILLed mid-job the others carry on (the workers reach them through
+//! a load balancer, as behind any TCP balancer or a Kubernetes Service).
+//!
+//! Each test starts a throwaway PostgreSQL server
+//! ([`e2fleet_coordinator::store::testing::PostgresServer`]); without the server binaries
+//! they skip with a message, unless `E2FLEET_REQUIRE_POSTGRES` is set (CI).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use e2fleet_coordinator::store::testing::{PostgresServer, create_database};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::harness::{Proc, admin, puzzle_path, serve, worker_with};
+
+const BRENDAN_6X6_NODES: u64 = 69_284_103;
+const BRENDAN_6X6_SOLUTIONS: u64 = 260;
+const BRENDAN_5X5_NODES: u64 = 113_211;
+const BRENDAN_5X5_SOLUTIONS: u64 = 16;
+
+/// `n` coordinator processes on a fresh database of `server`.
+async fn coordinators(server: &PostgresServer, n: usize) -> Vec<(Proc, String)> {
+    let name = format!("fleet_{}", uuid::Uuid::new_v4().simple());
+    let db = create_database(server.url(), &name).await.unwrap();
+    (0..n)
+        .map(|_| serve(Path::new(&db), "127.0.0.1:0", &[]))
+        .collect()
+}
+
+/// A TCP load balancer on 127.0.0.1: each connection goes to the next backend that
+/// accepts it (round robin, passing over dead ones); its URL.
+async fn balancer(backends: &[&str]) -> String {
+    let backends: Vec<String> = backends
+        .iter()
+        .map(|u| u.trim_start_matches("http://").to_string())
+        .collect();
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let next = Arc::new(AtomicUsize::new(0));
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut inbound, _)) = listener.accept().await else {
+                return;
+            };
+            let (backends, start) = (backends.clone(), next.fetch_add(1, Ordering::Relaxed));
+            tokio::spawn(async move {
+                for k in 0..backends.len() {
+                    let backend = &backends[(start + k) % backends.len()];
+                    if let Ok(mut outbound) = TcpStream::connect(backend).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    url
+}
+
+fn submit(url: &str, puzzle: &str, split_depth: &str, budget: &str) -> String {
+    let puzzle = puzzle_path(puzzle);
+    admin(
+        url,
+        &[
+            "submit",
+            puzzle.to_str().unwrap(),
+            "--split-depth",
+            split_depth,
+            "--budget",
+            budget,
+        ],
+    )["job_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+async fn wait_job(
+    url: &str,
+    job: &str,
+    limit: Duration,
+    until: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let doc = admin(url, &["job", job]);
+        if until(&doc) {
+            return doc;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "job did not get there in {limit:?}: {}",
+            doc["units"]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+fn assert_exact(doc: &serde_json::Value, nodes: u64, solutions: u64) {
+    assert_eq!(doc["state"], "complete");
+    assert_eq!(doc["nodes_total"], nodes, "{doc}");
+    assert_eq!(doc["solutions_count"], solutions);
+    assert_eq!(doc["conservation_ok"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_coordinators_on_one_postgresql_share_a_job_exactly() {
+    let Some(server) =
+        PostgresServer::start_or_skip("two_coordinators_on_one_postgresql_share_a_job_exactly")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = coordinators(&server, 2).await;
+    let (a, b) = (&fleet[0].1, &fleet[1].1);
+    // budgets of 300 nodes: chains of continuations, reported to either coordinator
+    let job = submit(a, "brendan/set1/pieces_05x05.txt", "2", "300");
+    let _on_a = worker_with(a, &dir.path().join("wa"), "wa", 1, &["--engine", "reference"], false);
+    let _on_b = worker_with(b, &dir.path().join("wb"), "wb", 1, &["--engine", "reference"], false);
+    let doc = wait_job(b, &job, Duration::from_secs(120), |d| d["state"] == "complete").await;
+    assert_exact(&doc, BRENDAN_5X5_NODES, BRENDAN_5X5_SOLUTIONS);
+    // both read the same job; both machines worked on it
+    assert_eq!(admin(a, &["job", &job])["nodes_by_depth"], doc["nodes_by_depth"]);
+    let workers = admin(a, &["workers"]);
+    let busy = workers
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["units_done"].as_u64().unwrap_or(0) > 0)
+        .count();
+    assert_eq!(busy, 2, "{workers}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_coordinators_behind_a_balancer_lose_nothing_when_one_is_sigkilled() {
+    let Some(server) = PostgresServer::start_or_skip(
+        "three_coordinators_behind_a_balancer_lose_nothing_when_one_is_sigkilled",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut fleet = coordinators(&server, 3).await;
+    let urls: Vec<&str> = fleet.iter().map(|(_, u)| u.as_str()).collect();
+    let lb = balancer(&urls).await;
+    // small budgets: many round trips, so the kill surely lands mid-job
+    let job = submit(&lb, "brendan/set1/pieces_06x06.txt", "2", "100000");
+    let _w1 = worker_with(&lb, &dir.path().join("w1"), "w1", 1, &["--engine", "reference"], false);
+    let _w2 = worker_with(&lb, &dir.path().join("w2"), "w2", 1, &["--engine", "reference"], false);
+    let doc = wait_job(&lb, &job, Duration::from_secs(90), |d| {
+        d["nodes_total"].as_u64().unwrap() >= 10_000_000 || d["state"] != "running"
+    })
+    .await;
+    assert_eq!(doc["state"], "running", "the kill must land mid-job");
+    let (killed, _) = &mut fleet[0];
+    killed.signal("-KILL");
+    killed.wait(Duration::from_secs(10)).await;
+    let doc = wait_job(&lb, &job, Duration::from_secs(240), |d| d["state"] == "complete").await;
+    assert_exact(&doc, BRENDAN_6X6_NODES, BRENDAN_6X6_SOLUTIONS);
+    // the survivors read the same, and say so directly
+    for (_, url) in &fleet[1..] {
+        let direct = admin(url, &["job", &job]);
+        assert_exact(&direct, BRENDAN_6X6_NODES, BRENDAN_6X6_SOLUTIONS);
+    }
+}
