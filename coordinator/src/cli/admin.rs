@@ -173,7 +173,9 @@ async fn export(id: &str, out: &std::path::Path, partial: bool, admin: &AdminArg
 
 pub async fn run(command: Command) -> Result<()> {
     match command {
-        Command::Serve(_) => unreachable!("serve is not an operator command"),
+        Command::Serve(_) | Command::MigrateStore { .. } => {
+            unreachable!("serve and migrate-store are not operator commands")
+        }
         Command::Submit(args) => submit(args).await,
         Command::Jobs(admin) => {
             for j in connect(&admin).await?.jobs().await? {

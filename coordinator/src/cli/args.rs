@@ -21,6 +21,16 @@ pub struct Cli {
 pub enum Command {
     /// Run the coordinator (gRPC and the HTTP API on one port).
     Serve(ServeArgs),
+    /// Move a stopped fleet's whole state from its SQLite file to an empty PostgreSQL
+    /// database (one way; then serve with `--db postgres://...`).
+    MigrateStore {
+        /// The SQLite file the coordinator served from (stop it first).
+        #[arg(long)]
+        from: PathBuf,
+        /// The PostgreSQL database: `postgres://user:password@host:5432/database`.
+        #[arg(long)]
+        to: String,
+    },
     /// Submit a puzzle as a job.
     Submit(SubmitArgs),
     /// List jobs.

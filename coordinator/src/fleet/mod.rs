@@ -53,8 +53,8 @@ pub mod verification;
 
 pub use e2fleet_proto::REPORT_MAX_SOLUTIONS;
 pub use registration::{MAX_LABEL_BYTES, TOKEN_CACHE_TTL, random_token};
-pub use verification::FLAGS_TTL;
 pub use submission::{choose_split_depth, self_tests};
+pub use verification::FLAGS_TTL;
 
 /// Why a fleet operation failed. [`crate::server::errors`] maps each kind to one gRPC
 /// code and one HTTP status.

@@ -18,8 +18,10 @@
 //! - [`postgres`]: PostgreSQL (`--db postgres://...`), for a database on a server the
 //!   operator already runs, and for several coordinators on one database (migrations in
 //!   `../migrations/postgres`).
+//! - [`migrate`]: the one-way move of a fleet from SQLite to PostgreSQL.
 //! - [`testing`]: what the test suites use to run against either backend.
 
+pub mod migrate;
 pub mod postgres;
 pub mod records;
 pub mod sql;

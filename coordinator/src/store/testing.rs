@@ -43,10 +43,7 @@ pub async fn database_for(path: &Path) -> Database {
 fn name_for(path: &Path) -> String {
     use sha2::Digest;
     let digest = sha2::Sha256::digest(path.to_string_lossy().as_bytes());
-    let hex: String = digest[..10]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
+    let hex: String = digest[..10].iter().map(|b| format!("{b:02x}")).collect();
     format!("e2fleet_t_{hex}")
 }
 
@@ -111,14 +108,18 @@ pub struct PostgresServer {
 impl PostgresServer {
     /// Starts one, or says why it cannot.
     pub fn start() -> Result<PostgresServer, String> {
-        let bin = binaries().ok_or("no PostgreSQL server binaries (initdb, pg_ctl) found: apt-get install postgresql")?;
+        let bin = binaries().ok_or(
+            "no PostgreSQL server binaries (initdb, pg_ctl) found: apt-get install postgresql",
+        )?;
         let root = rustix_is_root();
         let data = tempfile::Builder::new()
             .prefix("e2fleet-pg-")
             .tempdir()
             .map_err(|e| e.to_string())?;
         if root {
-            run(Command::new("chown").args(["-R", "postgres:postgres"]).arg(data.path()))?;
+            run(Command::new("chown")
+                .args(["-R", "postgres:postgres"])
+                .arg(data.path()))?;
         }
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
@@ -241,7 +242,8 @@ fn run(cmd: &mut Command) -> Result<(), String> {
 /// The folder with `initdb` and `pg_ctl`: on the PATH, or Debian's newest.
 fn binaries() -> Option<PathBuf> {
     let on_path = std::env::var_os("PATH").and_then(|paths| {
-        std::env::split_paths(&paths).find(|d| d.join("initdb").is_file() && d.join("pg_ctl").is_file())
+        std::env::split_paths(&paths)
+            .find(|d| d.join("initdb").is_file() && d.join("pg_ctl").is_file())
     });
     on_path.or_else(|| {
         let mut versions: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")

@@ -76,7 +76,11 @@ async fn archive_all(
     let (in_archive, units, results, leases) = rows(db).await;
     assert!(in_archive > 300, "{in_archive} archived");
     assert!(in_archive as usize >= archived);
-    assert_eq!(c.fleet.archive_decided().await.unwrap(), 0, "all went at once");
+    assert_eq!(
+        c.fleet.archive_decided().await.unwrap(),
+        0,
+        "all went at once"
+    );
     assert_eq!(units + in_archive, units_before);
     // what stays: the units whose results carry solutions or a best board
     assert!(units <= 16 + 10, "{units} units left of {units_before}");
@@ -218,7 +222,12 @@ async fn a_late_result_is_compared_in_the_window_and_told_too_late_after_the_arc
     // that stays (its result carries a solution or a best board)
     let store = database_for(&db).await;
     let archived = async |unit: i64| {
-        scalar(&store, &format!("SELECT COUNT(*) FROM archive WHERE unit = {unit}")).await > 0
+        scalar(
+            &store,
+            &format!("SELECT COUNT(*) FROM archive WHERE unit = {unit}"),
+        )
+        .await
+            > 0
     };
     let mut too_late = 0;
     for (lease, result) in held.iter().zip(&results).skip(1) {

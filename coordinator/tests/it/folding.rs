@@ -71,7 +71,11 @@ async fn folded_results_keep_every_total_exact_through_overturns_restarts_and_la
         doc["nodes_total"], 113_211,
         "the lie is in the total for now"
     );
-    assert!(stored(&db).await.1 <= 2 * (16 + 10), "{:?}", stored(&db).await);
+    assert!(
+        stored(&db).await.1 <= 2 * (16 + 10),
+        "{:?}",
+        stored(&db).await
+    );
 
     // a late duplicate of a decided, folded report changes nothing
     assert_eq!(v.report(&lie, &r).await.unwrap(), "duplicate");

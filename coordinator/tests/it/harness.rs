@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::Duration;
 
 use e2fleet_coordinator::fleet::{Fleet, FleetConfig};
-use e2fleet_coordinator::store::{Database, Store};
 use e2fleet_coordinator::store::testing::database_for;
+use e2fleet_coordinator::store::{Database, Store};
 use e2fleet_engine::formats::{LoadOptions, load_file, parse_str, to_site_json};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{NoControl, RunOptions, Walker};
@@ -138,8 +138,15 @@ impl Coordinator {
     /// the time from `clock`.
     #[allow(dead_code)]
     pub async fn start_on(database: &Database, clock: Arc<AtomicI64>) -> Coordinator {
-        Self::start_database(database, 3, Default::default(), clock, Default::default(), None)
-            .await
+        Self::start_database(
+            database,
+            3,
+            Default::default(),
+            clock,
+            Default::default(),
+            None,
+        )
+        .await
     }
 
     async fn start_database(

@@ -32,8 +32,7 @@ fn the_whole_suite_passes_on_postgresql() {
     if nested() {
         return;
     }
-    let Some(server) = PostgresServer::start_or_skip("the_whole_suite_passes_on_postgresql")
-    else {
+    let Some(server) = PostgresServer::start_or_skip("the_whole_suite_passes_on_postgresql") else {
         return;
     };
     let out = std::process::Command::new(std::env::current_exe().unwrap())
@@ -54,7 +53,10 @@ fn the_whole_suite_passes_on_postgresql() {
         "the suite on PostgreSQL: {}",
         summary.trim_start_matches("test result: ")
     );
-    assert!(out.status.success(), "the suite fails on PostgreSQL:\n{text}");
+    assert!(
+        out.status.success(),
+        "the suite fails on PostgreSQL:\n{text}"
+    );
     assert!(
         summary.contains(" 0 failed") && !summary.contains(" 0 passed"),
         "{summary}"
@@ -117,9 +119,9 @@ fn concurrent_leases_across_coordinators_never_grant_a_unit_twice() {
     if nested() {
         return;
     }
-    let Some(server) =
-        PostgresServer::start_or_skip("concurrent_leases_across_coordinators_never_grant_a_unit_twice")
-    else {
+    let Some(server) = PostgresServer::start_or_skip(
+        "concurrent_leases_across_coordinators_never_grant_a_unit_twice",
+    ) else {
         return;
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -135,7 +137,13 @@ fn concurrent_leases_across_coordinators_never_grant_a_unit_twice() {
     let shapes = (2usize..=3, 3usize..=8, 1u32..=4, 2u32..=3);
     runner
         .run(&shapes, |(coordinators, workers, batch, split_depth)| {
-            rt.block_on(lease_everything_once(&server, coordinators, workers, batch, split_depth));
+            rt.block_on(lease_everything_once(
+                &server,
+                coordinators,
+                workers,
+                batch,
+                split_depth,
+            ));
             Ok(())
         })
         .unwrap();
@@ -163,7 +171,10 @@ async fn lease_everything_once(
         assert_eq!(doc["nodes_total"], 113_211);
         assert_eq!(doc["solutions_count"], 16);
         assert_eq!(doc["conservation_ok"], true);
-        assert_eq!(doc["units"]["done"].as_u64().unwrap() as usize, per_unit.len());
+        assert_eq!(
+            doc["units"]["done"].as_u64().unwrap() as usize,
+            per_unit.len()
+        );
     }
     for c in fleet {
         c.stop().await;

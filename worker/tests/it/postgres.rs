@@ -119,12 +119,32 @@ async fn two_coordinators_on_one_postgresql_share_a_job_exactly() {
     let (a, b) = (&fleet[0].1, &fleet[1].1);
     // budgets of 300 nodes: chains of continuations, reported to either coordinator
     let job = submit(a, "brendan/set1/pieces_05x05.txt", "2", "300");
-    let _on_a = worker_with(a, &dir.path().join("wa"), "wa", 1, &["--engine", "reference"], false);
-    let _on_b = worker_with(b, &dir.path().join("wb"), "wb", 1, &["--engine", "reference"], false);
-    let doc = wait_job(b, &job, Duration::from_secs(120), |d| d["state"] == "complete").await;
+    let _on_a = worker_with(
+        a,
+        &dir.path().join("wa"),
+        "wa",
+        1,
+        &["--engine", "reference"],
+        false,
+    );
+    let _on_b = worker_with(
+        b,
+        &dir.path().join("wb"),
+        "wb",
+        1,
+        &["--engine", "reference"],
+        false,
+    );
+    let doc = wait_job(b, &job, Duration::from_secs(120), |d| {
+        d["state"] == "complete"
+    })
+    .await;
     assert_exact(&doc, BRENDAN_5X5_NODES, BRENDAN_5X5_SOLUTIONS);
     // both read the same job; both machines worked on it
-    assert_eq!(admin(a, &["job", &job])["nodes_by_depth"], doc["nodes_by_depth"]);
+    assert_eq!(
+        admin(a, &["job", &job])["nodes_by_depth"],
+        doc["nodes_by_depth"]
+    );
     let workers = admin(a, &["workers"]);
     let busy = workers
         .as_array()
@@ -148,8 +168,22 @@ async fn three_coordinators_behind_a_balancer_lose_nothing_when_one_is_sigkilled
     let lb = balancer(&urls).await;
     // small budgets: many round trips, so the kill surely lands mid-job
     let job = submit(&lb, "brendan/set1/pieces_06x06.txt", "2", "100000");
-    let _w1 = worker_with(&lb, &dir.path().join("w1"), "w1", 1, &["--engine", "reference"], false);
-    let _w2 = worker_with(&lb, &dir.path().join("w2"), "w2", 1, &["--engine", "reference"], false);
+    let _w1 = worker_with(
+        &lb,
+        &dir.path().join("w1"),
+        "w1",
+        1,
+        &["--engine", "reference"],
+        false,
+    );
+    let _w2 = worker_with(
+        &lb,
+        &dir.path().join("w2"),
+        "w2",
+        1,
+        &["--engine", "reference"],
+        false,
+    );
     let doc = wait_job(&lb, &job, Duration::from_secs(90), |d| {
         d["nodes_total"].as_u64().unwrap() >= 10_000_000 || d["state"] != "running"
     })
@@ -158,11 +192,97 @@ async fn three_coordinators_behind_a_balancer_lose_nothing_when_one_is_sigkilled
     let (killed, _) = &mut fleet[0];
     killed.signal("-KILL");
     killed.wait(Duration::from_secs(10)).await;
-    let doc = wait_job(&lb, &job, Duration::from_secs(240), |d| d["state"] == "complete").await;
+    let doc = wait_job(&lb, &job, Duration::from_secs(240), |d| {
+        d["state"] == "complete"
+    })
+    .await;
     assert_exact(&doc, BRENDAN_6X6_NODES, BRENDAN_6X6_SOLUTIONS);
     // the survivors read the same, and say so directly
     for (_, url) in &fleet[1..] {
         let direct = admin(url, &["job", &job]);
         assert_exact(&direct, BRENDAN_6X6_NODES, BRENDAN_6X6_SOLUTIONS);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fleet_stopped_mid_job_on_sqlite_is_migrated_and_finishes_exactly_on_postgresql() {
+    let Some(server) = PostgresServer::start_or_skip(
+        "a_fleet_stopped_mid_job_on_sqlite_is_migrated_and_finishes_exactly_on_postgresql",
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("fleet.db");
+    let (mut sqlite, url) = serve(&file, "127.0.0.1:0", &[]);
+    let job = submit(&url, "brendan/set1/pieces_06x06.txt", "2", "100000");
+    let _worker = worker_with(
+        &url,
+        &dir.path().join("w"),
+        "w",
+        1,
+        &["--engine", "reference"],
+        false,
+    );
+    let before = wait_job(&url, &job, Duration::from_secs(90), |d| {
+        d["nodes_total"].as_u64().unwrap() >= 10_000_000 || d["state"] != "running"
+    })
+    .await;
+    assert_eq!(before["state"], "running", "the stop must land mid-job");
+    sqlite.signal("-TERM");
+    sqlite.wait(Duration::from_secs(10)).await;
+    // the coordinator is stopped: what it left, as its own API reads it
+    let stopped = dir.path().join("stopped.db");
+    std::fs::copy(&file, &stopped).unwrap();
+    for ext in ["-wal", "-shm"] {
+        let side = format!("{}{ext}", file.display());
+        if Path::new(&side).exists() {
+            std::fs::copy(&side, format!("{}{ext}", stopped.display())).unwrap();
+        }
+    }
+    let (reader, reader_url) = serve(&stopped, "127.0.0.1:0", &[]);
+    let as_left = admin(&reader_url, &["job", &job]);
+    let workers_left = admin(&reader_url, &["workers"]);
+    drop(reader);
+
+    let db = create_database(server.url(), "migrated").await.unwrap();
+    let out = std::process::Command::new(crate::harness::coordinator_bin())
+        .args(["migrate-store", "--from"])
+        .arg(&file)
+        .args(["--to", &db])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("checked"), "{said}");
+    // a second migration into the same database is refused
+    let again = std::process::Command::new(crate::harness::coordinator_bin())
+        .args(["migrate-store", "--from"])
+        .arg(&file)
+        .args(["--to", &db])
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+
+    // the same port, now on PostgreSQL: the worker carries on where it was
+    let port = url.rsplit(':').next().unwrap();
+    let (_pg, url) = serve(Path::new(&db), &format!("127.0.0.1:{port}"), &[]);
+    let migrated = admin(&url, &["job", &job]);
+    // (not the open/busy split of units: leases out at the stop expire on either side)
+    for key in ["nodes_by_depth", "results", "solutions_count", "state"] {
+        assert_eq!(migrated[key], as_left[key], "{key} moved exactly");
+    }
+    assert_eq!(migrated["units"]["done"], as_left["units"]["done"]);
+    assert_eq!(
+        admin(&url, &["workers"]).as_array().unwrap().len(),
+        workers_left.as_array().unwrap().len()
+    );
+    let doc = wait_job(&url, &job, Duration::from_secs(240), |d| {
+        d["state"] == "complete"
+    })
+    .await;
+    assert_exact(&doc, BRENDAN_6X6_NODES, BRENDAN_6X6_SOLUTIONS);
 }

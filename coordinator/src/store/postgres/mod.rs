@@ -38,7 +38,9 @@ use std::time::Duration;
 
 use sqlx::postgres::{PgArguments, PgConnectOptions, PgPoolOptions, PgRow};
 use sqlx::query::Query;
-use sqlx::{Column, ConnectOptions, Connection, Executor, PgConnection, PgPool, Postgres, Row as _};
+use sqlx::{
+    Column, ConnectOptions, Connection, Executor, PgConnection, PgPool, Postgres, Row as _,
+};
 use sqlx::{TypeInfo, ValueRef};
 use tokio::runtime::{Handle, Runtime};
 use tokio_stream::StreamExt;
@@ -51,7 +53,7 @@ use super::{StoreError, Tx};
 
 /// The advisory lock every write batch holds until its commit (any 64-bit key the
 /// operator's other applications do not use: "e2fleet" in ASCII).
-pub const WRITE_LOCK: i64 = 0x6532_666c_6565_74;
+pub const WRITE_LOCK: i64 = 0x0065_3266_6c65_6574;
 /// The session advisory lock of the coordinator that does the once-only upkeep.
 pub const LEADER_LOCK: i64 = WRITE_LOCK + 1;
 /// How often a coordinator that is not the leader tries to become it.
@@ -327,7 +329,11 @@ struct PgConn<'a> {
     writes: &'a mut i64,
 }
 
-fn bind<'q>(q: Query<'q, Postgres, PgArguments>, v: &'q Value) -> Query<'q, Postgres, PgArguments> {
+/// Binds a value to a statement as its PostgreSQL type.
+pub(crate) fn bind<'q>(
+    q: Query<'q, Postgres, PgArguments>,
+    v: &'q Value,
+) -> Query<'q, Postgres, PgArguments> {
     match v {
         Value::Null(Kind::Int) => q.bind(None::<i64>),
         Value::Null(Kind::Real) => q.bind(None::<f64>),

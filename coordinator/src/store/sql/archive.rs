@@ -714,9 +714,10 @@ impl Archive for SqlTx<'_> {
     }
 
     fn archived_units(&mut self) -> StoreResult<u64> {
-        let n: i64 = self
-            .c
-            .one("SELECT COALESCE(CAST(SUM(units) AS BIGINT), 0) FROM archive_jobs", &[])?;
+        let n: i64 = self.c.one(
+            "SELECT COALESCE(CAST(SUM(units) AS BIGINT), 0) FROM archive_jobs",
+            &[],
+        )?;
         Ok(n as u64)
     }
 }

@@ -283,6 +283,16 @@ pub fn encode_sparse_counts(counts: &[u64]) -> Vec<u8> {
     out
 }
 
+/// The BLOB form of sparse counts stored as JSON text by earlier versions
+/// (`[first non-zero depth, counts...]`): the same numbers as varints.
+pub fn encode_sparse_counts_from(sparse: &[u64]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(2 * sparse.len());
+    for &n in sparse {
+        varint(&mut out, n);
+    }
+    out
+}
+
 /// Reads a sparse counts column into `depths` counts: [`encode_sparse_counts`]'s BLOB,
 /// the JSON text of earlier versions (`[first non-zero depth, counts...]`), or NULL (all
 /// zero).
