@@ -26,7 +26,7 @@ out=$(systemd-analyze verify "$tmp"/*.service 2>&1 || true)
 if [ -z "$out" ]; then ok; else bad "$out"; fi
 
 step "shell scripts (shellcheck)"
-if out=$(shellcheck slurm/e2fleet-worker.sbatch htcondor/e2fleet-worker-condor.sh check.sh \
+if out=$(shellcheck slurm/e2fleet-worker.sbatch htcondor/e2fleet-worker-condor.sh check.sh ../local-fleet-postgres.sh \
     ../local-fleet.sh ../docs/screenshots.sh ../.ci/run 2>&1); then ok; else bad "$out"; fi
 
 step "Dockerfiles (hadolint)"
@@ -34,10 +34,10 @@ if out=$(hadolint --no-color docker/Dockerfile.coordinator docker/Dockerfile.wor
 
 step "YAML (yamllint)"
 if out=$(yamllint -d '{extends: default, rules: {line-length: {max: 120}, document-start: disable}}' \
-    k8s docker/compose.yaml 2>&1); then ok; else bad "$out"; fi
+    k8s docker/compose.yaml docker/compose.postgres.yaml 2>&1); then ok; else bad "$out"; fi
 
 step "Kubernetes manifests (kubernetes-validate)"
-if out=$(kubernetes-validate --strict --quiet k8s/namespace.yaml k8s/coordinator.yaml k8s/workers.yaml 2>&1); then ok; else bad "$out"; fi
+if out=$(kubernetes-validate --strict --quiet k8s/namespace.yaml k8s/coordinator.yaml k8s/coordinator-postgres.yaml k8s/workers.yaml 2>&1); then ok; else bad "$out"; fi
 
 step "referenced files exist"
 missing=""
@@ -46,7 +46,7 @@ while read -r f; do
 done < <(sed -n 's/^  - \(.*\.yaml\)$/\1/p' k8s/kustomization.yaml)
 while read -r f; do
   [ -f "../$f" ] || missing="$missing $f"
-done < <(sed -n 's/^ *dockerfile: *//p' docker/compose.yaml)
+done < <(sed -n 's/^ *dockerfile: *//p' docker/compose.yaml docker/compose.postgres.yaml)
 while read -r f; do
   [ "$f" = e2fleet-worker ] || [ -f "htcondor/$f" ] || missing="$missing htcondor/$f"
 done < <(sed -n 's/^executable *= *//p; s/^transfer_input_files *= *//p' htcondor/e2fleet-worker.sub)

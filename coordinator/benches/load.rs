@@ -17,6 +17,10 @@
 //! bytes per unit and the units/s of that tenth: storage and speed over a long campaign;
 //! `--db FILE` keeps the database there; `--archive-after-s N` archives units decided N s
 //! ago, as `serve` does by default after an hour)
+//! cargo bench -p e2fleet-coordinator --bench load -- --db postgres://postgres@127.0.0.1/postgres --coordinators 2
+//! (`--db postgres://SERVER/DB`: on a fresh database of that PostgreSQL server;
+//! `--coordinators N`: N coordinators on it, each with its own port, writer connection
+//! and caches, the workers spread over them round robin)
 //! ```
 //! Prints completed units/s, lease/report latency percentiles as the workers saw them,
 //! and the writer thread's figures (queue wait, run time per job, commits, busy share).
@@ -26,7 +30,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use e2fleet_coordinator::fleet::{Fleet, FleetConfig, system_clock};
-use e2fleet_coordinator::store::Store;
+use e2fleet_coordinator::store::{Database, Store, WriterTotals};
 use e2fleet_engine::formats::{LoadOptions, load_file, to_site_json};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{NoControl, RunOptions, Walker};
@@ -146,28 +150,59 @@ async fn run() {
         .build()
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let db = match std::env::args().skip_while(|a| a != "--db").nth(1) {
-        Some(path) => std::path::PathBuf::from(path),
-        None => dir.path().join("load.db"),
+    let db: Database = match std::env::args().skip_while(|a| a != "--db").nth(1) {
+        Some(db) => db.parse().unwrap(),
+        None => Database::Sqlite(dir.path().join("load.db")),
     };
-    let db_path = db.clone();
+    let db = match db {
+        // a fresh database of that server for each run
+        Database::Postgres(server) => {
+            let name = format!("e2fleet_load_{}", uuid::Uuid::new_v4().simple());
+            let url = e2fleet_coordinator::store::testing::create_database(&server, &name)
+                .await
+                .unwrap();
+            eprintln!("on PostgreSQL: database {name}");
+            Database::Postgres(url)
+        }
+        db => db,
+    };
+    let coordinators = arg("--coordinators", 1).max(1) as usize;
+    assert!(
+        coordinators == 1 || matches!(db, Database::Postgres(_)),
+        "several coordinators share a PostgreSQL database, not a SQLite file"
+    );
+    let db_path = match &db {
+        Database::Sqlite(path) => Some(path.clone()),
+        Database::Postgres(_) => None,
+    };
     let campaign = arg("--campaign", 0);
     // `--archive-after-s N`: the detail window, as `serve --archive-after-s` (0: no archive)
     let archive_after_s = arg("--archive-after-s", 0);
+    let mut fleets = Vec::new();
+    let mut urls = Vec::new();
+    for _ in 1..coordinators {
+        let db = db.clone();
+        let (fleet, url) = coordinator
+            .spawn(async move {
+                let fleet = Arc::new(Fleet::new(
+                    Store::connect(&db).await.unwrap(),
+                    bench_config(archive_after_s),
+                    system_clock(),
+                ));
+                let url = serve(fleet.clone()).await;
+                (fleet, url)
+            })
+            .await
+            .unwrap();
+        fleets.push(fleet);
+        urls.push(url);
+    }
     let (fleet, url, job_id, units, depth) = coordinator
         .spawn(async move {
-            let store = Store::open(&db).await.unwrap();
+            let store = Store::connect(&db).await.unwrap();
             let fleet = Arc::new(Fleet::new(
                 store,
-                FleetConfig {
-                    lease: Duration::from_secs(300),
-                    quarantine_after: 3,
-                    trust: Default::default(),
-                    archive_after: (archive_after_s > 0)
-                        .then(|| Duration::from_secs(archive_after_s)),
-                    enroll_token: "enroll-load-bench-0123".into(),
-                    admin_token: "admin-load-bench-0123".into(),
-                },
+                bench_config(archive_after_s),
                 system_clock(),
             ));
             let puzzle_path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -191,18 +226,13 @@ async fn run() {
                 fleet.submit_job(request.clone()).await.unwrap();
             }
             let (job_id, units, depth) = (created.job_id, created.units, created.split_depth);
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            let url = format!("http://{}", listener.local_addr().unwrap());
-            let server = fleet.clone();
-            tokio::spawn(async move {
-                e2fleet_coordinator::server::serve(listener, server, std::future::pending())
-                    .await
-                    .unwrap();
-            });
+            let url = serve(fleet.clone()).await;
             (fleet, url, job_id, units, depth)
         })
         .await
         .unwrap();
+    fleets.insert(0, fleet.clone());
+    urls.insert(0, url);
     let puzzle_path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("../puzzles/bench/bench-hard.json");
     let puzzle = load_file(&puzzle_path, &LoadOptions::default()).unwrap();
@@ -211,10 +241,12 @@ async fn run() {
         "job {job_id}: {units} units at depth {depth}; {workers} workers, think {think:?}, {seconds} s"
     );
 
+    // connections spread over the coordinators: worker i uses pool[i % len], so the
+    // workers are spread round robin too
     let mut pool = Vec::new();
-    for _ in 0..channels.max(1) {
+    for c in 0..channels.max(1).max(coordinators) {
         pool.push(
-            Channel::from_shared(url.clone())
+            Channel::from_shared(urls[c % coordinators].clone())
                 .unwrap()
                 .tcp_nodelay(true)
                 .connect()
@@ -335,16 +367,23 @@ async fn run() {
     tokio::time::sleep(think + Duration::from_secs(1)).await;
     measuring.store(true, Ordering::Relaxed);
     let start_done = done.load(Ordering::Relaxed);
-    let w0 = fleet.writer_stats();
+    let writers = |fleets: &[Arc<Fleet>]| {
+        fleets
+            .iter()
+            .map(|f| f.writer_stats())
+            .fold(Default::default(), add_totals)
+    };
+    let w0 = writers(&fleets);
     let started = Instant::now();
     if campaign > 0 {
+        let db_path = db_path.expect("a campaign measures a SQLite file");
         run_campaign(&done, campaign, &db_path, &fleet).await;
     } else {
         tokio::time::sleep(Duration::from_secs(seconds)).await;
     }
     let completed = done.load(Ordering::Relaxed) - start_done;
     measuring.store(false, Ordering::Relaxed);
-    let w1 = fleet.writer_stats();
+    let w1 = writers(&fleets);
     let elapsed = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
@@ -360,7 +399,8 @@ async fn run() {
         .await
         .unwrap();
     println!(
-        "workers {workers}  think {} ms  completed {:.0} units/s  lease p50 {:.1} ms p99 {:.1} ms  report p50 {:.1} ms p99 {:.1} ms  (job nodes {}, units done {})",
+        "coordinators {coordinators} ({})  workers {workers}  think {} ms  completed {:.0} units/s  lease p50 {:.1} ms p99 {:.1} ms  report p50 {:.1} ms p99 {:.1} ms  (job nodes {}, units done {})",
+        fleet.store_backend(),
         think.as_millis(),
         completed as f64 / elapsed,
         pct(&l, 0.5),
@@ -373,7 +413,7 @@ async fn run() {
     let jobs = (w1.jobs - w0.jobs).max(1);
     let batches = (w1.batches - w0.batches).max(1);
     println!(
-        "writer thread: {} jobs, queued {:.2} ms and ran {:.0} us on average; {} commits of {:.1} jobs, busy {:.0}% of the window; longest queue wait {:.1} ms, longest batch {:.1} ms (since start); {} WAL resets",
+        "writer threads: {} jobs, queued {:.2} ms and ran {:.0} us on average; {} commits of {:.1} jobs, busy {:.0}% of the window; longest queue wait {:.1} ms, longest batch {:.1} ms (since start); {} WAL resets",
         w1.jobs - w0.jobs,
         (w1.queued_us - w0.queued_us) as f64 / jobs as f64 / 1000.0,
         (w1.running_us - w0.running_us) as f64 / jobs as f64,
@@ -385,4 +425,41 @@ async fn run() {
         w1.wal_resets - w0.wal_resets,
     );
     coordinator.shutdown_background();
+}
+
+/// The fleet settings of every coordinator in the bench.
+fn bench_config(archive_after_s: u64) -> FleetConfig {
+    FleetConfig {
+        lease: Duration::from_secs(300),
+        quarantine_after: 3,
+        trust: Default::default(),
+        archive_after: (archive_after_s > 0).then(|| Duration::from_secs(archive_after_s)),
+        enroll_token: "enroll-load-bench-0123".into(),
+        admin_token: "admin-load-bench-0123".into(),
+    }
+}
+
+/// Serves `fleet` on a free loopback port; its URL.
+async fn serve(fleet: Arc<Fleet>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move {
+        e2fleet_coordinator::server::serve(listener, fleet, std::future::pending())
+            .await
+            .unwrap();
+    });
+    url
+}
+
+fn add_totals(a: WriterTotals, b: WriterTotals) -> WriterTotals {
+    WriterTotals {
+        jobs: a.jobs + b.jobs,
+        queued_us: a.queued_us + b.queued_us,
+        running_us: a.running_us + b.running_us,
+        batches: a.batches + b.batches,
+        batch_us: a.batch_us + b.batch_us,
+        max_queued_us: a.max_queued_us.max(b.max_queued_us),
+        max_batch_us: a.max_batch_us.max(b.max_batch_us),
+        wal_resets: a.wal_resets + b.wal_resets,
+    }
 }

@@ -1,6 +1,6 @@
 //! Keeping a long campaign's database small and flat: decided units older than the
 //! detail window ([`FleetConfig::archive_after`]) are archived, a batch per write so the
-//! writer never stalls long (see `store/sqlite/archive.rs` for what a row keeps).
+//! writer never stalls long (see `store/sql/archive.rs` for what a row keeps).
 //!
 //! The pass walks done units in order of decision and remembers where it stopped; units
 //! it passes over (a kept best board or solution, a lease still out, a result still

@@ -303,6 +303,11 @@ impl Fleet {
         self.store.writer_stats()
     }
 
+    /// Which store the fleet is on: `"sqlite"` or `"postgres"`.
+    pub fn store_backend(&self) -> &'static str {
+        self.store.backend()
+    }
+
     /// Now, in ms since the epoch (the fleet's clock).
     pub fn now(&self) -> i64 {
         (self.clock)()

@@ -61,6 +61,10 @@ pub trait Session: Send + 'static {
     fn between_batches(&mut self) -> bool {
         false
     }
+    /// Longest a batch keeps taking queued jobs before it commits.
+    fn batch_time(&self) -> Duration {
+        MAX_BATCH_TIME
+    }
 }
 
 /// Most jobs committed together.
@@ -69,7 +73,8 @@ pub const MAX_BATCH: usize = 128;
 /// [`StoreError::Busy`] (≈ 0.5-1 s of work at this project's measured ~60-90 µs a job) —
 /// a worker told UNAVAILABLE backs off, instead of every request waiting ever longer.
 pub const MAX_QUEUED: usize = 8_192;
-/// Longest a batch keeps taking queued jobs before it commits.
+/// Longest a batch keeps taking queued jobs before it commits (SQLite; see
+/// [`Session::batch_time`]).
 pub const MAX_BATCH_TIME: Duration = Duration::from_millis(2);
 
 /// What a finished job does once its batch's commit succeeded or failed.
@@ -216,6 +221,7 @@ impl Writer {
 }
 
 fn run(mut session: impl Session, jobs: mpsc::Receiver<Job>, stats: Arc<WriterStats>) {
+    let batch_time = session.batch_time();
     while let Ok(first) = jobs.recv() {
         if session.between_batches() {
             stats.wal_resets.fetch_add(1, Relaxed);
@@ -242,7 +248,7 @@ fn run(mut session: impl Session, jobs: mpsc::Receiver<Job>, stats: Arc<WriterSt
                 );
                 break;
             }
-            if replies.len() < MAX_BATCH && started.elapsed() < MAX_BATCH_TIME {
+            if replies.len() < MAX_BATCH && started.elapsed() < batch_time {
                 next = jobs.try_recv().ok();
             }
         }

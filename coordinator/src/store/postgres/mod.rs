@@ -60,6 +60,10 @@ pub const LEADER_LOCK: i64 = WRITE_LOCK + 1;
 pub const LEADER_RETRY: Duration = Duration::from_secs(2);
 /// Read connections in the pool.
 const READERS: u32 = 8;
+/// Longest a write batch keeps taking queued jobs: a job here costs a network round trip
+/// per statement (~1 ms a report), so a batch of SQLite's 2 ms would mostly be one job,
+/// and every commit waits for the WAL to reach the disk.
+pub const BATCH_TIME: Duration = Duration::from_millis(10);
 
 /// The runtime the store's connections live on, shut down without waiting when the last
 /// handle goes (dropping a runtime inside another would panic).
@@ -100,7 +104,7 @@ impl PgStore {
             .map_err(|e| StoreError::Open(format!("cannot start the store's runtime: {e}")))?;
         let rt = runtime.handle().clone();
         let runtime = Arc::new(OwnRuntime(Some(runtime)));
-        let (pool, conn) = {
+        let pool = {
             let options = options.clone();
             rt.spawn(async move {
                 let pool = PgPoolOptions::new()
@@ -109,8 +113,7 @@ impl PgStore {
                     .connect_with(options.clone())
                     .await?;
                 sqlx::migrate!("../migrations/postgres").run(&pool).await?;
-                let conn = PgConnection::connect_with(&options).await?;
-                Ok::<_, StoreError>((pool, conn))
+                Ok::<_, StoreError>(pool)
             })
             .await
             .map_err(|e| StoreError::Open(format!("cannot open PostgreSQL: {e}")))?
@@ -121,15 +124,7 @@ impl PgStore {
                 e => e,
             })?
         };
-        let writer = Writer::start(
-            PgSession {
-                rt: rt.clone(),
-                conn: Some(conn),
-                options: options.clone(),
-                writes: 0,
-            },
-            MAX_QUEUED,
-        )?;
+        let writer = Writer::start(PgSession::connect(options.clone())?, MAX_QUEUED)?;
         let leader = Arc::new(AtomicBool::new(false));
         rt.spawn(lead(options, leader.clone()));
         Ok(PgStore {
@@ -166,7 +161,7 @@ impl PgStore {
                     .map_err(StoreError::from)?;
                 let mut writes = 0;
                 let out = f(&mut SqlTx::new(&mut PgConn {
-                    rt: &rt,
+                    rt: Driver::Shared(&rt),
                     c: &mut c,
                     writes: &mut writes,
                 }));
@@ -225,15 +220,36 @@ async fn lead(options: PgConnectOptions, leader: Arc<AtomicBool>) {
     }
 }
 
-/// The writer's connection; reconnects when it broke.
+/// The writer's connection, on a single-threaded runtime of its own that the writer
+/// thread drives (a statement's round trip then never crosses threads: ~3x faster than
+/// through the shared runtime); reconnects when it broke.
 struct PgSession {
-    rt: Handle,
+    rt: Runtime,
     conn: Option<PgConnection>,
     options: PgConnectOptions,
     writes: i64,
 }
 
 impl PgSession {
+    /// Connects, from a thread of its own (this may be called inside another runtime).
+    fn connect(options: PgConnectOptions) -> Result<PgSession, StoreError> {
+        std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| StoreError::Open(format!("cannot start the writer's runtime: {e}")))?;
+            let conn = rt.block_on(PgConnection::connect_with(&options))?;
+            Ok(PgSession {
+                rt,
+                conn: Some(conn),
+                options,
+                writes: 0,
+            })
+        })
+        .join()
+        .map_err(|_| StoreError::Open("the writer's connection failed".into()))?
+    }
+
     fn run(&mut self, sql: &str) -> Result<(), String> {
         let Some(c) = self.conn.as_mut() else {
             return Err("no connection to PostgreSQL".into());
@@ -285,6 +301,10 @@ impl Session for PgSession {
     fn conn(&mut self) -> &mut dyn Conn {
         self
     }
+
+    fn batch_time(&self) -> Duration {
+        BATCH_TIME
+    }
 }
 
 impl Conn for PgSession {
@@ -294,7 +314,7 @@ impl Conn for PgSession {
             .as_mut()
             .ok_or_else(|| StoreError::Writer("no connection to PostgreSQL".into()))?;
         PgConn {
-            rt: &self.rt,
+            rt: Driver::Own(&self.rt),
             c,
             writes: &mut self.writes,
         }
@@ -312,7 +332,7 @@ impl Conn for PgSession {
             .as_mut()
             .ok_or_else(|| StoreError::Writer("no connection to PostgreSQL".into()))?;
         PgConn {
-            rt: &self.rt,
+            rt: Driver::Own(&self.rt),
             c,
             writes: &mut self.writes,
         }
@@ -324,9 +344,26 @@ impl Conn for PgSession {
 /// `writes` counts the statements that may have changed rows or failed (a failed
 /// statement spoils a PostgreSQL transaction: the writer must roll its batch back).
 struct PgConn<'a> {
-    rt: &'a Handle,
+    rt: Driver<'a>,
     c: &'a mut PgConnection,
     writes: &'a mut i64,
+}
+
+/// What runs a statement's future to its end from a synchronous caller: the shared
+/// runtime's handle (reads, on its blocking threads) or the writer's own single-threaded
+/// runtime (only `Runtime::block_on` drives a current-thread runtime's I/O).
+enum Driver<'a> {
+    Shared(&'a Handle),
+    Own(&'a Runtime),
+}
+
+impl Driver<'_> {
+    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        match self {
+            Driver::Shared(h) => h.block_on(f),
+            Driver::Own(rt) => rt.block_on(f),
+        }
+    }
 }
 
 /// Binds a value to a statement as its PostgreSQL type.
