@@ -299,6 +299,29 @@ pub fn serve_lines(db: &Path, listen: &str, extra: &[&str]) -> (Proc, String, Ve
     (Proc(child), addr, before)
 }
 
+/// Polls a job through the coordinator binary's `job` command until `until` holds
+/// (bounded).
+pub async fn wait_job(
+    url: &str,
+    job: &str,
+    limit: Duration,
+    until: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let doc = admin(url, &["job", job]);
+        if until(&doc) {
+            return doc;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "job did not get there in {limit:?}: {}",
+            doc["units"]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// Runs an admin subcommand of the coordinator binary with `--json`.
 pub fn admin(url: &str, args: &[&str]) -> serde_json::Value {
     let out = Command::new(coordinator_bin())

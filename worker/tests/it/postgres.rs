@@ -10,12 +10,12 @@
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use e2fleet_coordinator::store::testing::{PostgresServer, create_database};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::harness::{Proc, admin, puzzle_path, serve, worker_with};
+use crate::harness::{Proc, admin, puzzle_path, serve, wait_job, worker_with};
 
 const BRENDAN_6X6_NODES: u64 = 69_284_103;
 const BRENDAN_6X6_SOLUTIONS: u64 = 260;
@@ -79,25 +79,32 @@ fn submit(url: &str, puzzle: &str, split_depth: &str, budget: &str) -> String {
         .to_string()
 }
 
-async fn wait_job(
-    url: &str,
-    job: &str,
-    limit: Duration,
-    until: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let start = Instant::now();
-    loop {
-        let doc = admin(url, &["job", job]);
-        if until(&doc) {
-            return doc;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "job did not get there in {limit:?}: {}",
-            doc["units"]
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+/// A worker process with one reference-engine thread.
+fn reference_worker(url: &str, dir: &Path, name: &str) -> Proc {
+    worker_with(
+        url,
+        &dir.join(name),
+        name,
+        1,
+        &["--engine", "reference"],
+        false,
+    )
+}
+
+/// Waits until the 6x6 job is well under way (10 M nodes) and still running.
+async fn mid_job(url: &str, job: &str) {
+    let doc = wait_job(url, job, Duration::from_secs(90), |d| {
+        d["nodes_total"].as_u64().unwrap() >= 10_000_000 || d["state"] != "running"
+    })
+    .await;
+    assert_eq!(doc["state"], "running", "the fault must land mid-job");
+}
+
+async fn wait_complete(url: &str, job: &str) -> serde_json::Value {
+    wait_job(url, job, Duration::from_secs(240), |d| {
+        d["state"] == "complete"
+    })
+    .await
 }
 
 fn assert_exact(doc: &serde_json::Value, nodes: u64, solutions: u64) {
@@ -119,26 +126,9 @@ async fn two_coordinators_on_one_postgresql_share_a_job_exactly() {
     let (a, b) = (&fleet[0].1, &fleet[1].1);
     // budgets of 300 nodes: chains of continuations, reported to either coordinator
     let job = submit(a, "brendan/set1/pieces_05x05.txt", "2", "300");
-    let _on_a = worker_with(
-        a,
-        &dir.path().join("wa"),
-        "wa",
-        1,
-        &["--engine", "reference"],
-        false,
-    );
-    let _on_b = worker_with(
-        b,
-        &dir.path().join("wb"),
-        "wb",
-        1,
-        &["--engine", "reference"],
-        false,
-    );
-    let doc = wait_job(b, &job, Duration::from_secs(120), |d| {
-        d["state"] == "complete"
-    })
-    .await;
+    let _on_a = reference_worker(a, dir.path(), "wa");
+    let _on_b = reference_worker(b, dir.path(), "wb");
+    let doc = wait_complete(b, &job).await;
     assert_exact(&doc, BRENDAN_5X5_NODES, BRENDAN_5X5_SOLUTIONS);
     // both read the same job; both machines worked on it
     assert_eq!(
@@ -168,34 +158,13 @@ async fn three_coordinators_behind_a_balancer_lose_nothing_when_one_is_sigkilled
     let lb = balancer(&urls).await;
     // small budgets: many round trips, so the kill surely lands mid-job
     let job = submit(&lb, "brendan/set1/pieces_06x06.txt", "2", "100000");
-    let _w1 = worker_with(
-        &lb,
-        &dir.path().join("w1"),
-        "w1",
-        1,
-        &["--engine", "reference"],
-        false,
-    );
-    let _w2 = worker_with(
-        &lb,
-        &dir.path().join("w2"),
-        "w2",
-        1,
-        &["--engine", "reference"],
-        false,
-    );
-    let doc = wait_job(&lb, &job, Duration::from_secs(90), |d| {
-        d["nodes_total"].as_u64().unwrap() >= 10_000_000 || d["state"] != "running"
-    })
-    .await;
-    assert_eq!(doc["state"], "running", "the kill must land mid-job");
+    let _w1 = reference_worker(&lb, dir.path(), "w1");
+    let _w2 = reference_worker(&lb, dir.path(), "w2");
+    mid_job(&lb, &job).await;
     let (killed, _) = &mut fleet[0];
     killed.signal("-KILL");
     killed.wait(Duration::from_secs(10)).await;
-    let doc = wait_job(&lb, &job, Duration::from_secs(240), |d| {
-        d["state"] == "complete"
-    })
-    .await;
+    let doc = wait_complete(&lb, &job).await;
     assert_exact(&doc, BRENDAN_6X6_NODES, BRENDAN_6X6_SOLUTIONS);
     // the survivors read the same, and say so directly
     for (_, url) in &fleet[1..] {
@@ -215,19 +184,8 @@ async fn a_fleet_stopped_mid_job_on_sqlite_is_migrated_and_finishes_exactly_on_p
     let file = dir.path().join("fleet.db");
     let (mut sqlite, url) = serve(&file, "127.0.0.1:0", &[]);
     let job = submit(&url, "brendan/set1/pieces_06x06.txt", "2", "100000");
-    let _worker = worker_with(
-        &url,
-        &dir.path().join("w"),
-        "w",
-        1,
-        &["--engine", "reference"],
-        false,
-    );
-    let before = wait_job(&url, &job, Duration::from_secs(90), |d| {
-        d["nodes_total"].as_u64().unwrap() >= 10_000_000 || d["state"] != "running"
-    })
-    .await;
-    assert_eq!(before["state"], "running", "the stop must land mid-job");
+    let _worker = reference_worker(&url, dir.path(), "w");
+    mid_job(&url, &job).await;
     sqlite.signal("-TERM");
     sqlite.wait(Duration::from_secs(10)).await;
     // the coordinator is stopped: what it left, as its own API reads it
@@ -280,9 +238,6 @@ async fn a_fleet_stopped_mid_job_on_sqlite_is_migrated_and_finishes_exactly_on_p
         admin(&url, &["workers"]).as_array().unwrap().len(),
         workers_left.as_array().unwrap().len()
     );
-    let doc = wait_job(&url, &job, Duration::from_secs(240), |d| {
-        d["state"] == "complete"
-    })
-    .await;
+    let doc = wait_complete(&url, &job).await;
     assert_exact(&doc, BRENDAN_6X6_NODES, BRENDAN_6X6_SOLUTIONS);
 }

@@ -25,7 +25,7 @@ use e2fleet_proto::v2::worker_service_client::WorkerServiceClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::harness::{
-    ADMIN, ENROLL, Proc, admin, coordinator_bin, puzzle_path, serve, worker_with,
+    ADMIN, ENROLL, Proc, admin, coordinator_bin, puzzle_path, serve, wait_job, worker_with,
 };
 
 const BRENDAN_6X6_NODES: u64 = 69_284_103;
@@ -50,28 +50,6 @@ fn submit_6x6(url: &str, budget: &str, extra: &[&str]) -> String {
 /// Starts a worker process with one engine thread.
 fn worker(url: &str, data: &Path, host: &str, extra: &[&str], own_group: bool) -> Proc {
     worker_with(url, data, host, 1, extra, own_group)
-}
-
-/// Polls the job until `until` holds (bounded).
-async fn wait_job(
-    url: &str,
-    job: &str,
-    limit: Duration,
-    until: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let start = Instant::now();
-    loop {
-        let doc = admin(url, &["job", job]);
-        if until(&doc) {
-            return doc;
-        }
-        assert!(
-            start.elapsed() < limit,
-            "job did not get there in {limit:?}: {}",
-            doc["units"]
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 /// Polls the job until it is complete (bounded).

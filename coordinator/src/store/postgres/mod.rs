@@ -260,6 +260,19 @@ impl PgSession {
             .map_err(|e| e.to_string())
     }
 
+    /// The connection, to run a job's statements on.
+    fn statements(&mut self) -> StoreResult<PgConn<'_>> {
+        let c = self
+            .conn
+            .as_mut()
+            .ok_or_else(|| StoreError::Writer("no connection to PostgreSQL".into()))?;
+        Ok(PgConn {
+            rt: Driver::Own(&self.rt),
+            c,
+            writes: &mut self.writes,
+        })
+    }
+
     fn begin_once(&mut self) -> Result<(), String> {
         self.run("BEGIN")?;
         let lock = format!("SELECT pg_advisory_xact_lock({WRITE_LOCK})");
@@ -309,16 +322,7 @@ impl Session for PgSession {
 
 impl Conn for PgSession {
     fn execute(&mut self, sql: &str, params: &[Value]) -> StoreResult<usize> {
-        let c = self
-            .conn
-            .as_mut()
-            .ok_or_else(|| StoreError::Writer("no connection to PostgreSQL".into()))?;
-        PgConn {
-            rt: Driver::Own(&self.rt),
-            c,
-            writes: &mut self.writes,
-        }
-        .execute(sql, params)
+        self.statements()?.execute(sql, params)
     }
 
     fn for_each(
@@ -327,16 +331,7 @@ impl Conn for PgSession {
         params: &[Value],
         each: &mut dyn FnMut(&Row) -> StoreResult<()>,
     ) -> StoreResult<()> {
-        let c = self
-            .conn
-            .as_mut()
-            .ok_or_else(|| StoreError::Writer("no connection to PostgreSQL".into()))?;
-        PgConn {
-            rt: Driver::Own(&self.rt),
-            c,
-            writes: &mut self.writes,
-        }
-        .for_each(sql, params, each)
+        self.statements()?.for_each(sql, params, each)
     }
 }
 
