@@ -308,6 +308,11 @@ impl Fleet {
         self.store.backend()
     }
 
+    /// Whether this coordinator runs the once-only upkeep ([`Store::is_leader`]).
+    pub fn does_upkeep(&self) -> bool {
+        self.store.is_leader()
+    }
+
     /// Now, in ms since the epoch (the fleet's clock).
     pub fn now(&self) -> i64 {
         (self.clock)()

@@ -79,6 +79,18 @@ pub async fn metrics(State(fleet): State<Arc<Fleet>>) -> Response {
         "gauge",
         &samples,
     );
+    out.metric(
+        "e2fleet_store_info",
+        "The coordinator's database: sqlite (one coordinator per file) or postgres (any number on one database).",
+        "gauge",
+        &[(format!("{{store=\"{}\"}}", fleet.store_backend()), 1.0)],
+    );
+    out.metric(
+        "e2fleet_upkeep_leader",
+        "1 when this coordinator runs the once-only upkeep (the archiver): always on SQLite, the holder of the upkeep lock on PostgreSQL.",
+        "gauge",
+        &[(String::new(), if fleet.does_upkeep() { 1.0 } else { 0.0 })],
+    );
     let ws = fleet.writer_stats();
     for (name, help, value) in [
         (

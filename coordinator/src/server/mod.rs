@@ -154,7 +154,7 @@ pub async fn serve_with_limits(
             tick.tick().await;
             // several coordinators on one database: one archives (the others would find
             // the same units and queue behind its writes for nothing)
-            if !archive_fleet.store.is_leader() {
+            if !archive_fleet.does_upkeep() {
                 continue;
             }
             if let Err(e) = archive_fleet.archive_decided().await {

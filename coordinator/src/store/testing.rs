@@ -189,6 +189,23 @@ impl PostgresServer {
         }
     }
 
+    /// Restarts the server (a fast shutdown: open transactions roll back, connections
+    /// drop), on the same port.
+    pub fn restart(&self) -> Result<(), String> {
+        let dir = self.data.path().join("data");
+        self.pg(
+            "pg_ctl",
+            &[
+                "-D".as_ref(),
+                dir.as_os_str(),
+                "-m".as_ref(),
+                "fast".as_ref(),
+                "-w".as_ref(),
+                "restart".as_ref(),
+            ],
+        )
+    }
+
     /// The server's address (the `postgres` superuser, database `postgres`).
     pub fn url(&self) -> &str {
         &self.url

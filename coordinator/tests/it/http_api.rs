@@ -76,7 +76,8 @@ async fn post(url: &str, path: &str, token: Option<&str>) -> (u16, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_endpoint_answers_with_a_running_job() {
     let dir = tempfile::tempdir().unwrap();
-    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let db = temp_db(&dir);
+    let c = Coordinator::start(&db, 3).await;
     let job = c.submit("brendan/set1/pieces_05x05.txt", 3, 0, 1).await;
     let mut w = SimWorker::register(&c.url, "api-host", Behaviour::Honest).await;
     w.work(2).await;
@@ -134,7 +135,13 @@ async fn every_endpoint_answers_with_a_running_job() {
 
     let (status, body) = get(&c.url, "/metrics").await;
     assert_eq!(status, 200);
+    let store = match e2fleet_coordinator::store::testing::database_for(&db).await {
+        e2fleet_coordinator::store::Database::Sqlite(_) => "sqlite",
+        e2fleet_coordinator::store::Database::Postgres(_) => "postgres",
+    };
     for name in [
+        &format!("e2fleet_store_info{{store=\"{store}\"}} 1"),
+        "e2fleet_upkeep_leader",
         "e2fleet_workers{state=\"idle\"} 1",
         "e2fleet_aggregate_nodes_per_second{kind=\"verified\"}",
         "e2fleet_per_core_nodes_per_second{group=\"all\"}",

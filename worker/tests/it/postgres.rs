@@ -1,7 +1,9 @@
 //! Several coordinator processes on one PostgreSQL database, with real worker processes:
-//! the job adds up to the digit whichever coordinator each call reaches, and when one
+//! the job adds up to the digit whichever coordinator each call reaches, when one
 //! coordinator is SIGKILLed mid-job the others carry on (the workers reach them through
-//! a load balancer, as behind any TCP balancer or a Kubernetes Service).
+//! a load balancer, as behind any TCP balancer or a Kubernetes Service), and when the
+//! database server restarts mid-job nothing is lost; a fleet moved from SQLite with
+//! `migrate-store` finishes exactly.
 //!
 //! Each test starts a throwaway PostgreSQL server
 //! ([`e2fleet_coordinator::store::testing::PostgresServer`]); without the server binaries
@@ -143,6 +145,31 @@ async fn two_coordinators_on_one_postgresql_share_a_job_exactly() {
         .filter(|w| w["units_done"].as_u64().unwrap_or(0) > 0)
         .count();
     assert_eq!(busy, 2, "{workers}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_restart_mid_job_loses_nothing() {
+    let Some(server) = PostgresServer::start_or_skip("a_database_restart_mid_job_loses_nothing")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let fleet = coordinators(&server, 2).await;
+    let (a, b) = (&fleet[0].1, &fleet[1].1);
+    let job = submit(a, "brendan/set1/pieces_06x06.txt", "2", "100000");
+    let _on_a = reference_worker(a, dir.path(), "wa");
+    let _on_b = reference_worker(b, dir.path(), "wb");
+    mid_job(a, &job).await;
+    // every connection of both coordinators drops; their writers, read pools and the
+    // upkeep lock reconnect, the workers retry what was refused meanwhile
+    server.restart().unwrap();
+    let doc = wait_complete(b, &job).await;
+    assert_exact(&doc, BRENDAN_6X6_NODES, BRENDAN_6X6_SOLUTIONS);
+    assert_exact(
+        &admin(a, &["job", &job]),
+        BRENDAN_6X6_NODES,
+        BRENDAN_6X6_SOLUTIONS,
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
