@@ -193,11 +193,16 @@ impl PostgresServer {
     /// drop), on the same port.
     pub fn restart(&self) -> Result<(), String> {
         let dir = self.data.path().join("data");
+        // (with its log file again: a server writing to pg_ctl's output would hold that
+        // pipe open, and waiting for pg_ctl's output would never end)
+        let log = self.data.path().join("log");
         self.pg(
             "pg_ctl",
             &[
                 "-D".as_ref(),
                 dir.as_os_str(),
+                "-l".as_ref(),
+                log.as_os_str(),
                 "-m".as_ref(),
                 "fast".as_ref(),
                 "-w".as_ref(),
