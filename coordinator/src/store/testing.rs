@@ -164,6 +164,7 @@ impl PostgresServer {
                 "start".as_ref(),
             ],
         )?;
+        server.stop_when_gone()?;
         let started = Instant::now();
         while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
             if started.elapsed() > Duration::from_secs(30) {
@@ -214,6 +215,32 @@ impl PostgresServer {
     /// The server's address (the `postgres` superuser, database `postgres`).
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// A watcher that stops the server when this process ends without dropping it (a
+    /// test killed by a timeout, a panic that aborts), so no server outlives its tests.
+    fn stop_when_gone(&self) -> Result<(), String> {
+        let as_user = if self.as_postgres {
+            "runuser -u postgres -- "
+        } else {
+            ""
+        };
+        let watch = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 1; done; \
+             {as_user}'{pg_ctl}' -D '{data}' -m immediate stop >/dev/null 2>&1",
+            pid = std::process::id(),
+            pg_ctl = self.bin.join("pg_ctl").display(),
+            data = self.data.path().join("data").display(),
+        );
+        Command::new("sh")
+            .arg("-c")
+            .arg(watch)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map(drop)
+            .map_err(|e| format!("cannot watch the server: {e}"))
     }
 
     fn pg(&self, tool: &str, args: &[&std::ffi::OsStr]) -> Result<(), String> {

@@ -130,7 +130,7 @@ fn concurrent_leases_across_coordinators_never_grant_a_unit_twice() {
         .build()
         .unwrap();
     let mut runner = TestRunner::new(ProptestConfig {
-        cases: 4,
+        cases: 8,
         failure_persistence: None,
         ..ProptestConfig::default()
     });
