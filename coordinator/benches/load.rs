@@ -78,16 +78,27 @@ fn main() {
         .block_on(run());
 }
 
-/// The database's bytes on disk (main file and write-ahead log).
-fn db_bytes(db: &std::path::Path) -> u64 {
-    let size = |p: std::path::PathBuf| std::fs::metadata(p).map_or(0, |m| m.len());
-    let mut wal = db.as_os_str().to_owned();
-    wal.push("-wal");
-    size(db.to_path_buf()) + size(wal.into())
+/// The database's bytes on disk: a SQLite file and its write-ahead log, or PostgreSQL's
+/// `pg_database_size` (tables, indexes and TOAST; not the server's shared WAL).
+async fn db_bytes(db: &Database) -> u64 {
+    match db {
+        Database::Sqlite(path) => {
+            let size = |p: std::path::PathBuf| std::fs::metadata(p).map_or(0, |m| m.len());
+            let mut wal = path.as_os_str().to_owned();
+            wal.push("-wal");
+            size(path.to_path_buf()) + size(wal.into())
+        }
+        Database::Postgres(_) => e2fleet_coordinator::store::testing::scalar(
+            db,
+            "SELECT pg_database_size(current_database())",
+        )
+        .await
+        .max(0) as u64,
+    }
 }
 
 /// Waits until `target` units are done, printing storage and speed at every tenth.
-async fn run_campaign(done: &AtomicU64, target: u64, db: &std::path::Path, fleet: &Fleet) {
+async fn run_campaign(done: &AtomicU64, target: u64, db: &Database, fleet: &Fleet) {
     let step = (target / 10).max(1);
     let (mut last_done, mut last_at) = (done.load(Ordering::Relaxed), Instant::now());
     let start = Instant::now();
@@ -98,7 +109,7 @@ async fn run_campaign(done: &AtomicU64, target: u64, db: &std::path::Path, fleet
         tokio::time::sleep(Duration::from_millis(200)).await;
         let now_done = done.load(Ordering::Relaxed);
         if now_done >= last_done + step || now_done >= target {
-            let bytes = db_bytes(db);
+            let bytes = db_bytes(db).await;
             let archived: u64 = fleet
                 .store()
                 .read(|tx| tx.archived_units())
@@ -171,10 +182,7 @@ async fn run() {
         coordinators == 1 || matches!(db, Database::Postgres(_)),
         "several coordinators share a PostgreSQL database, not a SQLite file"
     );
-    let db_path = match &db {
-        Database::Sqlite(path) => Some(path.clone()),
-        Database::Postgres(_) => None,
-    };
+    let measured = db.clone();
     let campaign = arg("--campaign", 0);
     // `--archive-after-s N`: the detail window, as `serve --archive-after-s` (0: no archive)
     let archive_after_s = arg("--archive-after-s", 0);
@@ -376,8 +384,7 @@ async fn run() {
     let w0 = writers(&fleets);
     let started = Instant::now();
     if campaign > 0 {
-        let db_path = db_path.expect("a campaign measures a SQLite file");
-        run_campaign(&done, campaign, &db_path, &fleet).await;
+        run_campaign(&done, campaign, &measured, &fleet).await;
     } else {
         tokio::time::sleep(Duration::from_secs(seconds)).await;
     }
