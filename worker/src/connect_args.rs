@@ -43,8 +43,15 @@ impl ConnectArgs {
         read_token_file(path)
     }
 
-    /// Checks `url` against the plaintext policy (a warning when allowed).
+    /// Checks `url` (or each of a comma-separated list) against the plaintext policy (a
+    /// warning when allowed).
     pub fn check_transport(&self, url: &str) -> Result<()> {
+        crate::link::urls(url)
+            .into_iter()
+            .try_for_each(|u| self.check_one(u))
+    }
+
+    fn check_one(&self, url: &str) -> Result<()> {
         let Some(host) = e2fleet_proto::client::plaintext_remote_host(url) else {
             return Ok(());
         };

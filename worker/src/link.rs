@@ -40,6 +40,16 @@ pub fn is_transient(s: &Status) -> bool {
     )
 }
 
+/// The URLs of a `--coordinator` value: one, or a comma-separated list.
+pub fn urls(value: &str) -> Vec<&str> {
+    let list: Vec<&str> = value
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .collect();
+    if list.is_empty() { vec![value] } else { list }
+}
+
 /// What registration hands back.
 #[derive(Clone, Debug)]
 pub struct Registration {
@@ -62,9 +72,20 @@ pub struct Coordinator {
 }
 
 impl Coordinator {
-    /// A coordinator at `url`, connecting on first use (and again after a failure).
+    /// A coordinator at `url`, connecting on first use (and again after a failure). A
+    /// comma-separated list of URLs (coordinators of one fleet sharing a database) makes
+    /// one channel balanced over them: a call goes to one that is up.
     pub fn lazy(url: &str, ca_cert: Option<&Path>) -> Result<Coordinator, String> {
-        let channel = endpoint(url, ca_cert)?.connect_lazy();
+        let channel = match urls(url).as_slice() {
+            [one] => endpoint(one, ca_cert)?.connect_lazy(),
+            many => {
+                let endpoints = many
+                    .iter()
+                    .map(|u| endpoint(u, ca_cert))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Channel::balance_list(endpoints.into_iter())
+            }
+        };
         Ok(Self::with_channel(url, channel))
     }
 

@@ -54,7 +54,9 @@ const STOP_DELIVERY_GRACE: Duration = Duration::from_secs(20);
 /// Flags of `run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// Coordinator URL.
+    /// Coordinator URL; several coordinators of one fleet (on one PostgreSQL database) as
+    /// a comma-separated list: calls are spread over those that answer, and go on through
+    /// the others while one is down.
     #[arg(long, env = "E2FLEET_COORDINATOR")]
     coordinator: String,
     #[command(flatten)]

@@ -1,7 +1,8 @@
 //! Several coordinator processes on one PostgreSQL database, with real worker processes:
 //! the job adds up to the digit whichever coordinator each call reaches, when one
 //! coordinator is SIGKILLed mid-job the others carry on (the workers reach them through
-//! a load balancer, as behind any TCP balancer or a Kubernetes Service), and when the
+//! a load balancer, as behind any TCP balancer or a Kubernetes Service, or by a list of
+//! coordinator URLs of their own), and when the
 //! database server restarts mid-job nothing is lost; a fleet moved from SQLite with
 //! `migrate-store` finishes exactly.
 //!
@@ -109,6 +110,19 @@ async fn wait_complete(url: &str, job: &str) -> serde_json::Value {
     .await
 }
 
+/// Units the worker with host name `host` has done, as the coordinator at `url` says.
+fn units_done_by(url: &str, host: &str) -> u64 {
+    let workers = admin(url, &["workers"]);
+    workers
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["hostname"] == host)
+        .unwrap_or_else(|| panic!("{host} in {workers}"))["units_done"]
+        .as_u64()
+        .unwrap_or(0)
+}
+
 fn assert_exact(doc: &serde_json::Value, nodes: u64, solutions: u64) {
     assert_eq!(doc["state"], "complete");
     assert_eq!(doc["nodes_total"], nodes, "{doc}");
@@ -173,10 +187,10 @@ async fn a_database_restart_mid_job_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn three_coordinators_behind_a_balancer_lose_nothing_when_one_is_sigkilled() {
-    let Some(server) = PostgresServer::start_or_skip(
-        "three_coordinators_behind_a_balancer_lose_nothing_when_one_is_sigkilled",
-    ) else {
+async fn three_coordinators_lose_nothing_when_one_is_sigkilled() {
+    let Some(server) =
+        PostgresServer::start_or_skip("three_coordinators_lose_nothing_when_one_is_sigkilled")
+    else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -185,19 +199,27 @@ async fn three_coordinators_behind_a_balancer_lose_nothing_when_one_is_sigkilled
     let lb = balancer(&urls).await;
     // small budgets: many round trips, so the kill surely lands mid-job
     let job = submit(&lb, "brendan/set1/pieces_06x06.txt", "2", "100000");
+    // one worker through the balancer, one given the three coordinators' URLs itself
     let _w1 = reference_worker(&lb, dir.path(), "w1");
-    let _w2 = reference_worker(&lb, dir.path(), "w2");
+    let _w2 = reference_worker(&urls.join(","), dir.path(), "w2");
     mid_job(&lb, &job).await;
+    let w2_before = units_done_by(&fleet[1].1, "w2");
     let (killed, _) = &mut fleet[0];
     killed.signal("-KILL");
     killed.wait(Duration::from_secs(10)).await;
     let doc = wait_complete(&lb, &job).await;
     assert_exact(&doc, BRENDAN_6X6_NODES, BRENDAN_6X6_SOLUTIONS);
-    // the survivors read the same, and say so directly
+    // the survivors read the same, and say so directly; both workers did units
     for (_, url) in &fleet[1..] {
         let direct = admin(url, &["job", &job]);
         assert_exact(&direct, BRENDAN_6X6_NODES, BRENDAN_6X6_SOLUTIONS);
     }
+    assert!(units_done_by(&fleet[1].1, "w1") > 0);
+    // the worker with the list went on through the survivors
+    assert!(
+        units_done_by(&fleet[1].1, "w2") > w2_before,
+        "w2 did no unit after the kill ({w2_before} before)"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
