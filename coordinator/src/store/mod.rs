@@ -201,3 +201,32 @@ pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(
 ) -> Result<T, StoreError> {
     serde_json::from_str(text).map_err(|e| StoreError::Corrupt(format!("{what}: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Database;
+
+    #[test]
+    fn a_database_is_a_path_or_a_postgres_address_and_logs_without_its_password() {
+        let pg: Database = "postgres://e2fleet:s3cret@db.internal:5432/fleet?sslmode=require"
+            .parse()
+            .unwrap();
+        assert!(matches!(pg, Database::Postgres(_)));
+        let shown = pg.to_string();
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("db.internal:5432/fleet"), "{shown}");
+        assert!(matches!(
+            "postgresql://h/db".parse::<Database>(),
+            Ok(Database::Postgres(_))
+        ));
+        assert_eq!(
+            "sqlite://var/e2fleet.db".parse::<Database>(),
+            Ok(Database::Sqlite("var/e2fleet.db".into()))
+        );
+        assert_eq!(
+            "e2fleet.db".parse::<Database>(),
+            Ok(Database::Sqlite("e2fleet.db".into()))
+        );
+        assert!("".parse::<Database>().is_err());
+    }
+}
