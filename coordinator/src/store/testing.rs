@@ -111,7 +111,7 @@ impl PostgresServer {
         let bin = binaries().ok_or(
             "no PostgreSQL server binaries (initdb, pg_ctl) found: apt-get install postgresql",
         )?;
-        let root = rustix_is_root();
+        let root = is_root();
         let data = tempfile::Builder::new()
             .prefix("e2fleet-pg-")
             .tempdir()
@@ -310,7 +310,7 @@ fn binaries() -> Option<PathBuf> {
 }
 
 /// Whether this process runs as root (PostgreSQL refuses to).
-fn rustix_is_root() -> bool {
+fn is_root() -> bool {
     Command::new("id")
         .arg("-u")
         .output()
