@@ -15,8 +15,8 @@
 //!   placement to the next cell's first test is what hard boards wait on;
 //! - on boards of at most 128 pieces (the low-colour Brendan sets, clue puzzles) a level
 //!   walks only the free pieces of its bucket: the bucket's piece mask less the used-piece
-//!   mask, lowest bit first (canonical order), each bit's candidate found by its rank among
-//!   the bucket's pieces (a popcount). No branch per used piece, which is where those
+//!   mask, lowest bit first (canonical order), each bit's candidate read from the bucket's
+//!   block of one slot per piece (the bit is the slot). No branch per used piece, which is where those
 //!   boards lost most of their time (Brendan 7x7: 1.46 -> 0.62 mispredicts per node in
 //!   callgrind's model). A piece with two candidates in one bucket (three equal colours)
 //!   tries its second right after its first; a table with more falls back to the list.
@@ -370,13 +370,17 @@ impl Gen<'_> {
     }
 
     /// The tables of the mask walk, indexed like `OFFS`: `MASK` (the pieces with a
-    /// candidate in the bucket, a `u64` a word of the used mask), `RBASE` (where the
-    /// bucket's pieces of each word start in `RANKED`), `RANKED` (each piece's first
-    /// candidate, ascending piece) and `RANKED2` (its second candidate, or the sentinel).
+    /// candidate in the bucket, a `u64` a word of the used mask), `BB` (where the bucket's
+    /// block starts in `BYBIT`), `BYBIT` (one block of `64 * words` slots per distinct
+    /// bucket, slot `p` holding piece `p`'s first candidate there, else the sentinel) and,
+    /// when some table has pieces with two candidates in a bucket, `BYBIT2` (the second).
+    /// A set bit of the free mask is then its candidate's slot: the walk goes from the
+    /// mask to the candidate with one add, no rank to count.
     fn mask_tables(&mut self, offs: &[u32]) {
         let words = self.mask_words();
+        let block = 64 * words;
         let mut base_of: std::collections::HashMap<u32, usize> = Default::default();
-        let (mut ranked, mut ranked2) = (Vec::new(), Vec::new());
+        let (mut bybit, mut bybit2) = (Vec::new(), Vec::new());
         let mut masks = Vec::with_capacity(offs.len());
         let mut bases = Vec::with_capacity(offs.len());
         let mut windows = Vec::with_capacity(offs.len());
@@ -390,19 +394,17 @@ impl Gen<'_> {
                 mask[piece / 64] |= 1 << (piece % 64);
             }
             let base = *base_of.entry(o).or_insert_with(|| {
-                let base = ranked.len();
+                let base = bybit.len();
+                bybit.resize(base + block, SENTINEL);
+                bybit2.resize(base + block, SENTINEL);
                 for g in &groups {
-                    ranked.push(encode(g[0]));
-                    ranked2.push(g.get(1).map_or(SENTINEL, |&c| encode(c)));
+                    let piece = crate::plan::candidate_piece(g[0]);
+                    bybit[base + piece] = encode(g[0]);
+                    bybit2[base + piece] = g.get(1).map_or(SENTINEL, |&c| encode(c));
                 }
                 base
             });
-            let word_bases: Vec<String> = (0..words)
-                .map(|w| {
-                    let before: u32 = mask[..w].iter().map(|m| m.count_ones()).sum();
-                    (base + before as usize).to_string()
-                })
-                .collect();
+            bases.push(base.to_string());
             // the table's window: its mask seen from its first piece
             let table = k_of.next().map(|k| k >> (2 * self.stride_log2()));
             let low = table
@@ -417,26 +419,31 @@ impl Gen<'_> {
             let mask: Vec<String> = mask.iter().map(|m| format!("{m:#x}")).collect();
             if words == 1 {
                 masks.push(mask[0].clone());
-                bases.push(word_bases[0].clone());
             } else {
                 masks.push(format!("[{}]", mask.join(", ")));
-                bases.push(format!("[{}]", word_bases.join(", ")));
             }
         }
-        // one slot past the end: the walk reads `RANKED2` beside every `RANKED`
-        ranked.push(SENTINEL);
-        ranked2.push(SENTINEL);
-        let (mask_ty, base_ty) = match words {
-            1 => ("u64".to_string(), "u32".to_string()),
-            w => (format!("[u64; {w}]"), format!("[u32; {w}]")),
+        let mask_ty = match words {
+            1 => "u64".to_string(),
+            w => format!("[u64; {w}]"),
+        };
+        let slot = |c: &u64| match *c {
+            SENTINEL => "S".to_string(),
+            c => format!("{c:#x}"),
         };
         self.array("MASK", &mask_ty, masks.into_iter());
-        self.array("RBASE", &base_ty, bases.into_iter());
+        self.array("BB", "u32", bases.into_iter());
         if words == 2 {
             self.array("MASKW", "u64", windows.into_iter());
         }
-        self.array("RANKED", "u64", ranked.iter().map(|c| format!("{c:#x}")));
-        self.array("RANKED2", "u64", ranked2.iter().map(|c| format!("{c:#x}")));
+        self.array("BYBIT", "u64", bybit.iter().map(slot));
+        let dups = self
+            .walks
+            .values()
+            .any(|w| matches!(w, Walk::Mask { dups: true, .. }));
+        if dups {
+            self.array("BYBIT2", "u64", bybit2.iter().map(slot));
+        }
     }
 
     fn array(&mut self, name: &str, ty: &str, items: impl Iterator<Item = String>) {
@@ -598,8 +605,8 @@ impl Gen<'_> {
     }
 
     /// A level that walks the free pieces of its bucket as mask bits, lowest piece first
-    /// (canonical order): `MASK & !used mask`, then each set bit's candidate from its rank
-    /// among the bucket's pieces. No branch per used piece; the loop ends when the bits
+    /// (canonical order): `MASK & !used mask`, then each set bit's candidate from its slot in
+    /// the bucket's block (`BYBIT`). No branch per used piece; the loop ends when the bits
     /// run out. With `dups`, a piece's second candidate in the bucket follows its first.
     fn mask_level(
         &self,
@@ -613,8 +620,8 @@ impl Gen<'_> {
         let extra = self.extra_check(d, &format!("c{d}"));
         let commit = self.commit(d);
         let release = self.mark(d, false);
-        // every index is a bucket's base plus the rank of one of its pieces: inside
-        // `RANKED` (and `RANKED2`, as long), so no bounds check
+        // every index is a bucket's block plus a piece id of the block (less than
+        // `64 * words`): inside `BYBIT` (and `BYBIT2`, as long), so no bounds check
         let attempt = format!(
             "if true{extra} {{\n\
              {commit}\
@@ -624,8 +631,8 @@ impl Gen<'_> {
         );
         let body = if dups {
             format!(
-                "let mut c{d}: u64 = unsafe {{ *RANKED.get_unchecked(i{d}) }};\n\
-                 let mut n{d}: u64 = unsafe {{ *RANKED2.get_unchecked(i{d}) }};\n\
+                "let mut c{d}: u64 = unsafe {{ *BYBIT.get_unchecked(i{d}) }};\n\
+                 let mut n{d}: u64 = unsafe {{ *BYBIT2.get_unchecked(i{d}) }};\n\
                  loop {{\n\
                  {attempt}\
                  if n{d} == SENTINEL {{ break; }}\n\
@@ -633,21 +640,20 @@ impl Gen<'_> {
                  }}\n"
             )
         } else {
-            format!("let c{d}: u64 = unsafe {{ *RANKED.get_unchecked(i{d}) }};\n{attempt}")
+            format!("let c{d}: u64 = unsafe {{ *BYBIT.get_unchecked(i{d}) }};\n{attempt}")
         };
         let held = self.held_before(d);
         if let Some(low) = window {
             // the held used mask seen from piece `low`: bit j is piece `low + j`
             return format!(
                 "let k{d}: usize = {key};\n\
-                 let m{d}: u64 = MASKW[k{d}];\n\
-                 let r{d}: usize = RBASE[k{d}][0] as usize;\n\
-                 let mut f{d}: u64 = m{d} & !(({held} >> {low}) as u64);\n\
+                 let r{d}: usize = BB[k{d}] as usize;\n\
+                 let mut f{d}: u64 = MASKW[k{d}] & !(({held} >> {low}) as u64);\n\
                  while f{d} != 0 {{\n\
                  let b{d} = f{d}.trailing_zeros() as usize;\n\
                  f{d} &= f{d} - 1;\n\
                  let p{d} = {low} + b{d};\n\
-                 let i{d} = r{d} + (m{d} & ((1u64 << b{d}) - 1)).count_ones() as usize;\n\
+                 let i{d} = r{d} + p{d};\n\
                  {body}\
                  }}\n"
             );
@@ -655,13 +661,12 @@ impl Gen<'_> {
         if words == 1 {
             return format!(
                 "let k{d}: usize = {key};\n\
-                 let m{d}: u64 = MASK[k{d}];\n\
-                 let r{d}: usize = RBASE[k{d}] as usize;\n\
-                 let mut f{d}: u64 = m{d} & !st.umask[0];\n\
+                 let r{d}: usize = BB[k{d}] as usize;\n\
+                 let mut f{d}: u64 = MASK[k{d}] & !st.umask[0];\n\
                  while f{d} != 0 {{\n\
                  let p{d} = f{d}.trailing_zeros() as usize;\n\
                  f{d} &= f{d} - 1;\n\
-                 let i{d} = r{d} + (m{d} & ((1u64 << p{d}) - 1)).count_ones() as usize;\n\
+                 let i{d} = r{d} + p{d};\n\
                  {body}\
                  }}\n"
             );
@@ -683,7 +688,7 @@ impl Gen<'_> {
              let b{d} = f{d}.trailing_zeros() as usize;\n\
              f{d} &= f{d} - 1;\n\
              let p{d} = (w{d} << 6) | b{d};\n\
-             let i{d} = unsafe {{ *RBASE[k{d}].get_unchecked(w{d}) as usize + (*MASK[k{d}].get_unchecked(w{d}) & ((1u64 << b{d}) - 1)).count_ones() as usize }};\n\
+             let i{d} = BB[k{d}] as usize + p{d};\n\
              {body}\
              }}\n"
         )
