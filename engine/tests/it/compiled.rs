@@ -18,9 +18,20 @@ use e2fleet_engine::{FillOrder, OrderSpec, Puzzle, Unit};
 
 use crate::load;
 
+/// The build cache of test `name`: a folder of the target's scratch space, emptied the
+/// first time this run asks for it, so every run starts cold and leaves one copy behind
+/// (not one per run in the system's temp folder).
 fn cache_dir(name: &str) -> PathBuf {
     use std::os::unix::fs::DirBuilderExt;
-    let dir = std::env::temp_dir().join(format!("e2fleet-test-{}-{name}", std::process::id()));
+    static EMPTIED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join("engine-compiled")
+        .join(name);
+    let mut emptied = EMPTIED.lock().unwrap();
+    if !emptied.iter().any(|n| n == name) {
+        let _ = std::fs::remove_dir_all(&dir);
+        emptied.push(name.to_string());
+    }
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
