@@ -222,10 +222,11 @@ impl Gen<'_> {
         self.array(
             "FIRST",
             "u64",
-            offs.iter().map(|&o| match encode(p.candidates[o as usize]) {
-                SENTINEL => "S".to_string(),
-                c => format!("{c:#x}"),
-            }),
+            offs.iter()
+                .map(|&o| match encode(p.candidates[o as usize]) {
+                    SENTINEL => "S".to_string(),
+                    c => format!("{c:#x}"),
+                }),
         );
         if self.mask_words() > 0 {
             self.mask_tables(&offs);
@@ -370,12 +371,13 @@ impl Gen<'_> {
     }
 
     /// The tables of the mask walk, indexed like `OFFS`: `MASK` (the pieces with a
-    /// candidate in the bucket, a `u64` a word of the used mask), `BB` (where the bucket's
-    /// block starts in `BYBIT`), `BYBIT` (one block of `64 * words` slots per distinct
-    /// bucket, slot `p` holding piece `p`'s first candidate there, else the sentinel) and,
-    /// when some table has pieces with two candidates in a bucket, `BYBIT2` (the second).
-    /// A set bit of the free mask is then its candidate's slot: the walk goes from the
-    /// mask to the candidate with one add, no rank to count.
+    /// candidate in the bucket, a `u64` a word of the used mask), `BYBIT` (one block of
+    /// `64 * words` slots per distinct bucket, slot `p` holding piece `p`'s first candidate
+    /// there, else the sentinel; when some table has pieces with two candidates in a
+    /// bucket, the second ones follow, `B2` slots further) and `BLOCK` (a pointer to the
+    /// bucket's block). A set bit of the free mask is then its candidate's slot: from the
+    /// mask to the candidate is one load addressed by the block and the bit, with no rank
+    /// to count and no add (an index into one array costs an add before the load).
     fn mask_tables(&mut self, offs: &[u32]) {
         let words = self.mask_words();
         let block = 64 * words;
@@ -432,18 +434,29 @@ impl Gen<'_> {
             c => format!("{c:#x}"),
         };
         self.array("MASK", &mask_ty, masks.into_iter());
-        self.array("BB", "u32", bases.into_iter());
         if words == 2 {
             self.array("MASKW", "u64", windows.into_iter());
         }
-        self.array("BYBIT", "u64", bybit.iter().map(slot));
         let dups = self
             .walks
             .values()
             .any(|w| matches!(w, Walk::Mask { dups: true, .. }));
+        w!(self, "const B2: usize = {};", bybit.len());
         if dups {
-            self.array("BYBIT2", "u64", bybit2.iter().map(slot));
+            bybit.extend(bybit2);
         }
+        self.array("BYBIT", "u64", bybit.iter().map(slot));
+        w!(
+            self,
+            "struct Block(*const u64);\n// the pointers only ever read immutable statics\nunsafe impl Sync for Block {{}}"
+        );
+        self.array(
+            "BLOCK",
+            "Block",
+            bases
+                .iter()
+                .map(|b| format!("Block(unsafe {{ BYBIT.as_ptr().add({b}) }})")),
+        );
     }
 
     fn array(&mut self, name: &str, ty: &str, items: impl Iterator<Item = String>) {
@@ -620,8 +633,8 @@ impl Gen<'_> {
         let extra = self.extra_check(d, &format!("c{d}"));
         let commit = self.commit(d);
         let release = self.mark(d, false);
-        // every index is a bucket's block plus a piece id of the block (less than
-        // `64 * words`): inside `BYBIT` (and `BYBIT2`, as long), so no bounds check
+        // every read is a bucket's block plus a piece id of the block (less than
+        // `64 * words`), or `B2` further for a second candidate: inside `BYBIT`
         let attempt = format!(
             "if true{extra} {{\n\
              {commit}\
@@ -631,8 +644,8 @@ impl Gen<'_> {
         );
         let body = if dups {
             format!(
-                "let mut c{d}: u64 = unsafe {{ *BYBIT.get_unchecked(i{d}) }};\n\
-                 let mut n{d}: u64 = unsafe {{ *BYBIT2.get_unchecked(i{d}) }};\n\
+                "let mut c{d}: u64 = unsafe {{ *r{d}.add(p{d}) }};\n\
+                 let mut n{d}: u64 = unsafe {{ *r{d}.add(p{d} + B2) }};\n\
                  loop {{\n\
                  {attempt}\
                  if n{d} == SENTINEL {{ break; }}\n\
@@ -640,20 +653,19 @@ impl Gen<'_> {
                  }}\n"
             )
         } else {
-            format!("let c{d}: u64 = unsafe {{ *BYBIT.get_unchecked(i{d}) }};\n{attempt}")
+            format!("let c{d}: u64 = unsafe {{ *r{d}.add(p{d}) }};\n{attempt}")
         };
         let held = self.held_before(d);
         if let Some(low) = window {
             // the held used mask seen from piece `low`: bit j is piece `low + j`
             return format!(
                 "let k{d}: usize = {key};\n\
-                 let r{d}: usize = BB[k{d}] as usize;\n\
+                 let r{d}: *const u64 = BLOCK[k{d}].0;\n\
                  let mut f{d}: u64 = MASKW[k{d}] & !(({held} >> {low}) as u64);\n\
                  while f{d} != 0 {{\n\
                  let b{d} = f{d}.trailing_zeros() as usize;\n\
                  f{d} &= f{d} - 1;\n\
                  let p{d} = {low} + b{d};\n\
-                 let i{d} = r{d} + p{d};\n\
                  {body}\
                  }}\n"
             );
@@ -661,12 +673,11 @@ impl Gen<'_> {
         if words == 1 {
             return format!(
                 "let k{d}: usize = {key};\n\
-                 let r{d}: usize = BB[k{d}] as usize;\n\
+                 let r{d}: *const u64 = BLOCK[k{d}].0;\n\
                  let mut f{d}: u64 = MASK[k{d}] & !st.umask[0];\n\
                  while f{d} != 0 {{\n\
                  let p{d} = f{d}.trailing_zeros() as usize;\n\
                  f{d} &= f{d} - 1;\n\
-                 let i{d} = r{d} + p{d};\n\
                  {body}\
                  }}\n"
             );
@@ -675,6 +686,7 @@ impl Gen<'_> {
         // out; `w{d}` stays below the word count, so the word indexes need no check
         format!(
             "let k{d}: usize = {key};\n\
+             let r{d}: *const u64 = BLOCK[k{d}].0;\n\
              let uw{d}: [u64; 2] = [{held} as u64, ({held} >> 64) as u64];\n\
              let mut w{d}: usize = 0;\n\
              let mut f{d}: u64 = MASK[k{d}][0] & !uw{d}[0];\n\
@@ -688,7 +700,6 @@ impl Gen<'_> {
              let b{d} = f{d}.trailing_zeros() as usize;\n\
              f{d} &= f{d} - 1;\n\
              let p{d} = (w{d} << 6) | b{d};\n\
-             let i{d} = BB[k{d}] as usize + p{d};\n\
              {body}\
              }}\n"
         )
