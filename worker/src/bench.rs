@@ -35,6 +35,11 @@ pub struct BenchArgs {
     /// Fill order.
     #[arg(long, default_value = "row-major")]
     order: OrderSpec,
+    /// Walk the units a job split at this depth would lease, one after another from the
+    /// first, instead of the whole tree from the root: the per-core speed a fleet sees
+    /// (0: the root; at most 12, and the prefixes are enumerated first).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=12))]
+    split_depth: u32,
     #[command(flatten)]
     engine: EngineArgs,
     /// Print one JSON object per board.
@@ -51,6 +56,10 @@ struct BoardReport {
     compile_cached: bool,
     runs: Vec<Run>,
     median_nodes_per_s: f64,
+    /// Depth of the units walked (0: the root unit).
+    split_depth: u32,
+    /// Units a split at that depth makes.
+    units: usize,
 }
 
 #[derive(Serialize, Clone)]
@@ -58,7 +67,10 @@ struct Run {
     nodes: u64,
     seconds: f64,
     nodes_per_s: f64,
+    /// The whole tree (or every unit) was walked before the time ran out.
     finished: bool,
+    /// Units walked to their end (with a split depth).
+    units_done: usize,
 }
 
 /// A board by built-in name, else as a file.
@@ -80,6 +92,24 @@ fn load_board(board: &str) -> Result<e2fleet_engine::Puzzle> {
     load_file(&path, &LoadOptions::default()).with_context(|| format!("cannot load {board}"))
 }
 
+/// The units a job of `plan` split at `depth` would lease, in order (the root alone at 0).
+/// The nodes of the cells above the split are the job's, not a unit's: not timed here.
+fn units_at(plan: &e2fleet_engine::plan::SearchPlan, depth: usize) -> Result<Vec<Unit>> {
+    if depth == 0 {
+        return Ok(vec![Unit::root()]);
+    }
+    let depth = depth.min(plan.len());
+    let mut units = Vec::new();
+    e2fleet_engine::search::Walker::new(plan).enumerate(&[], depth, &mut |prefix| {
+        units.push(Unit::prefix(prefix.to_vec()))
+    })?;
+    anyhow::ensure!(
+        !units.is_empty(),
+        "no filling of the first {depth} cells: nothing to walk below them"
+    );
+    Ok(units)
+}
+
 /// Runs `bench`.
 pub fn run(args: BenchArgs) -> Result<()> {
     let boards = if args.boards.is_empty() {
@@ -97,19 +127,29 @@ pub fn run(args: BenchArgs) -> Result<()> {
             Some(p) => (p.compile_time.as_secs_f64(), p.cached),
             None => (build_wall.as_secs_f64(), false),
         };
+        let units = units_at(&plan, args.split_depth as usize)?;
         let mut engine = factory.make();
         let mut runs = Vec::new();
         for _ in 0..args.runs.max(1) {
             let limit = Duration::from_secs_f64(args.seconds);
             let t0 = Instant::now();
-            let mut control = |_: u64| t0.elapsed() >= limit;
-            let r = engine.run(&Unit::root(), RunOptions::default(), &mut control)?;
+            let (mut nodes, mut units_done) = (0u64, 0usize);
+            for unit in &units {
+                let mut control = |_: u64| t0.elapsed() >= limit;
+                let r = engine.run(unit, RunOptions::default(), &mut control)?;
+                nodes += r.committed;
+                if !r.finished() {
+                    break;
+                }
+                units_done += 1;
+            }
             let seconds = t0.elapsed().as_secs_f64();
             runs.push(Run {
-                nodes: r.committed,
+                nodes,
                 seconds,
-                nodes_per_s: r.committed as f64 / seconds,
-                finished: r.finished(),
+                nodes_per_s: nodes as f64 / seconds,
+                finished: units_done == units.len(),
+                units_done,
             });
         }
         let median =
@@ -123,12 +163,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
             compile_cached,
             median_nodes_per_s: median,
             runs,
+            split_depth: args.split_depth,
+            units: units.len(),
         };
         if args.json {
             println!("{}", serde_json::to_string(&report)?);
         } else {
+            let walked = match report.split_depth {
+                0 => String::new(),
+                d => format!(", the {} units of a split at depth {d}", report.units),
+            };
             println!(
-                "{}: {} engine, {:.1} M nodes/s per core (median of {}), compile {:.2} s{}",
+                "{}: {} engine, {:.1} M nodes/s per core (median of {}{walked}), compile {:.2} s{}",
                 report.board,
                 report.engine,
                 report.median_nodes_per_s / 1e6,
@@ -141,12 +187,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 }
             );
             for r in &report.runs {
+                let done = match (report.split_depth, r.finished) {
+                    (0, true) => " (whole tree)".to_string(),
+                    (0, false) => String::new(),
+                    (_, true) => " (every unit)".to_string(),
+                    (_, false) => format!(" ({} units walked to their end)", r.units_done),
+                };
                 println!(
-                    "    {} nodes in {:.2} s = {:.1} M/s{}",
+                    "    {} nodes in {:.2} s = {:.1} M/s{done}",
                     r.nodes,
                     r.seconds,
                     r.nodes_per_s / 1e6,
-                    if r.finished { " (whole tree)" } else { "" }
                 );
             }
         }
