@@ -4,7 +4,7 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::harness::{ADMIN, coordinator_bin, puzzle_path, serve};
+use crate::harness::{ADMIN, coordinator_bin, puzzle_path, serve, worker_json};
 
 fn worker_bin() -> &'static str {
     env!("CARGO_BIN_EXE_e2fleet-worker")
@@ -90,29 +90,20 @@ fn bench_runs_its_built_in_boards_from_any_directory() {
 fn bench_walks_the_units_of_a_split_to_the_exact_count() {
     // Brendan set 1 5x5: 113,211 nodes in all, 83 of them in the first three cells (the
     // job's enumeration), the other 113,128 in the 62 units of a split at depth 3
-    let out = Command::new(worker_bin())
-        .args([
-            "bench",
-            "--board",
-            "brendan-set1-05x05",
-            "--split-depth",
-            "3",
-            "--seconds",
-            "60",
-            "--runs",
-            "1",
-            "--engine",
-            "reference",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let report = worker_json(&[
+        "bench",
+        "--board",
+        "brendan-set1-05x05",
+        "--split-depth",
+        "3",
+        "--seconds",
+        "60",
+        "--runs",
+        "1",
+        "--engine",
+        "reference",
+        "--json",
+    ]);
     assert_eq!(report["split_depth"], 3);
     assert_eq!(report["units"], 62);
     let run = &report["runs"][0];

@@ -337,6 +337,20 @@ pub fn admin(url: &str, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// Runs the worker binary with `args`, checks it succeeded and parses its stdout as JSON.
+pub fn worker_json(args: &[&str]) -> serde_json::Value {
+    let out = Command::new(env!("CARGO_BIN_EXE_e2fleet-worker"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// Nodes of results by verdict.
 pub fn nodes_with_verdict(doc: &serde_json::Value, verdict: &str) -> i64 {
     doc["results"]
