@@ -324,11 +324,19 @@ pub async fn wait_job(
 
 /// Runs an admin subcommand of the coordinator binary with `--json`.
 pub fn admin(url: &str, args: &[&str]) -> serde_json::Value {
-    let out = Command::new(coordinator_bin())
-        .args(args)
-        .args(["--coordinator", url, "--admin-token", ADMIN, "--json"])
-        .output()
-        .unwrap();
+    json_of(Command::new(coordinator_bin()).args(args).args([
+        "--coordinator",
+        url,
+        "--admin-token",
+        ADMIN,
+        "--json",
+    ]))
+}
+
+/// Runs `command`, checks it succeeded (else fails with its stderr) and parses its stdout
+/// as JSON.
+pub fn json_of(command: &mut Command) -> serde_json::Value {
+    let out = command.output().unwrap();
     assert!(
         out.status.success(),
         "{}",
@@ -337,18 +345,9 @@ pub fn admin(url: &str, args: &[&str]) -> serde_json::Value {
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
-/// Runs the worker binary with `args`, checks it succeeded and parses its stdout as JSON.
+/// Runs the worker binary with `args` and parses its JSON output (see [`json_of`]).
 pub fn worker_json(args: &[&str]) -> serde_json::Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_e2fleet-worker"))
-        .args(args)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    json_of(Command::new(env!("CARGO_BIN_EXE_e2fleet-worker")).args(args))
 }
 
 /// Nodes of results by verdict.

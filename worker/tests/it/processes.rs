@@ -25,7 +25,7 @@ use e2fleet_proto::v2::worker_service_client::WorkerServiceClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::harness::{
-    ADMIN, ENROLL, Proc, admin, coordinator_bin, puzzle_path, serve, wait_job, worker_with,
+    ADMIN, ENROLL, Proc, admin, coordinator_bin, json_of, puzzle_path, serve, wait_job, worker_with,
 };
 
 const BRENDAN_6X6_NODES: u64 = 69_284_103;
@@ -572,25 +572,15 @@ async fn a_fleet_over_tls_with_its_own_certificate() {
     let url = url.replace("127.0.0.1", "localhost");
     let ca = cert_pem.to_str().unwrap();
     let tls_admin = |args: &[&str]| -> serde_json::Value {
-        let out = Command::new(coordinator_bin())
-            .args(args)
-            .args([
-                "--coordinator",
-                &url,
-                "--admin-token",
-                ADMIN,
-                "--ca-cert",
-                ca,
-                "--json",
-            ])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice(&out.stdout).unwrap()
+        json_of(Command::new(coordinator_bin()).args(args).args([
+            "--coordinator",
+            &url,
+            "--admin-token",
+            ADMIN,
+            "--ca-cert",
+            ca,
+            "--json",
+        ]))
     };
     let puzzle = puzzle_path("brendan/set1/pieces_05x05.txt");
     let job = tls_admin(&["submit", puzzle.to_str().unwrap(), "--split-depth", "3"])["job_id"]

@@ -6,23 +6,17 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::harness::{ADMIN, coordinator_bin, puzzle_path, serve, serve_lines, worker};
+use crate::harness::{ADMIN, coordinator_bin, json_of, puzzle_path, serve, serve_lines, worker};
 
 /// Runs an admin subcommand against a TLS coordinator trusting `ca`.
 fn tls_admin(url: &str, ca: &Path, args: &[&str]) -> serde_json::Value {
-    let out = Command::new(coordinator_bin())
-        .args(args)
-        .args(["--coordinator", url, "--admin-token", ADMIN, "--json"])
-        .arg("--ca-cert")
-        .arg(ca)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    json_of(
+        Command::new(coordinator_bin())
+            .args(args)
+            .args(["--coordinator", url, "--admin-token", ADMIN, "--json"])
+            .arg("--ca-cert")
+            .arg(ca),
+    )
 }
 
 /// Submits Brendan 5x5, runs one worker trusting `ca`, and checks the exact total.
