@@ -16,9 +16,9 @@
 //! - on boards of at most 128 pieces (the low-colour Brendan sets, clue puzzles) a level
 //!   walks only the free pieces of its bucket: the bucket's piece mask less the used-piece
 //!   mask, lowest bit first (canonical order), each bit's candidate read from the bucket's
-//!   block of one slot per piece (the bit is the slot). No branch per used piece, which is where those
-//!   boards lost most of their time (Brendan 7x7: 1.46 -> 0.62 mispredicts per node in
-//!   callgrind's model). A piece with two candidates in one bucket (three equal colours)
+//!   block of one slot per piece (the bit is the slot). No branch per used piece, which is
+//!   where those boards lost most of their time (Brendan 7x7: 1.46 -> 0.62 mispredicts per
+//!   node in callgrind's model). A piece with two candidates in one bucket (three equal colours)
 //!   tries its second right after its first; a table with more falls back to the list.
 //!   Boards of 65-128 pieces hold the two-word mask in registers within a group function
 //!   (`st.umask` is written only around calls and at return) and walk a table whose
@@ -446,10 +446,9 @@ impl Gen<'_> {
             bybit.extend(bybit2);
         }
         self.array("BYBIT", "u64", bybit.iter().map(slot));
-        w!(
-            self,
-            "struct Block(*const u64);\n// the pointers only ever read immutable statics\nunsafe impl Sync for Block {{}}"
-        );
+        w!(self, "struct Block(*const u64);");
+        w!(self, "// its pointers only ever read immutable statics");
+        w!(self, "unsafe impl Sync for Block {{}}");
         self.array(
             "BLOCK",
             "Block",
