@@ -37,8 +37,7 @@ pub struct BenchArgs {
     order: OrderSpec,
     /// Walk the units a job split at this depth would lease, one after another from the
     /// first, instead of the whole tree from the root: the per-core speed a fleet sees
-    /// (0: the root; at most 12). The prefixes are enumerated first: ~4 s at depth 8 on
-    /// the real E2 (60 M units), ~15 s at 9; the first 100,000 are kept.
+    /// (0: the root; at most 12; the first 100,000 units of a larger split).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=12))]
     split_depth: u32,
     #[command(flatten)]
@@ -59,8 +58,10 @@ struct BoardReport {
     median_nodes_per_s: f64,
     /// Depth of the units walked (0: the root unit).
     split_depth: u32,
-    /// Units a split at that depth makes.
+    /// Units walked in order from the first (the first [`MAX_UNITS`] of a larger split).
     units: usize,
+    /// Whether those are all the units of the split.
+    all_units: bool,
 }
 
 #[derive(Serialize, Clone)]
@@ -94,29 +95,30 @@ fn load_board(board: &str) -> Result<e2fleet_engine::Puzzle> {
 }
 
 /// The first units (at most [`MAX_UNITS`]) a job of `plan` split at `depth` would lease,
-/// in order, and how many it would make (the root alone at 0). The nodes of the cells
-/// above the split are the job's, not a unit's: not timed here.
-fn units_at(plan: &e2fleet_engine::plan::SearchPlan, depth: usize) -> Result<(Vec<Unit>, usize)> {
+/// in order, and whether they are all of them (the root alone at 0). The nodes of the
+/// cells above the split are the job's, not a unit's: not timed here.
+fn units_at(plan: &e2fleet_engine::plan::SearchPlan, depth: usize) -> Result<(Vec<Unit>, bool)> {
     if depth == 0 {
-        return Ok((vec![Unit::root()], 1));
+        return Ok((vec![Unit::root()], true));
     }
     let depth = depth.min(plan.len());
-    let (mut units, mut count) = (Vec::new(), 0usize);
-    e2fleet_engine::search::Walker::new(plan).enumerate(&[], depth, &mut |prefix| {
-        count += 1;
-        if units.len() < MAX_UNITS {
-            units.push(Unit::prefix(prefix.to_vec()));
-        }
-    })?;
+    let mut units = Vec::new();
+    let all = e2fleet_engine::search::Walker::new(plan).enumerate_first(
+        &[],
+        depth,
+        MAX_UNITS,
+        &mut |prefix| units.push(Unit::prefix(prefix.to_vec())),
+    )?;
     anyhow::ensure!(
         !units.is_empty(),
         "no filling of the first {depth} cells: nothing to walk below them"
     );
-    Ok((units, count))
+    Ok((units, all))
 }
 
-/// Units `bench --split-depth` keeps (it walks them from the first; a hard board's split
-/// can have hundreds of millions, more than any run reaches and than memory holds).
+/// Units `bench --split-depth` takes (it walks them from the first; a hard board's split
+/// can have hundreds of millions, more than any run reaches and than memory holds, and
+/// enumerating no further than these keeps the set-up short).
 const MAX_UNITS: usize = 100_000;
 
 /// Runs `bench`.
@@ -136,7 +138,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             Some(p) => (p.compile_time.as_secs_f64(), p.cached),
             None => (build_wall.as_secs_f64(), false),
         };
-        let (units, unit_count) = units_at(&plan, args.split_depth as usize)?;
+        let (units, all_units) = units_at(&plan, args.split_depth as usize)?;
         let mut engine = factory.make();
         let mut runs = Vec::new();
         for _ in 0..args.runs.max(1) {
@@ -157,7 +159,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 nodes,
                 seconds,
                 nodes_per_s: nodes as f64 / seconds,
-                finished: units_done == unit_count,
+                finished: all_units && units_done == units.len(),
                 units_done,
             });
         }
@@ -173,14 +175,18 @@ pub fn run(args: BenchArgs) -> Result<()> {
             median_nodes_per_s: median,
             runs,
             split_depth: args.split_depth,
-            units: unit_count,
+            units: units.len(),
+            all_units,
         };
         if args.json {
             println!("{}", serde_json::to_string(&report)?);
         } else {
             let walked = match report.split_depth {
                 0 => String::new(),
-                d => format!(", the {} units of a split at depth {d}", report.units),
+                d if report.all_units => {
+                    format!(", the {} units of a split at depth {d}", report.units)
+                }
+                d => format!(", the first {} units of a split at depth {d}", report.units),
             };
             println!(
                 "{}: {} engine, {:.1} M nodes/s per core (median of {}{walked}), compile {:.2} s{}",

@@ -17,6 +17,47 @@ impl Walker<'_> {
         depth: usize,
         visit: &mut dyn FnMut(&[Placement]),
     ) -> Result<Vec<u64>, UnitError> {
+        self.enumerate_under(prefix, depth, visit, &mut NoControl)
+            .map(|(nodes, _)| nodes)
+    }
+
+    /// The first `max` fillings of [`Walker::enumerate`], in the same order, and whether
+    /// they are all of them. The walk stops soon after the `max`-th (at its next poll,
+    /// [`super::POLL_INTERVAL`] nodes at most), so a split of hundreds of millions of
+    /// prefixes costs no more than the ones asked for.
+    pub fn enumerate_first(
+        &mut self,
+        prefix: &[Placement],
+        depth: usize,
+        max: usize,
+        visit: &mut dyn FnMut(&[Placement]),
+    ) -> Result<bool, UnitError> {
+        struct Enough<'a>(&'a std::cell::Cell<usize>, usize);
+        impl super::Control for Enough<'_> {
+            fn poll(&mut self, _committed: u64) -> bool {
+                self.0.get() > self.1
+            }
+        }
+        let seen = std::cell::Cell::new(0usize);
+        let mut first = |p: &[Placement]| {
+            if seen.get() < max {
+                visit(p);
+            }
+            seen.set(seen.get() + 1);
+        };
+        let (_, finished) =
+            self.enumerate_under(prefix, depth, &mut first, &mut Enough(&seen, max))?;
+        Ok(finished && seen.get() <= max)
+    }
+
+    /// [`Walker::enumerate`] under `control`; the nodes, and whether it walked to the end.
+    fn enumerate_under(
+        &mut self,
+        prefix: &[Placement],
+        depth: usize,
+        visit: &mut dyn FnMut(&[Placement]),
+        control: &mut dyn super::Control,
+    ) -> Result<(Vec<u64>, bool), UnitError> {
         let depths = self.plan.len();
         if depth > depths || prefix.len() > depth {
             return Err(UnitError::TooDeep {
@@ -30,22 +71,26 @@ impl Walker<'_> {
         let mut deepest = 0;
         let mut deepest_board = Vec::new();
         let mut sink = Prefixes { visit };
-        if prefix.len() == depth {
+        let finished = if prefix.len() == depth {
             visit_prefix(&mut sink, self, depth);
+            true
         } else {
-            self.walk(
-                prefix.len(),
-                prefix.len(),
-                depth,
-                u64::MAX,
-                &mut nodes,
-                &mut deepest,
-                &mut deepest_board,
-                &mut sink,
-                &mut NoControl,
-            );
-        }
-        Ok(nodes)
+            matches!(
+                self.walk(
+                    prefix.len(),
+                    prefix.len(),
+                    depth,
+                    u64::MAX,
+                    &mut nodes,
+                    &mut deepest,
+                    &mut deepest_board,
+                    &mut sink,
+                    control,
+                ),
+                super::Outcome::Finished
+            )
+        };
+        Ok((nodes, finished))
     }
 
     /// The untried siblings of `placement` at `depth` given the board below it: every
