@@ -105,13 +105,28 @@ pub fn release_id(options: &CodegenOptions, target_cpu: Option<&str>) -> String 
 }
 
 /// A plan candidate as the generated program stores it: unchanged, plus the piece id again
-/// in the top ten bits, so the hot loop gets the used-set index with one shift (bits 50..54
-/// stay clear, so no candidate equals the sentinel).
+/// in the top ten bits, so the hot loop gets the used-set index with one shift (bits 50..53
+/// stay clear, so no candidate equals the sentinel; bit 53 is [`LAST`]).
 fn encode(c: u64) -> u64 {
     if c == SENTINEL {
         return c;
     }
     c | ((crate::plan::candidate_piece(c) as u64) & 1023) << 54
+}
+
+/// The flag of a bucket's last candidate (bit 53, clear in every plan candidate): a list
+/// level tests it on the candidate it holds, so the walk's end is known as soon as the
+/// candidate is, not one load later from the sentinel after it.
+const LAST: u64 = 1 << 53;
+
+/// Candidate `i` of the plan as a list level reads it: [`encode`]d, with [`LAST`] when
+/// the bucket's sentinel follows it.
+fn encode_at(cands: &[u64], i: usize) -> u64 {
+    match (cands[i], cands.get(i + 1)) {
+        (SENTINEL, _) => SENTINEL,
+        (c, Some(&SENTINEL)) => encode(c) | LAST,
+        (c, _) => encode(c),
+    }
 }
 
 /// The protocol version spoken by generated programs.
@@ -212,18 +227,19 @@ impl Gen<'_> {
         self.array(
             "CANDS",
             "u64",
-            p.candidates.iter().map(|&c| format!("{:#x}", encode(c))),
+            (0..p.candidates.len()).map(|i| format!("{:#x}", encode_at(&p.candidates, i))),
         );
         let offs = self.offsets();
         self.array("OFFS", "u32", offs.iter().map(|o| o.to_string()));
         // each bucket's first candidate beside its offset: a list level reads it straight
         // from the key, one dependent load fewer on the way into every cell (`S`: empty)
         w!(self, "const S: u64 = SENTINEL;");
+        w!(self, "const LAST: u64 = {LAST:#x};");
         self.array(
             "FIRST",
             "u64",
             offs.iter()
-                .map(|&o| match encode(p.candidates[o as usize]) {
+                .map(|&o| match encode_at(&p.candidates, o as usize) {
                     SENTINEL => "S".to_string(),
                     c => format!("{c:#x}"),
                 }),
@@ -709,26 +725,34 @@ impl Gen<'_> {
     /// offset, so the walk into a cell waits for one load after the key, not two; the
     /// next one is read at the bottom of the loop (reading it ahead, before the used
     /// test, kept one more register live through the deeper levels: bench-hard +2%,
-    /// bench-easy -12%).
+    /// bench-easy -12%). Whether the bucket goes on is the held candidate's [`LAST`] bit,
+    /// not a test of the slot after it, so a mispredicted end resolves one load sooner;
+    /// after a subtree the candidate (and its piece, to free) is read back from the board
+    /// rather than kept live through the deeper levels (one spill per level fewer).
     fn list_level(&self, d: usize, key: &str, onward: &str) -> String {
         let extra = self.extra_check(d, &format!("c{d}"));
         let commit = self.commit(d);
         let release = self.mark(d, false);
         let used = self.is_used(d);
-        // `i{d}` never passes the bucket's sentinel: the loop ends on reading it
+        let pos = self.plan.depths[d].pos;
+        // `i{d}` never passes the bucket's last candidate
         format!(
             "let k{d}: usize = {key};\n\
              let mut c{d}: u64 = FIRST[k{d}];\n\
+             if c{d} != SENTINEL {{\n\
              let mut i{d}: usize = OFFS[k{d}] as usize;\n\
              loop {{\n\
-             if c{d} == SENTINEL {{ break; }}\n\
              let p{d} = (c{d} >> 54) as usize;\n\
              if !({used}){extra} {{\n\
              {commit}\
              {onward}\n\
+             c{d} = st.cells[{pos}][0];\n\
+             let p{d} = (c{d} >> 54) as usize;\n\
              {release}\n\
              }}\n\
+             if c{d} & LAST != 0 {{ break; }}\n\
              i{d} += 1; c{d} = cand(i{d});\n\
+             }}\n\
              }}\n"
         )
     }
