@@ -60,9 +60,11 @@ static STOP: AtomicBool = AtomicBool::new(false);
 ///
 /// `cells[pos] = [candidate, nodes]`: the candidate placed on the cell (its colours are
 /// what later cells key on, its piece and rotation are the path) and the node count of
-/// the depth that fills it, side by side, so the two stores of every node share a cache
-/// line and never 4K-alias each other. The last entry is the dummy cell (always 0) that
-/// key reads of a missing neighbour point at.
+/// the depth that fills it less one (`u64::MAX` before its first node, so the increment
+/// that wraps to 0 is the unit's first visit: [`St::first_visit`]), side by side, so the
+/// two stores of every node share a cache line and never 4K-alias each other. The last
+/// entry is the dummy cell (candidate always 0) that key reads of a missing neighbour
+/// point at.
 #[repr(C)]
 pub struct St {
     pub left: u64,
@@ -121,10 +123,20 @@ impl St {
         self.cells[self.program.dpos[d] as usize][0]
     }
 
-    /// Records the first board to reach a new depth.
+    /// Called on the first node of depth `d` in a unit (its count, one less than the
+    /// nodes, wrapped to 0): records the board if no node of the unit has been as deep.
+    /// Every new deepest depth is a first visit, so the hot path needs no test of its own;
+    /// a resumed unit also first-visits the levels above its cursor, which this skips.
     #[cold]
     #[inline(never)]
-    pub fn snapshot(&mut self, d: usize) {
+    pub fn first_visit(&mut self, d: usize) {
+        if d >= self.deepest {
+            self.snapshot(d);
+        }
+    }
+
+    /// Records the first board to reach a new depth.
+    fn snapshot(&mut self, d: usize) {
         self.deepest = d + 1;
         self.deepest_board.clear();
         let path: Vec<u64> = (0..d + 1).map(|k| self.path(k)).collect();
@@ -240,9 +252,9 @@ pub fn scan(st: &mut St, d: usize, start: usize) -> bool {
         }
         st.take(piece);
         st.cells[pos][0] = c;
-        st.cells[pos][1] += 1;
-        if d >= st.deepest {
-            st.snapshot(d);
+        st.cells[pos][1] = st.cells[pos][1].wrapping_add(1);
+        if st.cells[pos][1] == 0 {
+            st.first_visit(d);
         }
         if d + 1 == p.depths {
             st.solution();
@@ -311,7 +323,7 @@ fn run_unit(
 ) -> Result<String, String> {
     let p = st.program;
     for (cell, &v) in st.cells[..p.cells + 1].iter_mut().zip(p.init_board) {
-        *cell = [v, 0];
+        *cell = [v, u64::MAX];
     }
     st.used = [0; 1024];
     st.umask = [0; 2];
@@ -361,7 +373,8 @@ fn run_unit(
     }
     if let Some(d) = p.fault_depth {
         if !stopped && d < p.depths && d >= floor {
-            st.cells[p.dpos[d] as usize][1] += 1;
+            let n = &mut st.cells[p.dpos[d] as usize][1];
+            *n = n.wrapping_add(1);
         }
     }
     let reason = match (stopped, st.stop) {
@@ -371,7 +384,7 @@ fn run_unit(
     };
     let mut r = format!("result {reason} {}\nnodes", st.deepest);
     for d in 0..p.depths {
-        let n = st.cells[p.dpos[d] as usize][1];
+        let n = st.cells[p.dpos[d] as usize][1].wrapping_add(1);
         r.push(' ');
         r.push_str(&n.to_string());
     }

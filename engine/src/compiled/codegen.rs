@@ -602,8 +602,8 @@ impl Gen<'_> {
         let mut s = String::new();
         let _ = writeln!(
             s,
-            "{mark} st.cells[{pos}][0] = c{d}; st.cells[{pos}][1] += 1;\n\
-             if {d} >= st.deepest {{ st.snapshot({d}); }}",
+            "{mark} st.cells[{pos}][0] = c{d}; st.cells[{pos}][1] = st.cells[{pos}][1].wrapping_add(1);\n\
+             if st.cells[{pos}][1] == 0 {{ st.first_visit({d}); }}",
             mark = self.mark(d, true),
             pos = dp.pos
         );
