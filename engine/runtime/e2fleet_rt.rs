@@ -68,7 +68,7 @@ static STOP: AtomicBool = AtomicBool::new(false);
 #[repr(C)]
 pub struct St {
     pub left: u64,
-    pub deepest: usize,
+    deepest: usize,
     /// The pieces on the board as bits (piece `p` is bit `p % 64` of word `p / 64`) on
     /// boards of at most [`MASK_PIECES`] pieces, whose generated code walks a bucket's free
     /// pieces as the bits of `bucket mask & !umask` and keeps only this up to date.

@@ -12,7 +12,12 @@
 //!   byte load from a fixed-size array indexed by the piece id (no bounds check); a
 //!   bucket's first candidate sits in `FIRST` at the key itself, so entering a cell is one
 //!   load after the key instead of two (offset, then candidate): the chain from one
-//!   placement to the next cell's first test is what hard boards wait on;
+//!   placement to the next cell's first test is what hard boards wait on; a bucket's
+//!   last candidate carries `LAST`, so the walk ends on the candidate in hand, and after
+//!   a subtree the candidate is read back from the board, not kept live;
+//! - a depth's node count starts at `u64::MAX`, so the increment that wraps to 0 is the
+//!   unit's first visit of the depth (the runtime checks for a new deepest board there,
+//!   not on every node);
 //! - on boards of at most 128 pieces (the low-colour Brendan sets, clue puzzles) a level
 //!   walks only the free pieces of its bucket: the bucket's piece mask less the used-piece
 //!   mask, lowest bit first (canonical order), each bit's candidate read from the bucket's
