@@ -50,6 +50,19 @@ for d in range(depths):
         if cands[x] != S:
             reach.setdefault(x, set()).add(d)
 SOLKEY = len(offs)
+# Keys whose high colour is the previous depth's placed cell and whose low colour is not
+# (a cell below a hint, keyed by its left colour alone) are read through a transposed copy
+# of their table, so that the placed cell's colour is always the low part of a key.
+targets = [('b%d' % x) if x in reach else 'bempty' for x in offs] + ['bsol'] * 256
+transposed = {}
+for d in range(1, depths):
+    k = dkey[d]
+    if k[1] == dpos[d - 1] and k[3] != dpos[d - 1]:
+        if k[0] not in transposed:
+            transposed[k[0]] = len(targets)
+            n = 1 << stride
+            targets += [targets[k[0] + (a << stride) + b] for b in range(n) for a in range(n)]
+        dkey[d] = [transposed[k[0]], k[3], k[4], k[1], k[2], k[5]]
 def cell_off(cell, shift): return cell * 16 + shift // 8
 nx = [(k[0], cell_off(k[1], k[2]), cell_off(k[3], k[4])) for k in dkey] + [(SOLKEY, ncells * 16, ncells * 16)]
 o = []
@@ -119,7 +132,7 @@ for st0 in sorted(reach):
         i += 1
     o.append('false\n}\n')
 o.append('#[inline(never)]\nfn bsol(st: &mut St, d: usize, c: usize) -> bool { enter(st, d, c, true) }\n')
-o.append('static BF: [Bf; %d] = [%s];\n' % (len(offs) + 256, ','.join([('b%d' % x) if x in reach else 'bempty' for x in offs] + ['bsol'] * 256)))
+o.append('static BF: [Bf; %d] = [%s];\n' % (len(targets), ','.join(targets)))
 for d in range(1, depths):
     # scan has counted the placement at d - 1: take that count back, the callee counts it again
     o.append('fn h%d(st: &mut St) -> bool { let pos16 = POS16[%d] as usize; let n = cnt(st, pos16); *n = n.wrapping_sub(1); st.left += 1; let c = *cell(st, pos16); let slot = CANDS.iter().position(|&x| x == c).unwrap(); let nx = NX[%d]; let k = nx.0 as usize + (colour(st, nx.1 as usize) << %d) + colour(st, nx.2 as usize); BF[k](st, %d, slot) }\n' % (d, d - 1, d, stride, d))

@@ -60,6 +60,11 @@ pub struct CodegenOptions {
     /// Test-only fault injection: a program that greets and then never answers, to prove
     /// a hung engine is killed instead of hanging its caller.
     pub fault_hang: bool,
+    /// The slot walk ([`slot_walk_applies`]) instead of the list walk, on the boards it
+    /// applies to (elsewhere ignored): one function per candidate bucket, one branch and
+    /// one call site per candidate. Faster on hard 16x16 boards, slower on easy ones, and
+    /// a 4-6x longer compile (`docs/benchmarks.md`, session 11).
+    pub slots: bool,
 }
 
 impl Default for CodegenOptions {
@@ -69,6 +74,7 @@ impl Default for CodegenOptions {
             poll_interval: 1 << 22,
             fault_depth: None,
             fault_hang: false,
+            slots: false,
         }
     }
 }
@@ -105,6 +111,9 @@ pub fn release_id(options: &CodegenOptions, target_cpu: Option<&str>) -> String 
     }
     if options.fault_hang {
         id.push_str("-HANG");
+    }
+    if options.slots {
+        id.push_str("-slots");
     }
     id
 }
@@ -149,10 +158,42 @@ pub fn emit(plan: &SearchPlan, options: &CodegenOptions, build_key: &str) -> Str
     g.walks = g.choose_walks();
     g.header(options, build_key);
     g.tables();
-    g.groups();
-    g.scans();
+    if options.slots && slot_walk_applies(plan) {
+        g.slot_walk();
+    } else {
+        g.groups();
+        g.scans();
+    }
     g.program(options, build_key);
     g.out
+}
+
+/// Whether [`CodegenOptions::slots`] changes the program for `plan`: boards of more than
+/// 128 pieces (the list walk), fill orders without extra-side checks (every row-major
+/// order), and colours on byte boundaries of the board cells.
+pub fn slot_walk_applies(plan: &SearchPlan) -> bool {
+    // the shifts at which a depth reads the cell the depth before it placed: one value
+    // (the right colour, in row order), read once per depth
+    let mut me_shifts = std::collections::BTreeSet::new();
+    for w in plan.depths.windows(2) {
+        let reads: Vec<u32> = w[1]
+            .key
+            .iter()
+            .filter(|k| k.cell == w[0].pos)
+            .map(|k| k.shift)
+            .collect();
+        if reads.len() > 1 {
+            return false;
+        }
+        me_shifts.extend(reads);
+    }
+    plan.pieces > 128
+        && me_shifts.len() <= 1
+        && plan
+            .depths
+            .iter()
+            .all(|d| d.extra_mask == 0 && d.key.iter().all(|k| k.shift % 8 == 0 && k.shift < 64))
+        && plan.initial_board[plan.cells] == 0
 }
 
 struct Gen<'p> {
@@ -818,6 +859,201 @@ impl Gen<'_> {
             );
             head = end;
         }
+    }
+
+    /// The slot walk: every bucket a function `b{start}(st, d, slot)` that first counts
+    /// the caller's placement (candidate `slot` at depth `d - 1`: board, node count, first
+    /// visit, solution, budget) and then tries each of its candidates in canonical order
+    /// with its own used-test branch (the piece id a constant) and its own call site into
+    /// the next depth's bucket, found by key in `BF`. A piece's free/used state lasts, so
+    /// a branch per slot is far more predictable than one per depth (session 11: 42% ->
+    /// 7% mispredicted in a 2-bit model). An empty bucket is `bempty` (count only), the
+    /// depth after the last `bsol` (count and record the solution). A bucket reached from
+    /// one depth only gets its cells as constants; the next key's colour from the placed
+    /// cell is a constant per slot added to a base the bucket computes once, and a key
+    /// whose high colour is the placed cell's (a cell keyed by one side) is read through a
+    /// transposed copy of its table so that colour is always the low one.
+    fn slot_walk(&mut self) {
+        use std::collections::{BTreeMap, BTreeSet, HashMap};
+        let p = self.plan;
+        let offs = self.offsets();
+        let depths = p.len();
+        let log = self.stride_log2() as usize;
+        let side = 1usize << log;
+        let byte = |cell: usize, shift: u32| cell * 16 + shift as usize / 8;
+        // which depths each bucket (by its first slot) is walked at
+        let mut reach: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
+        for (d, dp) in p.depths.iter().enumerate() {
+            let base = self.table_offset(dp.table);
+            for &o in &offs[base..base + side * side] {
+                if p.candidates[o as usize] != SENTINEL {
+                    reach.entry(o as usize).or_default().insert(d);
+                }
+            }
+        }
+        // key -> function; then the solution keys; then transposed tables
+        let mut targets: Vec<String> = offs
+            .iter()
+            .map(|&o| match reach.contains_key(&(o as usize)) {
+                true => format!("b{o}"),
+                false => "bempty".into(),
+            })
+            .collect();
+        let sol = targets.len();
+        targets.extend(std::iter::repeat_n("bsol".to_string(), 256));
+        // per depth: (key base, byte of the high colour, byte of the low colour, which of
+        // them is the previous depth's cell: 1 high, 2 low)
+        let mut keys: Vec<(usize, usize, usize, u8)> = Vec::with_capacity(depths + 1);
+        let mut transposed: HashMap<usize, usize> = HashMap::new();
+        for (d, dp) in p.depths.iter().enumerate() {
+            let (base, [hi, lo]) = (self.table_offset(dp.table), dp.key);
+            let prev = d.checked_sub(1).map(|e| p.depths[e].pos);
+            let me = |cell: usize| Some(cell) == prev;
+            if me(hi.cell) && !me(lo.cell) {
+                let t = *transposed.entry(base).or_insert_with(|| {
+                    let t = targets.len();
+                    for b in 0..side {
+                        for a in 0..side {
+                            let f = targets[base + (a << log) + b].clone();
+                            targets.push(f);
+                        }
+                    }
+                    t
+                });
+                keys.push((t, byte(lo.cell, lo.shift), byte(hi.cell, hi.shift), 2));
+            } else {
+                let m = me(hi.cell) as u8 | (me(lo.cell) as u8) << 1;
+                keys.push((base, byte(hi.cell, hi.shift), byte(lo.cell, lo.shift), m));
+            }
+        }
+        keys.push((sol, byte(p.cells, 0), byte(p.cells, 0), 0));
+        // the shift of the previous depth's candidate that gives depth d's "me" colour
+        let me_shift = |d: usize| -> Option<u32> {
+            let dp = &p.depths[d];
+            let prev = p.depths[d - 1].pos;
+            dp.key.iter().find(|k| k.cell == prev).map(|k| k.shift)
+        };
+        w!(self, "type Bf = fn(&mut St, usize, usize) -> bool;");
+        w!(self, "const DEPTHS: usize = {depths};");
+        let nx: Vec<String> = keys
+            .iter()
+            .map(|k| format!("({}, {}, {})", k.0, k.1, k.2))
+            .collect();
+        self.array("NX", "(u32, u16, u16)", nx.into_iter());
+        let me: Vec<String> = keys.iter().map(|k| k.3.to_string()).collect();
+        self.array("ME", "u8", me.into_iter());
+        self.array(
+            "POS16",
+            "u16",
+            p.depths.iter().map(|d| (d.pos * 16).to_string()),
+        );
+        w!(
+            self,
+            r#"#[inline(always)]
+fn colour(st: &St, off: usize) -> usize {{ unsafe {{ *(st.cells.as_ptr() as *const u8).add(off) as usize }} }}
+#[inline(always)]
+fn bf(k: usize) -> Bf {{ unsafe {{ *BF.get_unchecked(k) }} }}
+/// Counts candidate `slot` placed at depth `d - 1`; true if the unit stops there.
+#[inline(always)]
+fn enter(st: &mut St, d: usize, slot: usize, last: bool) -> bool {{
+    let c = cand(slot);
+    let pos = unsafe {{ *POS16.get_unchecked(d - 1) }} as usize / 16;
+    st.cells[pos][0] = c;
+    st.cells[pos][1] = st.cells[pos][1].wrapping_add(1);
+    if st.cells[pos][1] == 0 {{ st.first_visit(d - 1); }}
+    if last {{ st.solution(); }}
+    st.left -= 1;
+    st.left == 0 && st.slow(d - 1)
+}}
+#[inline(never)]
+fn bempty(st: &mut St, d: usize, slot: usize) -> bool {{ enter(st, d, slot, false) }}
+#[inline(never)]
+fn bsol(st: &mut St, d: usize, slot: usize) -> bool {{ enter(st, d, slot, true) }}"#
+        );
+        for (&start, ds) in &reach {
+            w!(
+                self,
+                "#[inline(never)]\nfn b{start}(st: &mut St, d: usize, slot: usize) -> bool {{\nif enter(st, d, slot, false) {{ return true; }}"
+            );
+            if ds.len() == 1 {
+                let d = *ds.iter().next().unwrap();
+                w!(self, "let d: usize = {d};");
+            }
+            let pats: BTreeSet<u8> = ds.iter().map(|&d| keys[d + 1].3).collect();
+            let shifts: BTreeSet<u32> = ds
+                .iter()
+                .filter(|&&d| d + 1 < depths)
+                .filter_map(|&d| me_shift(d + 1))
+                .collect();
+            let shift = shifts.iter().next().copied().unwrap_or(0);
+            let uniform = pats.len() == 1 && shifts.len() <= 1;
+            let pat = *pats.iter().next().unwrap();
+            if uniform {
+                let hi = if pat & 1 != 0 {
+                    String::new()
+                } else {
+                    format!(" + (colour(st, nx.1 as usize) << {log})")
+                };
+                let lo = if pat & 2 != 0 {
+                    ""
+                } else {
+                    " + colour(st, nx.2 as usize)"
+                };
+                w!(
+                    self,
+                    "let nx = unsafe {{ *NX.get_unchecked(d + 1) }}; let kb = nx.0 as usize{hi}{lo};"
+                );
+            } else {
+                // depths that disagree: the "me" colour scaled per depth (a rare shape;
+                // every slot then reads its shift from the first candidate's)
+                w!(
+                    self,
+                    "let nx = unsafe {{ *NX.get_unchecked(d + 1) }}; let me = unsafe {{ *ME.get_unchecked(d + 1) }}; let mul = [0usize, {}, 1, {}][me as usize & 3]; let kb = nx.0 as usize + (if me & 1 != 0 {{ 0 }} else {{ colour(st, nx.1 as usize) << {log} }}) + (if me & 2 != 0 {{ 0 }} else {{ colour(st, nx.2 as usize) }});",
+                    side,
+                    side + 1
+                );
+            }
+            let mut i = start;
+            while p.candidates[i] != SENTINEL {
+                let c = p.candidates[i];
+                let piece = crate::plan::candidate_piece(c);
+                let r = ((c >> shift) & 0xFF) as usize;
+                let key = match (uniform, pat) {
+                    (false, _) => format!("kb + {r} * mul"),
+                    (true, 1) => format!("kb + {}", r << log),
+                    (true, 2) => format!("kb + {r}"),
+                    (true, 3) => format!("kb + {}", (r << log) + r),
+                    (true, _) => "kb".to_string(),
+                };
+                w!(
+                    self,
+                    "if st.used[{piece}] == 0 {{\nst.used[{piece}] = 1;\nif bf({key})(st, d + 1, {i}) {{ return true; }}\nst.used[{piece}] = 0;\n}}"
+                );
+                i += 1;
+            }
+            w!(self, "false\n}}");
+        }
+        self.array("BF", "Bf", targets.into_iter());
+        // Entries from the runtime's cold scan, which has counted the placement at d - 1
+        // already: that count is taken back and the bucket function counts it again.
+        for d in 1..depths {
+            w!(
+                self,
+                "fn h{d}(st: &mut St) -> bool {{ let pos = POS16[{}] as usize / 16; st.cells[pos][1] = st.cells[pos][1].wrapping_sub(1); st.left += 1; let c = st.cells[pos][0]; let slot = CANDS.iter().position(|&x| x == c).unwrap(); let nx = NX[{d}]; let k = nx.0 as usize + (colour(st, nx.1 as usize) << {log}) + colour(st, nx.2 as usize); BF[k](st, {d}, slot) }}",
+                d - 1
+            );
+        }
+        let heads: Vec<String> = (0..depths)
+            .map(|d| match d {
+                0 => "None".to_string(),
+                _ => format!("Some(h{d})"),
+            })
+            .collect();
+        w!(
+            self,
+            "static HEADS: [Option<fn(&mut St) -> bool>; {depths}] = [{}];",
+            heads.join(", ")
+        );
     }
 
     fn scans(&mut self) {

@@ -136,14 +136,14 @@ impl CompiledProgram {
             program.cache.remove(&program.path);
         }
         let extern_arg = format!("e2fleet_rt={}", runtime.path.display());
+        let mut extra = vec!["--extern".into(), extern_arg];
+        if codegen.slots && codegen::slot_walk_applies(plan) {
+            // one small function per bucket: smaller code is faster code here (the hot
+            // buckets outgrow the instruction cache at -O3; docs/benchmarks.md, session 11)
+            extra.push("-Copt-level=s".into());
+        }
         program.compile_time = runtime.compile_time
-            + toolchain::compile(
-                &source,
-                &program.cache,
-                &program.path,
-                build,
-                &["--extern".into(), extern_arg],
-            )?;
+            + toolchain::compile(&source, &program.cache, &program.path, build, &extra)?;
         program.cached = false;
         program.handshake()?;
         Ok(program)

@@ -64,7 +64,15 @@ fn engines(
         poll_interval: 997,
         ..CodegenOptions::default()
     };
-    let program = CompiledProgram::build(plan, &codegen, &options(cache)).unwrap();
+    engines_with(plan, &codegen, cache)
+}
+
+fn engines_with(
+    plan: &Arc<SearchPlan>,
+    codegen: &CodegenOptions,
+    cache: &str,
+) -> (ReferenceEngine, Box<dyn Engine>) {
+    let program = CompiledProgram::build(plan, codegen, &options(cache)).unwrap();
     (
         ReferenceEngine::new(plan.clone()),
         Box::new(program.engine(plan.clone())),
@@ -235,6 +243,77 @@ fn low_colour_boards_agree_under_budgets() {
         .run(&Unit::root(), opts(None), &mut NoControl)
         .unwrap();
     assert_eq!(c, r, "set 2 5x5 whole");
+}
+
+/// The slot walk (`CodegenOptions::slots`, one branch and one call site per candidate
+/// slot) against the reference walker: budget slices down a continuation chain on the
+/// hard, clue and easy 16x16 boards; a whole tree with its solution; and random 12x12
+/// boards in every fill-order kind (the walk applies to some, the others keep the list
+/// walk), with chains and random prefixes under budgets, which resume through the
+/// runtime's cold scan into the bucket functions.
+#[test]
+fn slot_walk_matches_reference() {
+    use e2fleet_engine::compiled::codegen::slot_walk_applies;
+    let codegen = CodegenOptions {
+        poll_interval: 997,
+        slots: true,
+        ..CodegenOptions::default()
+    };
+    for rel in [
+        "bench/bench-hard.json",
+        "e2/official.json",
+        "e2/centre-clue.json",
+        "bench/bench-easy.json",
+    ] {
+        let plan = plan(&load(rel), &OrderSpec::default());
+        assert!(slot_walk_applies(&plan), "{rel}");
+        let (mut reference, mut compiled) = engines_with(&plan, &codegen, "slots");
+        let budgets = [1, 7, 1000, 123_457, 2_000_000];
+        agree_down_a_chain((&mut reference, compiled.as_mut()), budgets, rel);
+    }
+    let rows = plan(
+        &load("bench/bench-easy-rows0-5.json"),
+        &OrderSpec::default(),
+    );
+    let (mut reference, mut compiled) = engines_with(&rows, &codegen, "slots");
+    let r = reference
+        .run(&Unit::root(), opts(None), &mut NoControl)
+        .unwrap();
+    let c = compiled
+        .run(&Unit::root(), opts(None), &mut NoControl)
+        .unwrap();
+    assert_eq!((c.committed, c.solutions_count), (6_427_237, 1));
+    assert_eq!(c, r, "bench-easy rows 0-5, whole tree");
+    let mut rng = Rng::new(1111);
+    let mut applied = 0;
+    for round in 0..6 {
+        let inner = 9 + rng.below(4) as u8;
+        let hints = rng.below(4);
+        let (puzzle, _) = random_puzzle(&mut rng, 12, 12, 3, inner, hints);
+        let spec = order_of_kind(&puzzle, [0, 2, 5, 7, 8, 9][round], &mut rng);
+        let plan = plan(&puzzle, &spec);
+        applied += slot_walk_applies(&plan) as usize;
+        let (mut reference, mut compiled) = engines_with(&plan, &codegen, "slots");
+        let what = format!("round {round} {spec}");
+        let budgets: Vec<u64> = (0..8).map(|_| 1 + rng.below(200_000) as u64).collect();
+        agree_down_a_chain((&mut reference, compiled.as_mut()), budgets, &what);
+        let depth = 1 + rng.below(12);
+        let mut prefixes = Vec::new();
+        Walker::new(&plan)
+            .enumerate_first(&[], depth, 4, &mut |p| prefixes.push(p.to_vec()))
+            .unwrap();
+        for p in prefixes {
+            let u = Unit::prefix(p);
+            let budget = Some(1 + rng.below(100_000) as u64);
+            let r = reference.run(&u, opts(budget), &mut NoControl).unwrap();
+            let c = compiled.run(&u, opts(budget), &mut NoControl).unwrap();
+            assert_eq!(c, r, "{what} prefix depth {depth}");
+        }
+    }
+    assert!(
+        applied >= 3,
+        "the slot walk applied to {applied} of 6 random orders"
+    );
 }
 
 #[test]
