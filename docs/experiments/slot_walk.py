@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Prototype, not part of the build: the compiled engine's list walk rewritten as a "slot walk".
+"""The prototype of the generator's slot walk (`--slots`, engine/src/compiled/codegen.rs):
+a generated list-walk program rewritten as a slot walk, kept to reproduce the measurements.
 
 Issue #15, session 11 (docs/benchmarks.md, "session 11"). Each candidate bucket becomes a
 function with one static used-test branch and one call site per candidate slot (the
@@ -7,8 +8,8 @@ predictor sees one branch per slot, not one per depth), a placement is counted b
 callee (the next depth's bucket, reached through a key -> function table) on entry, and
 a bucket reached from a single depth has that depth's cells as constants. Every node
 count, cursor, deepest board and solution is the list walk's (checked on bench-hard,
-bench-easy's whole tree, the real E2 boards and resumed cursors), but it is only faster
-on some 16x16 boards: see the table in docs/benchmarks.md.
+bench-easy's whole tree, the real E2 boards and resumed cursors); faster on hard 16x16
+boards, slower on easy ones: see docs/benchmarks.md.
 
     e2fleet-worker bench --board B --seconds 0.3 --runs 1 --cache-dir C --emit-source B.rs
     python3 docs/experiments/slot_walk.py B.rs B-slots.rs

@@ -34,6 +34,14 @@
 //! - one countdown decrement per node covers the budget, progress and the stop flag; the
 //!   flag is read only when the countdown reaches zero, never a clock.
 //!
+//! With [`CodegenOptions::slots`] (boards of more than 128 pieces, scan orders: see
+//! [`slot_walk_applies`]) the fused groups give way to the slot walk: one function per
+//! bucket with a used-test branch and a call site of its own for every candidate, the
+//! next bucket's function found by key. The predictor then sees each slot's piece, whose
+//! free/used state lasts, instead of one branch shared by a depth's every candidate:
+//! ~1.1-1.25x on hard 16x16 boards, 0.75x on bench-easy, a 4-7x longer compile (session
+//! 11 in `docs/benchmarks.md`), so it is opt-in.
+//!
 //! Beside the fused chain, one table-driven `scan(depth, start)` resumes a unit inside a
 //! group (a prefix or cursor ending mid-group, or the untried siblings of a cursor
 //! placement) and hands over to the fused chain at the next group head. It is cold code,
