@@ -162,6 +162,7 @@ pub fn emit(plan: &SearchPlan, options: &CodegenOptions, build_key: &str) -> Str
         group: options.group.max(1),
         out: String::with_capacity(1 << 20),
         walks: Default::default(),
+        main_init: String::new(),
     };
     g.walks = g.choose_walks();
     g.header(options, build_key);
@@ -211,6 +212,8 @@ struct Gen<'p> {
     /// Per plan table (by its offset in the plan's `offsets`): how its depths walk a
     /// bucket (see [`Walk`]).
     walks: std::collections::HashMap<usize, Walk>,
+    /// Statements `main` runs before serving (the slot walk fills its function table).
+    main_init: String,
 }
 
 /// How the depths of one bucket table walk a bucket.
@@ -272,7 +275,11 @@ impl Gen<'_> {
                 p.len()
             );
         } else {
-            w!(self, "fn main() {{ e2fleet_rt::serve(&PROGRAM) }}");
+            w!(
+                self,
+                "fn main() {{ {} e2fleet_rt::serve(&PROGRAM) }}",
+                self.main_init
+            );
         }
     }
 
@@ -960,7 +967,7 @@ impl Gen<'_> {
             r#"#[inline(always)]
 fn colour(st: &St, off: usize) -> usize {{ unsafe {{ *(st.cells.as_ptr() as *const u8).add(off) as usize }} }}
 #[inline(always)]
-fn bf(k: usize) -> Bf {{ unsafe {{ *BF.get_unchecked(k) }} }}
+fn bf(k: usize) -> Bf {{ unsafe {{ core::mem::transmute::<usize, Bf>(*(&raw const BFT).cast::<usize>().add(k)) }} }}
 /// Counts candidate `slot` placed at depth `d - 1`; true if the unit stops there.
 #[inline(always)]
 fn enter(st: &mut St, d: usize, slot: usize, last: bool) -> bool {{
@@ -1041,13 +1048,35 @@ fn bsol(st: &mut St, d: usize, slot: usize) -> bool {{ enter(st, d, slot, true) 
             }
             w!(self, "false\n}}");
         }
-        self.array("BF", "Bf", targets.into_iter());
+        // key -> function, as an index into the distinct functions: rustc type-checks an
+        // array of ~10^5 function items for seconds, an array of integers in no time.
+        // `main` fills `BFT` (the addresses, read by `bf`) before serving.
+        let mut names: Vec<String> = targets.clone();
+        names.sort();
+        names.dedup();
+        let index: HashMap<&str, usize> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| (n.as_str(), i))
+            .collect();
+        let idx: Vec<String> = targets
+            .iter()
+            .map(|t| index[t.as_str()].to_string())
+            .collect();
+        self.array("FNS", "Bf", names.iter().cloned());
+        self.array("BFI", "u16", idx.into_iter());
+        w!(
+            self,
+            "static mut BFT: [usize; {n}] = [0; {n}];",
+            n = targets.len()
+        );
+        self.main_init = "unsafe { let t = &raw mut BFT; for (i, &f) in BFI.iter().enumerate() { (*t)[i] = FNS[f as usize] as usize; } }".into();
         // Entries from the runtime's cold scan, which has counted the placement at d - 1
         // already: that count is taken back and the bucket function counts it again.
         for d in 1..depths {
             w!(
                 self,
-                "fn h{d}(st: &mut St) -> bool {{ let pos = POS16[{}] as usize / 16; st.cells[pos][1] = st.cells[pos][1].wrapping_sub(1); st.left += 1; let c = st.cells[pos][0]; let slot = CANDS.iter().position(|&x| x == c).unwrap(); let nx = NX[{d}]; let k = nx.0 as usize + (colour(st, nx.1 as usize) << {log}) + colour(st, nx.2 as usize); BF[k](st, {d}, slot) }}",
+                "fn h{d}(st: &mut St) -> bool {{ let pos = POS16[{}] as usize / 16; st.cells[pos][1] = st.cells[pos][1].wrapping_sub(1); st.left += 1; let c = st.cells[pos][0]; let slot = CANDS.iter().position(|&x| x == c).unwrap(); let nx = NX[{d}]; let k = nx.0 as usize + (colour(st, nx.1 as usize) << {log}) + colour(st, nx.2 as usize); bf(k)(st, {d}, slot) }}",
                 d - 1
             );
         }
