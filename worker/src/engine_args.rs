@@ -40,7 +40,7 @@ pub struct EngineArgs {
     pub group: usize,
     /// Compiled engines walk with one branch per candidate slot (boards of more than 128
     /// pieces in row order; elsewhere the usual walk): ~1.1-1.25x on hard 16x16 boards,
-    /// slower on easy ones, and a 4-6x longer first compile. Same counts either way.
+    /// slower on easy ones, and a 2-3.5x longer first compile. Same counts either way.
     #[arg(long)]
     pub slots: bool,
     /// Also write the generated source of the compiled engine to this file.

@@ -39,7 +39,7 @@
 //! bucket with a used-test branch and a call site of its own for every candidate, the
 //! next bucket's function found by key. The predictor then sees each slot's piece, whose
 //! free/used state lasts, instead of one branch shared by a depth's every candidate:
-//! ~1.1-1.25x on hard 16x16 boards, 0.75x on bench-easy, a 4-7x longer compile (session
+//! ~1.1-1.25x on hard 16x16 boards, 0.75x on bench-easy, a 2-3.5x longer compile (session
 //! 11 in `docs/benchmarks.md`), so it is opt-in.
 //!
 //! Beside the fused chain, one table-driven `scan(depth, start)` resumes a unit inside a
@@ -71,7 +71,7 @@ pub struct CodegenOptions {
     /// The slot walk ([`slot_walk_applies`]) instead of the list walk, on the boards it
     /// applies to (elsewhere ignored): one function per candidate bucket, one branch and
     /// one call site per candidate. Faster on hard 16x16 boards, slower on easy ones, and
-    /// a 4-6x longer compile (`docs/benchmarks.md`, session 11).
+    /// a 2-3.5x longer compile (`docs/benchmarks.md`, session 11).
     pub slots: bool,
 }
 
