@@ -8,6 +8,8 @@
 # Environment (all optional):
 #   E2FLEET_PORT=7734           the coordinator's port (default 7733)
 #   E2FLEET_THREADS=N           engine threads (default: every core)
+#   E2FLEET_WORKER_FLAGS="..."  more flags for the worker, e.g. "--slots" (the slot walk:
+#                               faster on hard 16x16 boards, slower on easy ones)
 #   E2FLEET_KEEP=1              keep the database and the logs afterwards
 #   E2FLEET_EXIT_WHEN_DONE=1    exit at the end instead of keeping the dashboard up (what a
 #                               run from a terminal does by default)
@@ -75,7 +77,8 @@ job=$("$bin/e2fleet-coordinator" submit "$puzzle" "${submit_flags[@]}" --json)
 job_id=$(echo "$job" | sed -E 's/.*"job_id":"([^"]+)".*/\1/')
 echo "submitted $puzzle as job $job_id: $job"
 
-"$bin/e2fleet-worker" run ${E2FLEET_THREADS:+--threads "$E2FLEET_THREADS"} \
+read -ra worker_flags <<<"${E2FLEET_WORKER_FLAGS:-}"
+"$bin/e2fleet-worker" run ${E2FLEET_THREADS:+--threads "$E2FLEET_THREADS"} "${worker_flags[@]}" \
   --data-dir "$work/worker" --hostname local-worker --nice 0 \
   --cache-dir "${XDG_CACHE_HOME:-$HOME/.cache}/e2fleet/engines" >"$work/worker.log" 2>&1 &
 worker_pid=$!
