@@ -86,6 +86,22 @@ fn opts(budget: Option<u64>) -> RunOptions {
     }
 }
 
+/// The whole tree from the root, walked by both engines: (reference, compiled).
+fn whole_tree(
+    (mut reference, mut compiled): (ReferenceEngine, Box<dyn Engine>),
+) -> (
+    e2fleet_engine::unit::UnitResult,
+    e2fleet_engine::unit::UnitResult,
+) {
+    let r = reference
+        .run(&Unit::root(), opts(None), &mut NoControl)
+        .unwrap();
+    let c = compiled
+        .run(&Unit::root(), opts(None), &mut NoControl)
+        .unwrap();
+    (r, c)
+}
+
 /// Walks one continuation chain from the root with both engines, a slice per budget
 /// (drawn as it goes, until the tree ends), comparing every result.
 fn agree_down_a_chain(
@@ -235,13 +251,7 @@ fn low_colour_boards_agree_under_budgets() {
     }
     let puzzle = load("brendan/set2/pieces_05x05.txt");
     let plan = plan(&puzzle, &OrderSpec::default());
-    let (mut reference, mut compiled) = engines(&plan, 6, "low-colour");
-    let r = reference
-        .run(&Unit::root(), opts(None), &mut NoControl)
-        .unwrap();
-    let c = compiled
-        .run(&Unit::root(), opts(None), &mut NoControl)
-        .unwrap();
+    let (r, c) = whole_tree(engines(&plan, 6, "low-colour"));
     assert_eq!(c, r, "set 2 5x5 whole");
 }
 
@@ -275,13 +285,7 @@ fn slot_walk_matches_reference() {
         &load("bench/bench-easy-rows0-5.json"),
         &OrderSpec::default(),
     );
-    let (mut reference, mut compiled) = engines_with(&rows, &codegen, "slots");
-    let r = reference
-        .run(&Unit::root(), opts(None), &mut NoControl)
-        .unwrap();
-    let c = compiled
-        .run(&Unit::root(), opts(None), &mut NoControl)
-        .unwrap();
+    let (r, c) = whole_tree(engines_with(&rows, &codegen, "slots"));
     assert_eq!((c.committed, c.solutions_count), (6_427_237, 1));
     assert_eq!(c, r, "bench-easy rows 0-5, whole tree");
     let mut rng = Rng::new(1111);
