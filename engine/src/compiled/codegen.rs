@@ -196,7 +196,10 @@ pub fn slot_walk_applies(plan: &SearchPlan) -> bool {
         }
         me_shifts.extend(reads);
     }
+    // the key -> function table holds `u16` indices into the distinct bucket functions
+    let buckets: std::collections::BTreeSet<u32> = plan.offsets.iter().copied().collect();
     plan.pieces > 128
+        && buckets.len() + 2 < 1 << 16
         && me_shifts.len() <= 1
         && plan
             .depths
