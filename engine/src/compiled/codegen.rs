@@ -178,8 +178,8 @@ pub fn emit(plan: &SearchPlan, options: &CodegenOptions, build_key: &str) -> Str
 }
 
 /// Whether [`CodegenOptions::slots`] changes the program for `plan`: boards of more than
-/// 128 pieces (the list walk), fill orders without extra-side checks (every row-major
-/// order), and colours on byte boundaries of the board cells.
+/// 128 pieces (the list walk), fill orders without extra-side checks (the row- and
+/// column-scan orders), and colours on byte boundaries of the board cells.
 pub fn slot_walk_applies(plan: &SearchPlan) -> bool {
     // the shifts at which a depth reads the cell the depth before it placed: one value
     // (the right colour, in row order), read once per depth
@@ -945,12 +945,13 @@ impl Gen<'_> {
             }
         }
         keys.push((sol, byte(p.cells, 0), byte(p.cells, 0), 0));
-        // the shift of the previous depth's candidate that gives depth d's "me" colour
-        let me_shift = |d: usize| -> Option<u32> {
-            let dp = &p.depths[d];
-            let prev = p.depths[d - 1].pos;
-            dp.key.iter().find(|k| k.cell == prev).map(|k| k.shift)
-        };
+        // the shift of the placed candidate's colour a next key reads: one for the whole
+        // order (`slot_walk_applies`)
+        let shift = p
+            .depths
+            .windows(2)
+            .find_map(|w| w[1].key.iter().find(|k| k.cell == w[0].pos))
+            .map_or(0, |k| k.shift);
         w!(self, "type Bf = fn(&mut St, usize, usize) -> bool;");
         w!(self, "const DEPTHS: usize = {depths};");
         let nx: Vec<String> = keys
@@ -960,11 +961,7 @@ impl Gen<'_> {
         self.array("NX", "(u32, u16, u16)", nx.into_iter());
         let me: Vec<String> = keys.iter().map(|k| k.3.to_string()).collect();
         self.array("ME", "u8", me.into_iter());
-        self.array(
-            "POS16",
-            "u16",
-            p.depths.iter().map(|d| (d.pos * 16).to_string()),
-        );
+        self.array("POS", "u16", p.depths.iter().map(|d| d.pos.to_string()));
         w!(
             self,
             r#"#[inline(always)]
@@ -975,7 +972,7 @@ fn bf(k: usize) -> Bf {{ unsafe {{ core::mem::transmute::<usize, Bf>(*(&raw cons
 #[inline(always)]
 fn enter(st: &mut St, d: usize, slot: usize, last: bool) -> bool {{
     let c = cand(slot);
-    let pos = unsafe {{ *POS16.get_unchecked(d - 1) }} as usize / 16;
+    let pos = unsafe {{ *POS.get_unchecked(d - 1) }} as usize;
     st.cells[pos][0] = c;
     st.cells[pos][1] = st.cells[pos][1].wrapping_add(1);
     if st.cells[pos][1] == 0 {{ st.first_visit(d - 1); }}
@@ -998,13 +995,7 @@ fn bsol(st: &mut St, d: usize, slot: usize) -> bool {{ enter(st, d, slot, true) 
                 w!(self, "let d: usize = {d};");
             }
             let pats: BTreeSet<u8> = ds.iter().map(|&d| keys[d + 1].3).collect();
-            let shifts: BTreeSet<u32> = ds
-                .iter()
-                .filter(|&&d| d + 1 < depths)
-                .filter_map(|&d| me_shift(d + 1))
-                .collect();
-            let shift = shifts.iter().next().copied().unwrap_or(0);
-            let uniform = pats.len() == 1 && shifts.len() <= 1;
+            let uniform = pats.len() == 1;
             let pat = *pats.iter().next().unwrap();
             if uniform {
                 let hi = if pat & 1 != 0 {
@@ -1022,8 +1013,8 @@ fn bsol(st: &mut St, d: usize, slot: usize) -> bool {{ enter(st, d, slot, true) 
                     "let nx = unsafe {{ *NX.get_unchecked(d + 1) }}; let kb = nx.0 as usize{hi}{lo};"
                 );
             } else {
-                // depths that disagree: the "me" colour scaled per depth (a rare shape;
-                // every slot then reads its shift from the first candidate's)
+                // depths that disagree on which key part is the placed colour: it is scaled per
+                // depth (a rare shape)
                 w!(
                     self,
                     "let nx = unsafe {{ *NX.get_unchecked(d + 1) }}; let me = unsafe {{ *ME.get_unchecked(d + 1) }}; let mul = [0usize, {}, 1, {}][me as usize & 3]; let kb = nx.0 as usize + (if me & 1 != 0 {{ 0 }} else {{ colour(st, nx.1 as usize) << {log} }}) + (if me & 2 != 0 {{ 0 }} else {{ colour(st, nx.2 as usize) }});",
@@ -1079,7 +1070,7 @@ fn bsol(st: &mut St, d: usize, slot: usize) -> bool {{ enter(st, d, slot, true) 
         for d in 1..depths {
             w!(
                 self,
-                "fn h{d}(st: &mut St) -> bool {{ let pos = POS16[{}] as usize / 16; st.cells[pos][1] = st.cells[pos][1].wrapping_sub(1); st.left += 1; let c = st.cells[pos][0]; let slot = CANDS.iter().position(|&x| x == c).unwrap(); let nx = NX[{d}]; let k = nx.0 as usize + (colour(st, nx.1 as usize) << {log}) + colour(st, nx.2 as usize); bf(k)(st, {d}, slot) }}",
+                "fn h{d}(st: &mut St) -> bool {{ let pos = POS[{}] as usize; st.cells[pos][1] = st.cells[pos][1].wrapping_sub(1); st.left += 1; let c = st.cells[pos][0]; let slot = CANDS.iter().position(|&x| x == c).unwrap(); let nx = NX[{d}]; let k = nx.0 as usize + (colour(st, nx.1 as usize) << {log}) + colour(st, nx.2 as usize); bf(k)(st, {d}, slot) }}",
                 d - 1
             );
         }
