@@ -8,8 +8,8 @@
 # Environment (all optional):
 #   E2FLEET_PORT=7734           the coordinator's port (default 7733)
 #   E2FLEET_THREADS=N           engine threads (default: every core)
-#   E2FLEET_WORKER_FLAGS="..."  more flags for the worker, e.g. "--slots" (the slot walk:
-#                               faster on hard 16x16 boards, slower on easy ones)
+#   E2FLEET_WORKER_FLAGS="..."  more flags for the worker, e.g. "--walk list" (the
+#                               compiled engine's walk; default: raced per puzzle)
 #   E2FLEET_KEEP=1              keep the database and the logs afterwards
 #   E2FLEET_EXIT_WHEN_DONE=1    exit at the end instead of keeping the dashboard up (what a
 #                               run from a terminal does by default)

@@ -54,6 +54,17 @@ struct BoardReport {
     engine_build: String,
     compile_s: f64,
     compile_cached: bool,
+    /// The walk a compiled engine runs (`list` or `slots`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    walk: Option<&'static str>,
+    /// How that walk was chosen (a race's ratio when raced).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    walk_choice: Option<e2fleet_engine::compiled::walk::Choice>,
+    #[serde(skip)]
+    walk_text: Option<String>,
+    /// Wall seconds from the puzzle to a ready engine: builds (both walks' under `--walk
+    /// auto`), start and the race.
+    setup_s: f64,
     runs: Vec<Run>,
     median_nodes_per_s: f64,
     /// Depth of the units walked (0: the root unit).
@@ -172,6 +183,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
             engine_build: engine.build_id(),
             compile_s,
             compile_cached,
+            walk: factory.built().map(|b| b.walk_name()),
+            walk_choice: factory.built().map(|b| b.choice.clone()),
+            walk_text: factory.built().map(|b| b.describe()),
+            setup_s: build_wall.as_secs_f64(),
             median_nodes_per_s: median,
             runs,
             split_depth: args.split_depth,
@@ -201,6 +216,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     ""
                 }
             );
+            if let Some(w) = &report.walk_text {
+                println!("    {w}; ready in {:.2} s", report.setup_s);
+            }
             for r in &report.runs {
                 let done = match (report.split_depth, r.finished) {
                     (0, true) => " (whole tree)".to_string(),

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
+use e2fleet_engine::compiled::walk::{self, Built, Walk};
 use e2fleet_engine::compiled::{BuildOptions, CodegenOptions, CompiledProgram};
 use e2fleet_engine::engine::{Engine, EngineKind, ReferenceEngine};
 use e2fleet_engine::plan::SearchPlan;
@@ -38,10 +39,15 @@ pub struct EngineArgs {
     /// Depths fused into one function in compiled engines.
     #[arg(long, default_value_t = 6)]
     pub group: usize,
-    /// Compiled engines walk with one branch per candidate slot (boards of more than 128
-    /// pieces in row order; elsewhere the usual walk): ~1.1-1.25x on hard 16x16 boards,
-    /// slower on easy ones, and a 2-3.5x longer first compile. Same counts either way.
-    #[arg(long)]
+    /// Walk of compiled engines: `auto` builds both walks on boards the slot walk applies
+    /// to (more than 128 pieces, row or column order) and races them on the puzzle for
+    /// ~2 s, once per puzzle and machine (remembered in the cache); `list`; or `slots`
+    /// (one branch per candidate slot: ~1.15-1.2x on bench-hard, 0.75x on bench-easy, a
+    /// 2-4x longer first compile). Same counts either way.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub walk: Walk,
+    /// Same as `--walk slots`.
+    #[arg(long, hide = true)]
     pub slots: bool,
     /// Also write the generated source of the compiled engine to this file.
     #[arg(long)]
@@ -55,7 +61,7 @@ pub struct EngineArgs {
 /// Makes engines of one kind for one plan (one per thread).
 pub struct EngineFactory {
     plan: Arc<SearchPlan>,
-    program: Option<CompiledProgram>,
+    built: Option<Built>,
 }
 
 impl EngineArgs {
@@ -76,9 +82,13 @@ impl EngineArgs {
         CodegenOptions {
             group: self.group,
             fault_depth: self.fault_depth,
-            slots: self.slots,
             ..CodegenOptions::default()
         }
+    }
+
+    /// The walk policy (`--slots` is `--walk slots`).
+    pub fn walk(&self) -> Walk {
+        if self.slots { Walk::Slots } else { self.walk }
     }
 
     /// The engine kind and release these flags will run, for the hardware class: compiled
@@ -93,7 +103,11 @@ impl EngineArgs {
             let target = self.build_options().target_cpu;
             (
                 EngineKind::Compiled,
-                e2fleet_engine::compiled::codegen::release_id(&self.codegen(), target.as_deref()),
+                e2fleet_engine::compiled::codegen::release_id(
+                    &self.codegen(),
+                    self.walk(),
+                    target.as_deref(),
+                ),
             )
         } else {
             (
@@ -117,42 +131,49 @@ impl EngineArgs {
     pub fn factory(&self, plan: &Arc<SearchPlan>, verbose: bool) -> Result<EngineFactory> {
         let codegen = self.codegen();
         if let Some(path) = &self.emit_source {
-            let source = e2fleet_engine::compiled::codegen::emit(plan, &codegen, "");
+            // the source of the walk asked for (`auto`: the slot walk, where it applies)
+            let emitted = CodegenOptions {
+                slots: self.walk() != Walk::List,
+                ..codegen.clone()
+            };
+            let source = e2fleet_engine::compiled::codegen::emit(plan, &emitted, "");
             std::fs::write(path, source)
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
-        let program = match self.engine {
+        let build = || walk::build(plan, &codegen, &self.build_options(), self.walk());
+        let built = match self.engine {
             EngineChoice::Reference => None,
-            EngineChoice::Compiled => Some(
-                CompiledProgram::build(plan, &codegen, &self.build_options())
-                    .context("cannot build the compiled engine")?,
-            ),
-            EngineChoice::Auto => {
-                match CompiledProgram::build(plan, &codegen, &self.build_options()) {
-                    Ok(p) => Some(p),
-                    Err(e) => {
-                        if verbose {
-                            eprintln!("note: using the reference engine: {e}");
-                        }
-                        None
+            EngineChoice::Compiled => Some(build().context("cannot build the compiled engine")?),
+            EngineChoice::Auto => match build() {
+                Ok(b) => Some(b),
+                Err(e) => {
+                    if verbose {
+                        eprintln!("note: using the reference engine: {e}");
                     }
+                    None
                 }
-            }
+            },
         };
-        if verbose && let Some(p) = &program {
+        if verbose && let Some(b) = &built {
+            let p = &b.program;
             if p.cached {
-                eprintln!("compiled engine {} (cached)", &p.key()[..12]);
+                eprintln!(
+                    "compiled engine {} (cached), {}",
+                    &p.key()[..12],
+                    b.describe()
+                );
             } else {
                 eprintln!(
-                    "compiled engine {} built in {:.2} s",
+                    "compiled engine {} built in {:.2} s, {}",
                     &p.key()[..12],
-                    p.compile_time.as_secs_f64()
+                    p.compile_time.as_secs_f64(),
+                    b.describe()
                 );
             }
         }
         Ok(EngineFactory {
             plan: plan.clone(),
-            program,
+            built,
         })
     }
 }
@@ -162,13 +183,13 @@ impl EngineFactory {
     pub fn reference(plan: &Arc<SearchPlan>) -> EngineFactory {
         EngineFactory {
             plan: plan.clone(),
-            program: None,
+            built: None,
         }
     }
 
     /// A new engine instance.
     pub fn make(&self) -> Box<dyn Engine> {
-        match &self.program {
+        match self.program() {
             Some(p) => Box::new(p.engine(self.plan.clone())),
             None => Box::new(ReferenceEngine::new(self.plan.clone())),
         }
@@ -176,6 +197,11 @@ impl EngineFactory {
 
     /// The compiled program, when the engine is compiled.
     pub fn program(&self) -> Option<&CompiledProgram> {
-        self.program.as_ref()
+        self.built.as_ref().map(|b| &b.program)
+    }
+
+    /// The compiled build with how its walk was chosen, when the engine is compiled.
+    pub fn built(&self) -> Option<&Built> {
+        self.built.as_ref()
     }
 }

@@ -40,7 +40,8 @@
 //! next bucket's function found by key. The predictor then sees each slot's piece, whose
 //! free/used state lasts, instead of one branch shared by a depth's every candidate:
 //! ~1.1-1.25x on hard 16x16 boards, 0.75x on bench-easy, a 2-3.5x longer compile (session
-//! 11 in `docs/benchmarks.md`), so it is opt-in.
+//! 11 in `docs/benchmarks.md`), so which walk runs is decided per puzzle and machine by a
+//! race ([`super::walk`]).
 //!
 //! Beside the fused chain, one table-driven `scan(depth, start)` resumes a unit inside a
 //! group (a prefix or cursor ending mid-group, or the untried siblings of a cursor
@@ -71,7 +72,8 @@ pub struct CodegenOptions {
     /// The slot walk ([`slot_walk_applies`]) instead of the list walk, on the boards it
     /// applies to (elsewhere ignored): one function per candidate bucket, one branch and
     /// one call site per candidate. Faster on hard 16x16 boards, slower on easy ones, and
-    /// a 2-3.5x longer compile (`docs/benchmarks.md`, session 11).
+    /// a 2-3.5x longer compile (`docs/benchmarks.md`, session 11); [`super::walk`] races
+    /// the two.
     pub slots: bool,
 }
 
@@ -105,9 +107,14 @@ pub fn generator_id() -> String {
         .collect()
 }
 
-/// The engine release of compiled engines built with these options and this CPU target
-/// (`None` = generic): the same for every puzzle, unlike a build id.
-pub fn release_id(options: &CodegenOptions, target_cpu: Option<&str>) -> String {
+/// The engine release of compiled engines built with these options, this walk policy
+/// and this CPU target (`None` = generic): the same for every puzzle, unlike a build id
+/// (which also says which walk a build runs: `-slots` at its end for the slot walk).
+pub fn release_id(
+    options: &CodegenOptions,
+    walk: super::walk::Walk,
+    target_cpu: Option<&str>,
+) -> String {
     let mut id = format!(
         "compiled-{}-{}-g{}",
         generator_id(),
@@ -120,9 +127,7 @@ pub fn release_id(options: &CodegenOptions, target_cpu: Option<&str>) -> String 
     if options.fault_hang {
         id.push_str("-HANG");
     }
-    if options.slots {
-        id.push_str("-slots");
-    }
+    id.push_str(walk.release_suffix());
     id
 }
 

@@ -16,6 +16,7 @@
 pub mod cache;
 pub mod codegen;
 pub mod toolchain;
+pub mod walk;
 
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
@@ -96,6 +97,9 @@ pub struct CompiledProgram {
     pub compile_time: Duration,
     /// `true` when the binary came from the cache.
     pub cached: bool,
+    /// `true` when the program walks by slots ([`codegen::slot_walk_applies`] and
+    /// [`CodegenOptions::slots`]), `false` for the list walk.
+    pub slots: bool,
 }
 
 impl CompiledProgram {
@@ -111,14 +115,10 @@ impl CompiledProgram {
         if entries > MAX_COMPILED_ENTRIES {
             return Err(CompileError::TooLarge(entries));
         }
-        let cache = Cache::open(&build.cache_dir)?;
-        let version = toolchain::rustc_version(&build.rustc)?;
-        let runtime = runtime_library(&cache, &version, build)?;
-        // the key covers the source (without the key itself) and the runtime build
-        let probe = codegen::emit(plan, codegen, "");
-        let key = toolchain::cache_key(&(probe + runtime.key.as_str()), &version, build);
+        let (cache, runtime, key) = Self::key_parts(plan, codegen, build)?;
         let source = codegen::emit(plan, codegen, &key);
         let path = cache.path(&format!("e2fleet-engine-{key}"));
+        let slots = codegen.slots && codegen::slot_walk_applies(plan);
         let mut program = CompiledProgram {
             path,
             key,
@@ -128,6 +128,7 @@ impl CompiledProgram {
             silence: build.engine_silence,
             compile_time: Duration::ZERO,
             cached: true,
+            slots,
         };
         if program.path.exists() {
             if program.handshake().is_ok() {
@@ -137,7 +138,7 @@ impl CompiledProgram {
         }
         let extern_arg = format!("e2fleet_rt={}", runtime.path.display());
         let mut extra = vec!["--extern".into(), extern_arg];
-        if codegen.slots && codegen::slot_walk_applies(plan) {
+        if slots {
             // one small function per bucket: smaller code is faster code here (the hot
             // buckets outgrow the instruction cache at -O3; docs/benchmarks.md, session 11)
             extra.push("-Copt-level=s".into());
@@ -147,6 +148,31 @@ impl CompiledProgram {
         program.cached = false;
         program.handshake()?;
         Ok(program)
+    }
+
+    /// The cache key [`CompiledProgram::build`] would give this plan, options and build,
+    /// without compiling (the runtime library is built if it is missing).
+    pub fn key_of(
+        plan: &SearchPlan,
+        codegen: &CodegenOptions,
+        build: &BuildOptions,
+    ) -> Result<String, CompileError> {
+        Ok(Self::key_parts(plan, codegen, build)?.2)
+    }
+
+    /// The cache, the runtime library and the key of a build.
+    fn key_parts(
+        plan: &SearchPlan,
+        codegen: &CodegenOptions,
+        build: &BuildOptions,
+    ) -> Result<(Cache, RuntimeLibrary, String), CompileError> {
+        let cache = Cache::open(&build.cache_dir)?;
+        let version = toolchain::rustc_version(&build.rustc)?;
+        let runtime = runtime_library(&cache, &version, build)?;
+        // the key covers the source (without the key itself) and the runtime build
+        let probe = codegen::emit(plan, codegen, "");
+        let key = toolchain::cache_key(&(probe + runtime.key.as_str()), &version, build);
+        Ok((cache, runtime, key))
     }
 
     /// The cache key, which identifies this build (source, compiler and flags).
@@ -440,7 +466,8 @@ impl Engine for CompiledEngine {
     }
 
     fn build_id(&self) -> String {
-        format!("compiled-{}", &self.program.key[..12])
+        let walk = if self.program.slots { "-slots" } else { "" };
+        format!("compiled-{}{walk}", &self.program.key[..12])
     }
 
     fn run(

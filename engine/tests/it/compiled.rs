@@ -320,6 +320,93 @@ fn slot_walk_matches_reference() {
     );
 }
 
+/// `Walk::Auto` where the slot walk applies: both walks built, raced (their counts
+/// compared on the way), the decision sealed in the cache and taken from it next time; a
+/// tampered decision is raced again; the chosen build counts like the reference walker.
+/// Where the slot walk does not apply, the list build alone, no race.
+#[test]
+fn the_auto_walk_races_once_and_remembers() {
+    use e2fleet_engine::compiled::walk::{self, Choice, RACE_ROUNDS, SLOTS_MARGIN, Walk};
+    let codegen = CodegenOptions {
+        poll_interval: 997,
+        ..CodegenOptions::default()
+    };
+    let build = options("slots");
+    let plan = plan(&load("bench/bench-hard.json"), &OrderSpec::default());
+    let first = walk::build(&plan, &codegen, &build, Walk::Auto).unwrap();
+    let Choice::Raced {
+        ratio,
+        nodes,
+        rounds,
+    } = first.choice.clone()
+    else {
+        panic!("not raced: {:?}", first.choice);
+    };
+    assert_eq!(rounds, RACE_ROUNDS);
+    assert!(nodes >= 2_000_000 && ratio > 0.0, "{nodes} {ratio}");
+    assert_eq!(first.program.slots, ratio >= SLOTS_MARGIN, "{ratio}");
+    let again = walk::build(&plan, &codegen, &build, Walk::Auto).unwrap();
+    let Choice::Remembered { ratio: kept } = again.choice else {
+        panic!("raced again: {:?}", again.choice);
+    };
+    assert!((kept - ratio).abs() < 1e-3, "{kept} {ratio}");
+    assert_eq!(again.program.key(), first.program.key());
+    let reference = ReferenceEngine::new(plan.clone());
+    let mut compiled = again.program.engine(plan.clone());
+    let mut reference = reference;
+    let budgets = [1, 1000, 123_457];
+    agree_down_a_chain((&mut reference, &mut compiled), budgets, "auto walk");
+
+    // a decision file that does not match its seal is not believed
+    let memo = std::fs::read_dir(&build.cache_dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            name.starts_with("e2fleet-walk-") && !name.ends_with(".seal")
+        })
+        .expect("the decision is in the cache");
+    let flipped = if first.program.slots { "list" } else { "slots" };
+    std::fs::write(&memo, format!("{flipped} 9.9\n")).unwrap();
+    let third = walk::build(&plan, &codegen, &build, Walk::Auto).unwrap();
+    assert!(
+        matches!(third.choice, Choice::Raced { .. }),
+        "{:?}",
+        third.choice
+    );
+
+    // forced walks, and a board the slot walk does not apply to
+    let list = walk::build(&plan, &codegen, &build, Walk::List).unwrap();
+    let slots = walk::build(&plan, &codegen, &build, Walk::Slots).unwrap();
+    assert!(!list.program.slots && slots.program.slots);
+    assert_eq!(
+        (list.choice, slots.choice),
+        (Choice::Forced, Choice::Forced)
+    );
+    assert!(
+        slots
+            .program
+            .engine(plan.clone())
+            .build_id()
+            .ends_with("-slots")
+    );
+    assert!(
+        !list
+            .program
+            .engine(plan.clone())
+            .build_id()
+            .ends_with("-slots")
+    );
+    let small = plan_of("brendan/set1/pieces_07x07.txt");
+    let only = walk::build(&small, &codegen, &build, Walk::Auto).unwrap();
+    assert_eq!(only.choice, Choice::ListOnly);
+    assert!(!only.program.slots);
+}
+
+fn plan_of(rel: &str) -> Arc<SearchPlan> {
+    plan(&load(rel), &OrderSpec::default())
+}
+
 #[test]
 fn a_requested_stop_matches_a_budget_stop() {
     let puzzle = load("bench/bench-hard.json");

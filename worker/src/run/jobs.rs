@@ -171,7 +171,7 @@ pub async fn prepare_job(
     };
     if engine_args.engine != EngineChoice::Reference {
         console.say(&format!(
-            "compiling the engine for job {job_id} ({}x{} puzzle, order {}): ~1-2 s the first time, cached after",
+            "compiling the engine for job {job_id} ({}x{} puzzle, order {}): ~1-2 s the first time (~5-10 s on a 16x16 board, where two walks are built and raced), cached after",
             spec_size(&spec.puzzle_json).0,
             spec_size(&spec.puzzle_json).1,
             spec.order
@@ -190,10 +190,12 @@ pub async fn prepare_job(
     let factory = match built {
         Ok((factory, Ok(()))) => {
             let engine = factory.make();
-            info!(%job_id, engine = %engine.kind(), build = %engine.build_id(), "engine built and self-tested");
+            let walk = factory.built().map(|b| b.describe());
+            info!(%job_id, engine = %engine.kind(), build = %engine.build_id(), walk = walk.as_deref().unwrap_or("-"), "engine built and self-tested");
             console.say(&format!(
-                "engine for job {job_id} ready ({} engine, self-tested against exact results)",
-                engine.kind()
+                "engine for job {job_id} ready ({} engine{}, self-tested against exact results)",
+                engine.kind(),
+                walk.map(|w| format!(", {w}")).unwrap_or_default()
             ));
             factory
         }

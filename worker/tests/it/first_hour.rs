@@ -86,6 +86,36 @@ fn bench_runs_its_built_in_boards_from_any_directory() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("built-in: "));
 }
 
+/// A 16x16 board builds both walks and races them the first time, says which walk runs
+/// and why, and remembers the choice; a small board has the list walk alone.
+#[test]
+fn bench_says_which_walk_runs_and_races_once() {
+    let cache = tempfile::tempdir().unwrap();
+    let bench = |board: &str| {
+        let mut args = vec!["bench", "--board", board, "--seconds", "0.2", "--runs", "1"];
+        args.extend(["--json", "--engine", "compiled", "--cache-dir"]);
+        args.push(cache.path().to_str().unwrap());
+        worker_json(&args)
+    };
+    let first = bench("bench-hard");
+    assert_eq!(first["walk_choice"]["how"], "raced", "{first}");
+    let walk = first["walk"].as_str().unwrap().to_string();
+    let ratio = first["walk_choice"]["ratio"].as_f64().unwrap();
+    assert_eq!(walk == "slots", ratio >= 1.03, "{first}");
+    assert_eq!(
+        first["engine_build"].as_str().unwrap().ends_with("-slots"),
+        walk == "slots",
+        "{first}"
+    );
+    let again = bench("bench-hard");
+    assert_eq!(again["walk_choice"]["how"], "remembered", "{again}");
+    assert_eq!(again["walk"], walk.as_str());
+    assert_eq!(again["engine_build"], first["engine_build"]);
+    let small = bench("brendan-set1-07x07");
+    assert_eq!(small["walk"], "list", "{small}");
+    assert_eq!(small["walk_choice"]["how"], "list_only", "{small}");
+}
+
 #[test]
 fn bench_walks_the_units_of_a_split_to_the_exact_count() {
     // Brendan set 1 5x5: 113,211 nodes in all, 83 of them in the first three cells (the
