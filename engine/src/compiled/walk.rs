@@ -6,9 +6,10 @@
 //! ~1.03x on the real Eternity II, 0.75x on bench-easy, on a Zen 5; the slot walk's code is
 //! several times larger, so a smaller instruction cache or a weaker indirect predictor
 //! moves the balance). [`Walk::Auto`] therefore does not guess: it builds both and races
-//! them on the puzzle's own tree, alternating, from the root, and keeps the slot walk only
-//! when it is clearly faster ([`SLOTS_MARGIN`]). The race doubles as a cross-check: both
-//! programs must count the same nodes, depth by depth, or the build is refused.
+//! them on the puzzle's own tree (a seeded sample of units spread over it, [`race_sample`]),
+//! alternating, and keeps the slot walk only when it is clearly faster ([`SLOTS_MARGIN`]).
+//! The race doubles as a cross-check: both programs must return the same results, depth
+//! by depth, or the build is refused.
 //!
 //! The decision is remembered in the build cache (a sealed file named after both builds),
 //! so a restarted worker does not race again; a new compiler, flags or engine release
@@ -24,7 +25,7 @@ use super::codegen::{self, CodegenOptions};
 use super::{BuildOptions, CompileError, CompiledProgram};
 use crate::engine::Engine;
 use crate::plan::SearchPlan;
-use crate::search::{NoControl, RunOptions};
+use crate::search::{NoControl, RunOptions, Walker};
 use crate::unit::{Unit, UnitResult};
 
 /// Which walk to build.
@@ -58,13 +59,19 @@ impl Walk {
 pub const SLOTS_MARGIN: f64 = 1.03;
 
 /// Alternated rounds of a race.
-pub const RACE_ROUNDS: usize = 3;
+pub const RACE_ROUNDS: usize = 5;
 
-/// Target length of one program's run in a round.
-const ROUND_TARGET: Duration = Duration::from_millis(250);
+/// Units of the tree a race walks in each round ([`race_sample`]).
+pub const RACE_UNITS: usize = 8;
 
-/// Nodes of the calibration run that sizes the rounds.
-const CALIBRATION_NODES: u64 = 2_000_000;
+/// Seed of the race's sample.
+const RACE_SEED: u64 = 0x6532_666c_6565_7421;
+
+/// Target length of one program's share of a round (all the sampled units).
+const ROUND_TARGET: Duration = Duration::from_millis(200);
+
+/// Nodes per unit of the first calibration run that sizes the rounds.
+const CALIBRATION_NODES: u64 = 250_000;
 
 /// How the walk of a build was chosen.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -78,7 +85,7 @@ pub enum Choice {
     Raced {
         /// Median slot/list nodes/s ratio.
         ratio: f64,
-        /// Nodes each program walked per round (the first nodes of the root).
+        /// Nodes each program walked per round (all the sampled units).
         nodes: u64,
         /// Rounds.
         rounds: usize,
@@ -121,7 +128,7 @@ impl Built {
                 nodes,
                 rounds,
             } => format!(
-                "{walk} walk (raced on this machine: the slot walk ran at {ratio:.3}x the list walk's speed, median of {rounds} rounds of {nodes} nodes)"
+                "{walk} walk (raced on this machine: the slot walk ran at {ratio:.3}x the list walk's speed, median of {rounds} rounds of {nodes} nodes in {RACE_UNITS} units)"
             ),
             Choice::Remembered { ratio } => {
                 format!("{walk} walk (an earlier race on this machine: slot/list {ratio:.3}x)")
@@ -232,44 +239,57 @@ fn slot_failure(list: CompiledProgram, e: CompileError) -> Built {
     }
 }
 
-/// Runs both programs on the first nodes of the root, alternating; returns the per-round
-/// slot/list speed ratios and the nodes of a round. Refuses the pair if their counts
-/// differ anywhere.
+/// Runs both programs on the same sample of the puzzle's tree ([`race_sample`]),
+/// alternating; returns the per-round slot/list speed ratios and the nodes each program
+/// walks in a round. Refuses the pair if their results differ anywhere.
 fn race(
     plan: &std::sync::Arc<SearchPlan>,
     list: &CompiledProgram,
     slots: &CompiledProgram,
 ) -> Result<(Vec<f64>, u64), CompileError> {
+    let units = race_sample(plan, RACE_UNITS, RACE_SEED);
     let mut a = list.engine(plan.clone());
     let mut b = slots.engine(plan.clone());
-    let timed =
-        |e: &mut super::CompiledEngine, nodes: u64| -> Result<(UnitResult, f64), CompileError> {
-            let options = RunOptions {
-                budget: Some(nodes),
-                max_solutions: 1,
-            };
-            let t = Instant::now();
-            let r = e
-                .run(&Unit::root(), options, &mut NoControl)
-                .map_err(|e| CompileError::Start(format!("walk race: {e}")))?;
-            Ok((r, t.elapsed().as_secs_f64().max(1e-9)))
+    let timed = |e: &mut super::CompiledEngine,
+                 nodes: u64|
+     -> Result<(Vec<UnitResult>, f64), CompileError> {
+        let options = RunOptions {
+            budget: Some(nodes),
+            max_solutions: 1,
         };
-    let agree = |x: &UnitResult, y: &UnitResult, nodes: u64| {
+        let t = Instant::now();
+        let results = units
+            .iter()
+            .map(|u| e.run(u, options, &mut NoControl))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| CompileError::Start(format!("walk race: {e}")))?;
+        Ok((results, t.elapsed().as_secs_f64().max(1e-9)))
+    };
+    let agree = |x: &[UnitResult], y: &[UnitResult], nodes: u64| {
         if x == y {
             Ok(())
         } else {
             Err(CompileError::Start(format!(
-                "the list and slot walks disagree on the first {nodes} nodes of the root: one build is wrong"
+                "the list and slot walks disagree on {} units of {nodes} nodes: one build is wrong",
+                units.len()
             )))
         }
     };
-    // start both processes and size the rounds on the list walk's speed
-    let (x, _) = timed(&mut a, CALIBRATION_NODES)?;
-    let (y, _) = timed(&mut b, CALIBRATION_NODES)?;
-    agree(&x, &y, CALIBRATION_NODES)?;
-    let (_, t) = timed(&mut a, CALIBRATION_NODES)?;
-    let scale = ROUND_TARGET.as_secs_f64() / t;
-    let nodes = ((CALIBRATION_NODES as f64 * scale) as u64).clamp(CALIBRATION_NODES, 1 << 30);
+    // start both processes, and size the rounds on the list walk's speed (runs long
+    // enough that a unit's set-up and the pipe do not count)
+    let mut nodes = CALIBRATION_NODES;
+    let t = loop {
+        let (_, t) = timed(&mut a, nodes)?;
+        if t >= ROUND_TARGET.as_secs_f64() / 8.0 || nodes >= 1 << 28 {
+            break t;
+        }
+        nodes *= 4;
+    };
+    let nodes = ((nodes as f64 * ROUND_TARGET.as_secs_f64() / t) as u64).clamp(nodes, 1 << 30);
+    let (x, _) = timed(&mut a, nodes)?;
+    let (y, _) = timed(&mut b, nodes)?;
+    agree(&x, &y, nodes)?;
+    let walked = x.iter().map(|r| r.committed).sum();
     let mut ratios = Vec::with_capacity(RACE_ROUNDS);
     for _ in 0..RACE_ROUNDS {
         let (x, tl) = timed(&mut a, nodes)?;
@@ -277,7 +297,55 @@ fn race(
         agree(&x, &y, nodes)?;
         ratios.push(tl / ts);
     }
-    Ok((ratios, nodes))
+    Ok((ratios, walked))
+}
+
+/// Units sampled across the tree the way a job's units are spread over it: `k` random
+/// descents (a seeded generator, so the same puzzle gets the same sample) from the root
+/// through `plan.len() / 32` choices (1 to 12, where jobs are split; a cell with a single
+/// candidate is not a choice and is passed through, up to `plan.len() / 4` cells), each a
+/// legal prefix with children. The first nodes from the root alone are a poor sample: on
+/// bench-easy the slot walk wins them by 9% and loses a whole-tree run by 25%.
+pub fn race_sample(plan: &SearchPlan, k: usize, seed: u64) -> Vec<Unit> {
+    let choices = (plan.len() / 32).clamp(1, 12);
+    let deepest = (plan.len() / 4).max(choices).min(plan.len());
+    let mut state = seed;
+    let mut next = move || {
+        // splitmix64
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut walker = Walker::new(plan);
+    let mut units = Vec::new();
+    for _ in 0..k * 64 {
+        if units.len() == k {
+            break;
+        }
+        let (mut prefix, mut made) = (Vec::new(), 0);
+        let mut alive = true;
+        while made < choices && prefix.len() < deepest {
+            let mut children = Vec::new();
+            let listed = walker.enumerate_first(&prefix, prefix.len() + 1, 4096, &mut |p| {
+                children.extend(p.last().copied())
+            });
+            if listed.is_err() || children.is_empty() {
+                alive = false;
+                break;
+            }
+            made += (children.len() > 1) as usize;
+            prefix.push(children[(next() % children.len() as u64) as usize]);
+        }
+        if alive {
+            units.push(Unit::prefix(prefix));
+        }
+    }
+    if units.is_empty() {
+        units.push(Unit::root());
+    }
+    units
 }
 
 /// A remembered decision: (slot walk kept, ratio), when the sealed file is there and reads.
