@@ -73,6 +73,10 @@ const ROUND_TARGET: Duration = Duration::from_millis(200);
 /// Nodes per unit of the first calibration run that sizes the rounds.
 const CALIBRATION_NODES: u64 = 250_000;
 
+/// Fewest nodes a round of a race walks: below it (subtrees too small) the sample is taken
+/// nearer the root.
+const MIN_RACE_NODES: u64 = 10_000_000;
+
 /// How the walk of a build was chosen.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 #[serde(tag = "how", rename_all = "snake_case")]
@@ -247,45 +251,40 @@ fn race(
     list: &CompiledProgram,
     slots: &CompiledProgram,
 ) -> Result<(Vec<f64>, u64), CompileError> {
-    let units = race_sample(plan, RACE_UNITS, RACE_SEED);
     let mut a = list.engine(plan.clone());
     let mut b = slots.engine(plan.clone());
-    let timed = |e: &mut super::CompiledEngine,
-                 nodes: u64|
-     -> Result<(Vec<UnitResult>, f64), CompileError> {
-        let options = RunOptions {
-            budget: Some(nodes),
-            max_solutions: 1,
-        };
-        let t = Instant::now();
-        let results = units
-            .iter()
-            .map(|u| e.run(u, options, &mut NoControl))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| CompileError::Start(format!("walk race: {e}")))?;
-        Ok((results, t.elapsed().as_secs_f64().max(1e-9)))
-    };
     let agree = |x: &[UnitResult], y: &[UnitResult], nodes: u64| {
         if x == y {
             Ok(())
         } else {
             Err(CompileError::Start(format!(
                 "the list and slot walks disagree on {} units of {nodes} nodes: one build is wrong",
-                units.len()
+                x.len()
             )))
         }
     };
-    // start both processes, and size the rounds on the list walk's speed (runs long
-    // enough that a unit's set-up and the pipe do not count)
-    let mut nodes = CALIBRATION_NODES;
-    let t = loop {
-        let (_, t) = timed(&mut a, nodes)?;
-        if t >= ROUND_TARGET.as_secs_f64() / 8.0 || nodes >= 1 << 28 {
-            break t;
+    // size the rounds on the list walk's speed (runs long enough that a unit's set-up and
+    // the pipe do not count); a sample whose subtrees are too small for that is taken
+    // again nearer the root, down to the root itself
+    let mut choices = default_choices(plan);
+    let (units, nodes) = loop {
+        let units = race_sample(plan, RACE_UNITS, choices, RACE_SEED);
+        let mut nodes = CALIBRATION_NODES;
+        let (walked, t) = loop {
+            let (r, t) = timed_units(&mut a, &units, nodes)?;
+            let walked: u64 = r.iter().map(|r| r.committed).sum();
+            if t >= ROUND_TARGET.as_secs_f64() / 8.0 || nodes >= 1 << 28 {
+                break (walked, t);
+            }
+            nodes *= 4;
+        };
+        if walked >= MIN_RACE_NODES || choices == 0 {
+            let scale = ROUND_TARGET.as_secs_f64() / t;
+            break (units, ((nodes as f64 * scale) as u64).clamp(nodes, 1 << 30));
         }
-        nodes *= 4;
+        choices /= 2;
     };
-    let nodes = ((nodes as f64 * ROUND_TARGET.as_secs_f64() / t) as u64).clamp(nodes, 1 << 30);
+    let timed = |e: &mut super::CompiledEngine, nodes: u64| timed_units(e, &units, nodes);
     let (x, _) = timed(&mut a, nodes)?;
     let (y, _) = timed(&mut b, nodes)?;
     agree(&x, &y, nodes)?;
@@ -300,14 +299,41 @@ fn race(
     Ok((ratios, walked))
 }
 
+/// Walks `units` with a budget of `nodes` each; their results and the seconds taken.
+fn timed_units(
+    e: &mut super::CompiledEngine,
+    units: &[Unit],
+    nodes: u64,
+) -> Result<(Vec<UnitResult>, f64), CompileError> {
+    let options = RunOptions {
+        budget: Some(nodes),
+        max_solutions: 1,
+    };
+    let t = Instant::now();
+    let results = units
+        .iter()
+        .map(|u| e.run(u, options, &mut NoControl))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| CompileError::Start(format!("walk race: {e}")))?;
+    Ok((results, t.elapsed().as_secs_f64().max(1e-9)))
+}
+
+/// Choices of a race's descents for `plan`: `plan.len() / 32`, 1 to 12 (where jobs are
+/// split).
+pub fn default_choices(plan: &SearchPlan) -> usize {
+    (plan.len() / 32).clamp(1, 12)
+}
+
 /// Units sampled across the tree the way a job's units are spread over it: `k` random
 /// descents (a seeded generator, so the same puzzle gets the same sample) from the root
-/// through `plan.len() / 32` choices (1 to 12, where jobs are split; a cell with a single
-/// candidate is not a choice and is passed through, up to `plan.len() / 4` cells), each a
-/// legal prefix with children. The first nodes from the root alone are a poor sample: on
-/// bench-easy the slot walk wins them by 9% and loses a whole-tree run by 25%.
-pub fn race_sample(plan: &SearchPlan, k: usize, seed: u64) -> Vec<Unit> {
-    let choices = (plan.len() / 32).clamp(1, 12);
+/// through `choices` cells of more than one candidate (a cell with one is passed through,
+/// up to `plan.len() / 4` cells), each a legal prefix with children; the root alone for
+/// no choice. The first nodes from the root alone are a poor sample: on bench-easy the
+/// slot walk wins them by 9% and loses a whole-tree run by 25%.
+pub fn race_sample(plan: &SearchPlan, k: usize, choices: usize, seed: u64) -> Vec<Unit> {
+    if choices == 0 {
+        return vec![Unit::root()];
+    }
     let deepest = (plan.len() / 4).max(choices).min(plan.len());
     let mut state = seed;
     let mut next = move || {

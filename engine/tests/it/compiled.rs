@@ -407,11 +407,13 @@ fn the_auto_walk_races_once_and_remembers() {
 /// the tree, each a legal prefix at a job's split depth with a subtree below it.
 #[test]
 fn the_race_samples_job_like_units_reproducibly() {
-    use e2fleet_engine::compiled::walk::race_sample;
+    use e2fleet_engine::compiled::walk::{default_choices, race_sample};
     for rel in ["bench/bench-hard.json", "e2/official.json"] {
         let plan = plan_of(rel);
-        let a = race_sample(&plan, 8, 1);
-        assert_eq!(a, race_sample(&plan, 8, 1), "{rel}");
+        let choices = default_choices(&plan);
+        let a = race_sample(&plan, 8, choices, 1);
+        assert_eq!(a, race_sample(&plan, 8, choices, 1), "{rel}");
+        assert_eq!(race_sample(&plan, 8, 0, 1), [Unit::root()], "{rel}");
         assert_eq!(a.len(), 8, "{rel}");
         // bench-hard's 40 hints leave it two live units at the top (as a job's split
         // would); the real E2's top branches widely
