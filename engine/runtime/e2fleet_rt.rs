@@ -413,22 +413,14 @@ fn run_unit(
     Ok(r)
 }
 
-/// Serves units on stdin/stdout until stdin closes or `quit`.
 unsafe extern "C" {
     fn signal(signum: i32, handler: usize) -> usize;
 }
 
-pub fn serve(program: &'static Program) {
-    // The worker owns this process: it stops units with a `stop` line and ends it by
-    // closing stdin. Ignore SIGINT (a terminal's Ctrl-C reaches the whole process group)
-    // and SIGTERM (systemd, Slurm and HTCondor signal every process of a service or job),
-    // so a stopping worker can still collect each engine's exact cursor.
-    // SIG_IGN = 1; SIGINT = 2 and SIGTERM = 15 on Linux, macOS and the BSDs.
-    unsafe {
-        signal(2, 1);
-        signal(15, 1);
-    }
-    let mut st = Box::new(St {
+/// A fresh state for `program` (const, so a generated program can keep its state in a
+/// static of its own and reach every field at a fixed address).
+pub const fn new_state(program: &'static Program) -> St {
+    St {
         left: 0,
         deepest: 0,
         umask: [0; 2],
@@ -444,7 +436,28 @@ pub fn serve(program: &'static Program) {
         sols: Vec::new(),
         max_sols: 0,
         program,
-    });
+    }
+}
+
+/// Serves units of `program` on a state of its own.
+pub fn serve(program: &'static Program) {
+    let st: &'static mut St = Box::leak(Box::new(new_state(program)));
+    serve_in(st)
+}
+
+/// Serves units on stdin/stdout until stdin closes or `quit`, on a state the program owns
+/// (a static of its own, at a fixed address: the slot walk's).
+pub fn serve_in(st: &'static mut St) {
+    let program = st.program;
+    // The worker owns this process: it stops units with a `stop` line and ends it by
+    // closing stdin. Ignore SIGINT (a terminal's Ctrl-C reaches the whole process group)
+    // and SIGTERM (systemd, Slurm and HTCondor signal every process of a service or job),
+    // so a stopping worker can still collect each engine's exact cursor.
+    // SIG_IGN = 1; SIGINT = 2 and SIGTERM = 15 on Linux, macOS and the BSDs.
+    unsafe {
+        signal(2, 1);
+        signal(15, 1);
+    }
     {
         let mut out = std::io::stdout().lock();
         let _ = writeln!(out, "e2fleet-engine {} {} {}", program.protocol, program.build_key, program.depths);
@@ -488,7 +501,7 @@ pub fn serve(program: &'static Program) {
                     let max_sols: usize = max_sols.parse().map_err(|_| "bad max_solutions".to_string())?;
                     let prefix = parse_list(program, prefix)?;
                     let cursor = parse_list(program, cursor)?;
-                    run_unit(&mut st, budget, max_sols, &prefix, &cursor)
+                    run_unit(st, budget, max_sols, &prefix, &cursor)
                 })();
                 parsed.unwrap_or_else(|e| format!("error {e}\n"))
             }

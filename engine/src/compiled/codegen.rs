@@ -168,6 +168,7 @@ pub fn emit(plan: &SearchPlan, options: &CodegenOptions, build_key: &str) -> Str
         out: String::with_capacity(1 << 20),
         walks: Default::default(),
         main_init: String::new(),
+        main_serve: "e2fleet_rt::serve(&PROGRAM)".into(),
     };
     g.walks = g.choose_walks();
     g.header(options, build_key);
@@ -222,6 +223,8 @@ struct Gen<'p> {
     walks: std::collections::HashMap<usize, Walk>,
     /// Statements `main` runs before serving (the slot walk fills its function table).
     main_init: String,
+    /// How `main` hands over to the runtime (the slot walk gives it its static state).
+    main_serve: String,
 }
 
 /// How the depths of one bucket table walk a bucket.
@@ -285,8 +288,9 @@ impl Gen<'_> {
         } else {
             w!(
                 self,
-                "fn main() {{ {} e2fleet_rt::serve(&PROGRAM) }}",
-                self.main_init
+                "fn main() {{ {} {} }}",
+                self.main_init,
+                self.main_serve
             );
         }
     }
@@ -957,7 +961,14 @@ impl Gen<'_> {
             .windows(2)
             .find_map(|w| w[1].key.iter().find(|k| k.cell == w[0].pos))
             .map_or(0, |k| k.shift);
-        w!(self, "type Bf = fn(&mut St, usize, usize) -> bool;");
+        // the state is a static of the program, so every field has a fixed address (a
+        // position-dependent build reaches it with no register): no state argument, and
+        // one callee-saved register fewer in every bucket function
+        w!(self, "type Bf = fn(usize, usize) -> bool;");
+        w!(
+            self,
+            "static mut ST: St = e2fleet_rt::new_state(&PROGRAM);\n#[inline(always)]\nfn state() -> &'static mut St {{ unsafe {{ &mut *(&raw mut ST) }} }}"
+        );
         w!(self, "const DEPTHS: usize = {depths};");
         let nx: Vec<String> = keys
             .iter()
@@ -986,14 +997,14 @@ fn enter(st: &mut St, d: usize, slot: usize, last: bool) -> bool {{
     st.left == 0 && st.slow(d - 1)
 }}
 #[inline(never)]
-fn bempty(st: &mut St, d: usize, slot: usize) -> bool {{ enter(st, d, slot, false) }}
+fn bempty(d: usize, slot: usize) -> bool {{ enter(state(), d, slot, false) }}
 #[inline(never)]
-fn bsol(st: &mut St, d: usize, slot: usize) -> bool {{ enter(st, d, slot, true) }}"#
+fn bsol(d: usize, slot: usize) -> bool {{ enter(state(), d, slot, true) }}"#
         );
         for (&start, ds) in &reach {
             w!(
                 self,
-                "#[inline(never)]\nfn b{start}(st: &mut St, d: usize, slot: usize) -> bool {{\nif enter(st, d, slot, false) {{ return true; }}"
+                "#[inline(never)]\nfn b{start}(d: usize, slot: usize) -> bool {{\nlet st = state();\nif enter(st, d, slot, false) {{ return true; }}"
             );
             if ds.len() == 1 {
                 let d = *ds.iter().next().unwrap();
@@ -1041,7 +1052,7 @@ fn bsol(st: &mut St, d: usize, slot: usize) -> bool {{ enter(st, d, slot, true) 
                 };
                 w!(
                     self,
-                    "if st.used[{piece}] == 0 {{\nst.used[{piece}] = 1;\nif bf({key})(st, d + 1, {i}) {{ return true; }}\nst.used[{piece}] = 0;\n}}"
+                    "if st.used[{piece}] == 0 {{\nst.used[{piece}] = 1;\nif bf({key})(d + 1, {i}) {{ return true; }}\nst.used[{piece}] = 0;\n}}"
                 );
                 i += 1;
             }
@@ -1070,12 +1081,13 @@ fn bsol(st: &mut St, d: usize, slot: usize) -> bool {{ enter(st, d, slot, true) 
             n = targets.len()
         );
         self.main_init = "unsafe { let t = &raw mut BFT; for (i, &f) in BFI.iter().enumerate() { (*t)[i] = FNS[f as usize] as usize; } }".into();
+        self.main_serve = "e2fleet_rt::serve_in(state())".into();
         // Entries from the runtime's cold scan, which has counted the placement at d - 1
         // already: that count is taken back and the bucket function counts it again.
         for d in 1..depths {
             w!(
                 self,
-                "fn h{d}(st: &mut St) -> bool {{ let pos = POS[{}] as usize; st.cells[pos][1] = st.cells[pos][1].wrapping_sub(1); st.left += 1; let c = st.cells[pos][0]; let slot = CANDS.iter().position(|&x| x == c).unwrap(); let nx = NX[{d}]; let k = nx.0 as usize + (colour(st, nx.1 as usize) << {log}) + colour(st, nx.2 as usize); bf(k)(st, {d}, slot) }}",
+                "fn h{d}(_: &mut St) -> bool {{ let st = state(); let pos = POS[{}] as usize; st.cells[pos][1] = st.cells[pos][1].wrapping_sub(1); st.left += 1; let c = st.cells[pos][0]; let slot = CANDS.iter().position(|&x| x == c).unwrap(); let nx = NX[{d}]; let k = nx.0 as usize + (colour(st, nx.1 as usize) << {log}) + colour(st, nx.2 as usize); bf(k)({d}, slot) }}",
                 d - 1
             );
         }
