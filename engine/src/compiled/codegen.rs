@@ -168,7 +168,6 @@ pub fn emit(plan: &SearchPlan, options: &CodegenOptions, build_key: &str) -> Str
         out: String::with_capacity(1 << 20),
         walks: Default::default(),
         main_init: String::new(),
-        main_serve: "e2fleet_rt::serve(&PROGRAM)".into(),
     };
     g.walks = g.choose_walks();
     g.header(options, build_key);
@@ -223,8 +222,6 @@ struct Gen<'p> {
     walks: std::collections::HashMap<usize, Walk>,
     /// Statements `main` runs before serving (the slot walk fills its function table).
     main_init: String,
-    /// How `main` hands over to the runtime (the slot walk gives it its static state).
-    main_serve: String,
 }
 
 /// How the depths of one bucket table walk a bucket.
@@ -265,6 +262,17 @@ impl Gen<'_> {
             self,
             "#[inline(always)]\nfn cand(i: usize) -> u64 {{ unsafe {{ *CANDS.get_unchecked(i) }} }}"
         );
+        // The state is a static of the program, so every field has a fixed address (a
+        // position-dependent build reaches it with no register). `main` hands it to the
+        // runtime, which passes it back to the entry points (`HEADS`). The slot walk's
+        // functions take no state argument (one callee-saved register fewer in each: the
+        // real E2 1.16x) and its entry points take the state from the static again rather
+        // than from that argument; the list walk keeps the argument (the static there:
+        // bench-easy 0.91x, Brendan 7x7 0.97x).
+        w!(
+            self,
+            "static mut ST: St = e2fleet_rt::new_state(&PROGRAM);\n#[inline(always)]\nfn state() -> &'static mut St {{ unsafe {{ &mut *(&raw mut ST) }} }}"
+        );
     }
 
     fn program(&mut self, options: &CodegenOptions, build_key: &str) {
@@ -288,9 +296,8 @@ impl Gen<'_> {
         } else {
             w!(
                 self,
-                "fn main() {{ {} {} }}",
-                self.main_init,
-                self.main_serve
+                "fn main() {{ {} e2fleet_rt::serve_in(state()) }}",
+                self.main_init
             );
         }
     }
@@ -888,7 +895,7 @@ impl Gen<'_> {
         }
     }
 
-    /// The slot walk: every bucket a function `b{start}(st, d, slot)` that first counts
+    /// The slot walk: every bucket a function `b{start}(d, slot)` that first counts
     /// the caller's placement (candidate `slot` at depth `d - 1`: board, node count, first
     /// visit, solution, budget) and then tries each of its candidates in canonical order
     /// with its own used-test branch (the piece id a constant) and its own call site into
@@ -961,14 +968,7 @@ impl Gen<'_> {
             .windows(2)
             .find_map(|w| w[1].key.iter().find(|k| k.cell == w[0].pos))
             .map_or(0, |k| k.shift);
-        // the state is a static of the program, so every field has a fixed address (a
-        // position-dependent build reaches it with no register): no state argument, and
-        // one callee-saved register fewer in every bucket function
         w!(self, "type Bf = fn(usize, usize) -> bool;");
-        w!(
-            self,
-            "static mut ST: St = e2fleet_rt::new_state(&PROGRAM);\n#[inline(always)]\nfn state() -> &'static mut St {{ unsafe {{ &mut *(&raw mut ST) }} }}"
-        );
         w!(self, "const DEPTHS: usize = {depths};");
         let nx: Vec<String> = keys
             .iter()
@@ -1081,7 +1081,6 @@ fn bsol(d: usize, slot: usize) -> bool {{ enter(state(), d, slot, true) }}"#
             n = targets.len()
         );
         self.main_init = "unsafe { let t = &raw mut BFT; for (i, &f) in BFI.iter().enumerate() { (*t)[i] = FNS[f as usize] as usize; } }".into();
-        self.main_serve = "e2fleet_rt::serve_in(state())".into();
         // Entries from the runtime's cold scan, which has counted the placement at d - 1
         // already: that count is taken back and the bucket function counts it again.
         for d in 1..depths {
