@@ -39,9 +39,10 @@
 //! bucket with a used-test branch and a call site of its own for every candidate, the
 //! next bucket's function found by key. The predictor then sees each slot's piece, whose
 //! free/used state lasts, instead of one branch shared by a depth's every candidate:
-//! ~1.1-1.25x on hard 16x16 boards, 0.75x on bench-easy, a 2-3.5x longer compile (session
-//! 11 in `docs/benchmarks.md`), so which walk runs is decided per puzzle and machine by a
-//! race ([`super::walk`]).
+//! 1.22-1.28x on hard 16x16 boards, 0.8-0.9x on bench-easy, a 2-3.5x longer compile
+//! (sessions 11-12 in `docs/benchmarks.md`), so which walk runs is decided per puzzle and
+//! machine by a race ([`super::walk`]). Its functions reach the program's state, a static,
+//! at fixed addresses (engines link position-dependent on Linux x86-64).
 //!
 //! Beside the fused chain, one table-driven `scan(depth, start)` resumes a unit inside a
 //! group (a prefix or cursor ending mid-group, or the untried siblings of a cursor

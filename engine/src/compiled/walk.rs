@@ -2,10 +2,10 @@
 //!
 //! The generator has two walks with the same counts ([`CodegenOptions::slots`]): the list
 //! walk, and on the boards [`codegen::slot_walk_applies`] to, the slot walk. Which is
-//! faster depends on the board and on the CPU (1.16-1.2x for the slot walk on bench-hard,
-//! ~1.03x on the real Eternity II, 0.75x on bench-easy, on a Zen 5; the slot walk's code is
-//! several times larger, so a smaller instruction cache or a weaker indirect predictor
-//! moves the balance). [`Walk::Auto`] therefore does not guess: it builds both and races
+//! faster depends on the board and on the CPU (on a Zen 5 the slot walk is 1.22-1.28x on
+//! bench-hard and the real Eternity II boards, ~1.1x on a planted E2-recipe board, and
+//! 0.8-0.9x on bench-easy's units; its code is several times larger, so a smaller
+//! instruction cache or a weaker indirect predictor moves the balance). [`Walk::Auto`] therefore does not guess: it builds both and races
 //! them on the puzzle's own tree (a seeded sample of units spread over it, [`race_sample`]),
 //! alternating, and keeps the slot walk only when it is clearly faster ([`SLOTS_MARGIN`]).
 //! The race doubles as a cross-check: both programs must return the same results, depth
