@@ -191,35 +191,50 @@ pub fn build(
         Walk::Auto if !applies => return forced(&list_options),
         Walk::Auto => {}
     }
-    let list = CompiledProgram::build(plan, &list_options, build)?;
-    let slot_key = match CompiledProgram::key_of(plan, &slot_options, build) {
-        Ok(k) => k,
-        Err(e) => return Ok(slot_failure(list, e)),
-    };
+    // the keys first (this builds the runtime library once, before the builds below)
+    let list_key = CompiledProgram::key_of(plan, &list_options, build)?;
+    let slot_key = CompiledProgram::key_of(plan, &slot_options, build);
     let cache = Cache::open(&build.cache_dir)?;
-    let memo = cache.path(&format!(
-        "e2fleet-walk-{}-{}",
-        &list.key[..16],
-        &slot_key[..16]
-    ));
-    if let Some((slots, ratio)) = remembered(&cache, &memo) {
+    let memo = slot_key
+        .as_ref()
+        .ok()
+        .map(|k| memo_path(&cache, &list_key, k));
+    if let Some((slots, ratio)) = memo.as_deref().and_then(|m| remembered(&cache, m)) {
         let program = if slots {
             match CompiledProgram::build(plan, &slot_options, build) {
                 Ok(p) => p,
-                Err(e) => return Ok(slot_failure(list, e)),
+                Err(e) => {
+                    let list = CompiledProgram::build(plan, &list_options, build)?;
+                    return Ok(slot_failure(list, e));
+                }
             }
         } else {
-            list
+            CompiledProgram::build(plan, &list_options, build)?
         };
         return Ok(Built {
             program,
             choice: Choice::Remembered { ratio },
         });
     }
-    let slots = match CompiledProgram::build(plan, &slot_options, build) {
+    // both builds at once (two rustc processes: the first start on a 16x16 board waits
+    // for the slower one, not for the sum)
+    let (list, slots) = std::thread::scope(|s| {
+        let slots = s.spawn(|| match &slot_key {
+            Ok(_) => CompiledProgram::build(plan, &slot_options, build),
+            Err(e) => Err(e.clone()),
+        });
+        let list = CompiledProgram::build(plan, &list_options, build);
+        let slots = slots
+            .join()
+            .unwrap_or_else(|_| Err(CompileError::Io("the slot build panicked".into())));
+        (list, slots)
+    });
+    let list = list?;
+    let slots = match slots {
         Ok(p) => p,
         Err(e) => return Ok(slot_failure(list, e)),
     };
+    let memo = memo_path(&cache, &list.key, &slots.key);
     let (ratios, nodes) = race(plan, &list, &slots)?;
     let keep = keeps_slots(&ratios);
     let ratio = median(&ratios).unwrap_or(0.0);
@@ -232,6 +247,15 @@ pub fn build(
             rounds: ratios.len(),
         },
     })
+}
+
+/// Where the decision for this pair of builds is kept.
+fn memo_path(cache: &Cache, list_key: &str, slot_key: &str) -> std::path::PathBuf {
+    cache.path(&format!(
+        "e2fleet-walk-{}-{}",
+        &list_key[..16],
+        &slot_key[..16]
+    ))
 }
 
 fn slot_failure(list: CompiledProgram, e: CompileError) -> Built {
