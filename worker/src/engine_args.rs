@@ -42,8 +42,8 @@ pub struct EngineArgs {
     /// Walk of compiled engines: `auto` builds both walks on boards the slot walk applies
     /// to (more than 128 pieces, row or column order) and races them on the puzzle for
     /// ~2 s, once per puzzle and machine (remembered in the cache); `list`; or `slots`
-    /// (one branch per candidate slot: ~1.15-1.2x on bench-hard, 0.75x on bench-easy, a
-    /// 2-4x longer first compile). Same counts either way.
+    /// (one branch per candidate slot: ~1.2-1.3x on hard 16x16 boards, 0.8-0.9x on
+    /// bench-easy, a 3-4x longer first compile). Same counts either way.
     #[arg(long, value_enum, default_value = "auto")]
     pub walk: Walk,
     /// Same as `--walk slots`.
