@@ -5,11 +5,12 @@
 //! faster depends on the board and on the CPU (on a Zen 5 the slot walk is 1.22-1.28x on
 //! bench-hard and the real Eternity II boards, ~1.1x on a planted E2-recipe board, and
 //! 0.8-0.9x on bench-easy's units; its code is several times larger, so a smaller
-//! instruction cache or a weaker indirect predictor moves the balance). [`Walk::Auto`] therefore does not guess: it builds both and races
-//! them on the puzzle's own tree (a seeded sample of units spread over it, [`race_sample`]),
-//! alternating, and keeps the slot walk only when it is clearly faster ([`SLOTS_MARGIN`]).
-//! The race doubles as a cross-check: both programs must return the same results, depth
-//! by depth, or the build is refused.
+//! instruction cache or a weaker indirect predictor moves the balance). [`Walk::Auto`]
+//! therefore does not guess: it builds both (at once) and races them on the puzzle's own
+//! tree (a seeded sample of units spread over it, [`race_sample`]), alternating, and keeps
+//! the slot walk only when it is clearly faster ([`SLOTS_MARGIN`]). The race doubles as a
+//! cross-check: both programs must return the same results, depth by depth, or the build
+//! is refused.
 //!
 //! The decision is remembered in the build cache (a sealed file named after both builds),
 //! so a restarted worker does not race again; a new compiler, flags or engine release
