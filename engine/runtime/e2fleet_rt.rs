@@ -439,12 +439,6 @@ pub const fn new_state(program: &'static Program) -> St {
     }
 }
 
-/// Serves units of `program` on a state of its own.
-pub fn serve(program: &'static Program) {
-    let st: &'static mut St = Box::leak(Box::new(new_state(program)));
-    serve_in(st)
-}
-
 /// Serves units on stdin/stdout until stdin closes or `quit`, on a state the program owns
 /// (a static of its own, at a fixed address: the slot walk's).
 pub fn serve_in(st: &'static mut St) {

@@ -60,8 +60,6 @@ struct BoardReport {
     /// How that walk was chosen (a race's ratio when raced).
     #[serde(skip_serializing_if = "Option::is_none")]
     walk_choice: Option<e2fleet_engine::compiled::walk::Choice>,
-    #[serde(skip)]
-    walk_text: Option<String>,
     /// Wall seconds from the puzzle to a ready engine: builds (both walks' under `--walk
     /// auto`), start and the race.
     setup_s: f64,
@@ -185,7 +183,6 @@ pub fn run(args: BenchArgs) -> Result<()> {
             compile_cached,
             walk: factory.built().map(|b| b.walk_name()),
             walk_choice: factory.built().map(|b| b.choice.clone()),
-            walk_text: factory.built().map(|b| b.describe()),
             setup_s: build_wall.as_secs_f64(),
             median_nodes_per_s: median,
             runs,
@@ -216,8 +213,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     ""
                 }
             );
-            if let Some(w) = &report.walk_text {
-                println!("    {w}; ready in {:.2} s", report.setup_s);
+            if let Some(b) = factory.built() {
+                println!("    {}; ready in {:.2} s", b.describe(), report.setup_s);
             }
             for r in &report.runs {
                 let done = match (report.split_depth, r.finished) {
