@@ -157,6 +157,24 @@ fn encode_at(cands: &[u64], i: usize) -> u64 {
     }
 }
 
+/// Appends `bytes` as the inside of a Rust byte-string literal: printable ASCII as is, the
+/// rest escaped.
+fn push_byte_string(out: &mut String, bytes: &[u8]) {
+    for &b in bytes {
+        match b {
+            0 => out.push_str("\\0"),
+            b'"' | b'\\' => {
+                out.push('\\');
+                out.push(b as char);
+            }
+            0x20..=0x7e => out.push(b as char),
+            _ => {
+                let _ = write!(out, "\\x{b:02x}");
+            }
+        }
+    }
+}
+
 /// The protocol version spoken by generated programs.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -169,6 +187,7 @@ pub fn emit(plan: &SearchPlan, options: &CodegenOptions, build_key: &str) -> Str
         out: String::with_capacity(1 << 20),
         walks: Default::default(),
         main_init: String::new(),
+        endian_checked: false,
     };
     g.walks = g.choose_walks();
     g.header(options, build_key);
@@ -182,6 +201,15 @@ pub fn emit(plan: &SearchPlan, options: &CodegenOptions, build_key: &str) -> Str
     g.program(options, build_key);
     g.out
 }
+
+/// How many modules a program's search functions (the list walk's group functions, the
+/// slot walk's bucket functions) are split into, and the codegen units its build asks for
+/// (`-Ccodegen-units`): rustc hands LLVM one unit per module, compiled in parallel. The
+/// functions never inline into each other (`#[inline(never)]`), so the split costs no
+/// code. bench-hard on two cores, rustc 1.95, cached runtime: the slot walk 2.3 s as one
+/// unit, 1.7 s as four, 1.8 s as eight; the list walk 0.8 s -> 0.65 s as four
+/// (docs/benchmarks.md, session 13).
+pub const MODULES: usize = 4;
 
 /// Whether [`CodegenOptions::slots`] changes the program for `plan`: boards of more than
 /// 128 pieces (the list walk), fill orders without extra-side checks (the row- and
@@ -223,6 +251,8 @@ struct Gen<'p> {
     walks: std::collections::HashMap<usize, Walk>,
     /// Statements `main` runs before serving (the slot walk fills its function table).
     main_init: String,
+    /// Whether the byte-order guard of [`Gen::words`] has been written.
+    endian_checked: bool,
 }
 
 /// How the depths of one bucket table walk a bucket.
@@ -305,38 +335,34 @@ impl Gen<'_> {
 
     fn tables(&mut self) {
         let p = self.plan;
-        self.array(
+        self.words(
             "CANDS",
             "u64",
-            (0..p.candidates.len()).map(|i| format!("{:#x}", encode_at(&p.candidates, i))),
+            (0..p.candidates.len()).map(|i| encode_at(&p.candidates, i)),
         );
         let offs = self.offsets();
-        self.array("OFFS", "u32", offs.iter().map(|o| o.to_string()));
+        self.words("OFFS", "u32", offs.iter().map(|&o| u64::from(o)));
         // each bucket's first candidate beside its offset: a list level reads it straight
         // from the key, one dependent load fewer on the way into every cell (`S`: empty)
         w!(self, "const S: u64 = SENTINEL;");
         w!(self, "const LAST: u64 = {LAST:#x};");
-        self.array(
+        self.words(
             "FIRST",
             "u64",
-            offs.iter()
-                .map(|&o| match encode_at(&p.candidates, o as usize) {
-                    SENTINEL => "S".to_string(),
-                    c => format!("{c:#x}"),
-                }),
+            offs.iter().map(|&o| encode_at(&p.candidates, o as usize)),
         );
         if self.mask_words() > 0 {
             self.mask_tables(&offs);
         }
         let mut init = p.initial_board.clone();
         init.truncate(p.cells + 1);
-        self.array("INIT_BOARD", "u64", init.iter().map(|v| format!("{v:#x}")));
+        self.words("INIT_BOARD", "u64", init.iter().map(|&v| u64::from(v)));
         self.array(
             "INIT_USED",
             "u8",
             p.initial_used.iter().map(|v| v.to_string()),
         );
-        self.array("DPOS", "u16", p.depths.iter().map(|d| d.pos.to_string()));
+        self.words("DPOS", "u16", p.depths.iter().map(|d| d.pos as u64));
         let dkey: Vec<String> = p
             .depths
             .iter()
@@ -526,10 +552,6 @@ impl Gen<'_> {
             1 => "u64".to_string(),
             w => format!("[u64; {w}]"),
         };
-        let slot = |c: &u64| match *c {
-            SENTINEL => "S".to_string(),
-            c => format!("{c:#x}"),
-        };
         self.array("MASK", &mask_ty, masks.into_iter());
         if words == 2 {
             self.array("MASKW", "u64", windows.into_iter());
@@ -542,7 +564,7 @@ impl Gen<'_> {
         if dups {
             bybit.extend(bybit2);
         }
-        self.array("BYBIT", "u64", bybit.iter().map(slot));
+        self.words("BYBIT", "u64", bybit.iter().copied());
         w!(self, "struct Block(*const u64);");
         w!(self, "// its pointers only ever read immutable statics");
         w!(self, "unsafe impl Sync for Block {{}}");
@@ -553,6 +575,59 @@ impl Gen<'_> {
                 .iter()
                 .map(|b| format!("Block(unsafe {{ BYBIT.as_ptr().add({b}) }})")),
         );
+    }
+
+    /// An array of integers of `width` bytes (1, 2, 4 or 8; `ty` names the type). Long
+    /// ones are written as one byte string transmuted in place: rustc parses, type-checks
+    /// and borrow-checks an array literal of ~10^5 integers for most of a second (the
+    /// 16x16 list walk compiled in 1.3 s with its tables as literals, 0.7 s as bytes), a
+    /// byte string in no time. The bytes are in the worker's byte order and the program
+    /// refuses to build for any other.
+    fn words(&mut self, name: &str, ty: &str, values: impl Iterator<Item = u64>) {
+        let width = match ty {
+            "u8" => 1,
+            "u16" => 2,
+            "u32" => 4,
+            "u64" => 8,
+            _ => unreachable!("{ty} is not a word type"),
+        };
+        let values: Vec<u64> = values.collect();
+        if values.len() < 256 {
+            self.array(name, ty, values.iter().map(|v| format!("{v:#x}")));
+            return;
+        }
+        if !self.endian_checked {
+            self.endian_checked = true;
+            let endian = if cfg!(target_endian = "big") {
+                "big"
+            } else {
+                "little"
+            };
+            w!(
+                self,
+                "const _: () = assert!(cfg!(target_endian = \"{endian}\"), \"tables written for a {endian}-endian target\");"
+            );
+        }
+        let n = values.len();
+        let _ = write!(
+            self.out,
+            "static {name}: [{ty}; {n}] = unsafe {{ core::mem::transmute::<[u8; {}], [{ty}; {n}]>(*b\"",
+            n * width
+        );
+        for v in values {
+            assert!(
+                width == 8 || v >> (8 * width) == 0,
+                "{name}: {v} is wider than {ty}"
+            );
+            let (be, le) = (v.to_be_bytes(), v.to_le_bytes());
+            let bytes = if cfg!(target_endian = "big") {
+                &be[8 - width..]
+            } else {
+                &le[..width]
+            };
+            push_byte_string(&mut self.out, bytes);
+        }
+        self.out.push_str("\") };\n");
     }
 
     fn array(&mut self, name: &str, ty: &str, items: impl Iterator<Item = String>) {
@@ -866,8 +941,17 @@ impl Gen<'_> {
 
     fn groups(&mut self) {
         let depths = self.plan.len();
+        // the group functions in MODULES modules (see there); they call each other by
+        // name, through the crate root's imports
+        let count = depths.div_ceil(self.group);
+        let mut module = 0;
+        w!(self, "mod p0 {{\nuse super::*;");
         let mut head = 0;
         while head < depths {
+            if (head / self.group) * MODULES >= count * (module + 1) && module + 1 < MODULES {
+                module += 1;
+                w!(self, "}}\nmod p{module} {{\nuse super::*;");
+            }
             let end = (head + self.group).min(depths);
             let levels: Vec<usize> = (head..end).collect();
             // build from the innermost level out
@@ -890,9 +974,13 @@ impl Gen<'_> {
             };
             w!(
                 self,
-                "#[inline(never)]\nfn g{head}(st: &mut St) -> bool {{\n{entry}{body}{exit}false\n}}"
+                "#[inline(never)]\npub fn g{head}(st: &mut St) -> bool {{\n{entry}{body}{exit}false\n}}"
             );
             head = end;
+        }
+        w!(self, "}}");
+        for m in 0..=module {
+            w!(self, "use p{m}::*;");
         }
     }
 
@@ -978,7 +1066,7 @@ impl Gen<'_> {
         self.array("NX", "(u32, u16, u16)", nx.into_iter());
         let me: Vec<String> = keys.iter().map(|k| k.3.to_string()).collect();
         self.array("ME", "u8", me.into_iter());
-        self.array("POS", "u16", p.depths.iter().map(|d| d.pos.to_string()));
+        self.words("POS", "u16", p.depths.iter().map(|d| d.pos as u64));
         w!(
             self,
             r#"#[inline(always)]
@@ -1002,10 +1090,32 @@ fn bempty(d: usize, slot: usize) -> bool {{ enter(state(), d, slot, false) }}
 #[inline(never)]
 fn bsol(d: usize, slot: usize) -> bool {{ enter(state(), d, slot, true) }}"#
         );
-        for (&start, ds) in &reach {
+        // the bucket functions in MODULES modules of about equal size (they call each
+        // other only through `BFT`)
+        let sizes: Vec<usize> = reach
+            .keys()
+            .map(|&start| {
+                p.candidates[start..]
+                    .iter()
+                    .take_while(|&&c| c != SENTINEL)
+                    .count()
+                    + 2
+            })
+            .collect();
+        let total: usize = sizes.iter().sum();
+        let mut module_of: HashMap<String, usize> = HashMap::new();
+        let (mut module, mut done) = (0, 0);
+        w!(self, "mod p0 {{\nuse super::*;");
+        for ((&start, ds), size) in reach.iter().zip(&sizes) {
+            if done * MODULES >= total * (module + 1) && module + 1 < MODULES {
+                module += 1;
+                w!(self, "}}\nmod p{module} {{\nuse super::*;");
+            }
+            done += size;
+            module_of.insert(format!("b{start}"), module);
             w!(
                 self,
-                "#[inline(never)]\nfn b{start}(d: usize, slot: usize) -> bool {{\nlet st = state();\nif enter(st, d, slot, false) {{ return true; }}"
+                "#[inline(never)]\npub fn b{start}(d: usize, slot: usize) -> bool {{\nlet st = state();\nif enter(st, d, slot, false) {{ return true; }}"
             );
             if ds.len() == 1 {
                 let d = *ds.iter().next().unwrap();
@@ -1059,6 +1169,7 @@ fn bsol(d: usize, slot: usize) -> bool {{ enter(state(), d, slot, true) }}"#
             }
             w!(self, "false\n}}");
         }
+        w!(self, "}}");
         // key -> function, as an index into the distinct functions: rustc type-checks an
         // array of ~10^5 function items for seconds, an array of integers in no time.
         // `main` fills `BFT` (the addresses, read by `bf`) before serving.
@@ -1070,12 +1181,16 @@ fn bsol(d: usize, slot: usize) -> bool {{ enter(state(), d, slot, true) }}"#
             .enumerate()
             .map(|(i, n)| (n.as_str(), i))
             .collect();
-        let idx: Vec<String> = targets
-            .iter()
-            .map(|t| index[t.as_str()].to_string())
-            .collect();
-        self.array("FNS", "Bf", names.iter().cloned());
-        self.array("BFI", "u16", idx.into_iter());
+        let idx: Vec<u64> = targets.iter().map(|t| index[t.as_str()] as u64).collect();
+        self.array(
+            "FNS",
+            "Bf",
+            names.iter().map(|n| match module_of.get(n) {
+                Some(m) => format!("p{m}::{n}"),
+                None => n.clone(),
+            }),
+        );
+        self.words("BFI", "u16", idx.into_iter());
         w!(
             self,
             "static mut BFT: [usize; {n}] = [0; {n}];",
@@ -1083,13 +1198,15 @@ fn bsol(d: usize, slot: usize) -> bool {{ enter(state(), d, slot, true) }}"#
         );
         self.main_init = "unsafe { let t = &raw mut BFT; for (i, &f) in BFI.iter().enumerate() { (*t)[i] = FNS[f as usize] as usize; } }".into();
         // Entries from the runtime's cold scan, which has counted the placement at d - 1
-        // already: that count is taken back and the bucket function counts it again.
+        // already: that count is taken back and the bucket function counts it again. One
+        // function for every depth, behind a thunk per depth (the runtime's table takes no
+        // depth).
+        w!(
+            self,
+            "#[inline(never)]\nfn head(d: usize) -> bool {{ let st = state(); let pos = POS[d - 1] as usize; st.cells[pos][1] = st.cells[pos][1].wrapping_sub(1); st.left += 1; let c = st.cells[pos][0]; let slot = CANDS.iter().position(|&x| x == c).unwrap(); let nx = NX[d]; let k = nx.0 as usize + (colour(st, nx.1 as usize) << {log}) + colour(st, nx.2 as usize); bf(k)(d, slot) }}"
+        );
         for d in 1..depths {
-            w!(
-                self,
-                "fn h{d}(_: &mut St) -> bool {{ let st = state(); let pos = POS[{}] as usize; st.cells[pos][1] = st.cells[pos][1].wrapping_sub(1); st.left += 1; let c = st.cells[pos][0]; let slot = CANDS.iter().position(|&x| x == c).unwrap(); let nx = NX[{d}]; let k = nx.0 as usize + (colour(st, nx.1 as usize) << {log}) + colour(st, nx.2 as usize); bf(k)({d}, slot) }}",
-                d - 1
-            );
+            w!(self, "fn h{d}(_: &mut St) -> bool {{ head({d}) }}");
         }
         let heads: Vec<String> = (0..depths)
             .map(|d| match d {
@@ -1125,6 +1242,33 @@ fn bsol(d: usize, slot: usize) -> bool {{ enter(state(), d, slot, true) }}"#
 
 #[cfg(test)]
 mod tests {
+    /// Every byte value survives the byte-string literal the tables are written as (read
+    /// back the way rustc reads the escapes used).
+    #[test]
+    fn tables_round_trip_through_byte_strings() {
+        let bytes: Vec<u8> = (0..=255u8).chain([0, b'0', b'\\', b'"', 0, b'1']).collect();
+        let mut text = String::new();
+        super::push_byte_string(&mut text, &bytes);
+        let (mut back, mut chars) = (Vec::new(), text.chars());
+        while let Some(c) = chars.next() {
+            assert!(c.is_ascii_graphic() || c == ' ', "{c:?} written raw");
+            if c != '\\' {
+                back.push(c as u8);
+                continue;
+            }
+            match chars.next().unwrap() {
+                '0' => back.push(0),
+                'x' => {
+                    let hex: String = chars.by_ref().take(2).collect();
+                    back.push(u8::from_str_radix(&hex, 16).unwrap());
+                }
+                e @ ('\\' | '"') => back.push(e as u8),
+                e => panic!("unexpected escape \\{e}"),
+            }
+        }
+        assert_eq!(back, bytes);
+    }
+
     /// The generated code and the runtime must agree on which boards keep a used mask.
     #[test]
     fn the_mask_walk_threshold_is_the_runtimes() {

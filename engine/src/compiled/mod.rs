@@ -138,6 +138,10 @@ impl CompiledProgram {
         }
         let extern_arg = format!("e2fleet_rt={}", runtime.path.display());
         let mut extra = vec!["--extern".into(), extern_arg];
+        // the program's modules compiled in parallel, and no crate-local ThinLTO pass over
+        // them (it would only cost time: nothing inlines across them)
+        extra.push(format!("-Ccodegen-units={}", codegen::MODULES));
+        extra.push("-Clto=off".into());
         if slots {
             // one small function per bucket: smaller code is faster code here (the hot
             // buckets outgrow the instruction cache at -O3; docs/benchmarks.md, session 11)
