@@ -43,7 +43,7 @@ pub struct EngineArgs {
     /// to (more than 128 pieces, row or column order) and races them on the puzzle for
     /// ~2 s, once per puzzle and machine (remembered in the cache); `list`; or `slots`
     /// (one branch per candidate slot: ~1.2-1.3x on hard 16x16 boards, 0.8-0.9x on
-    /// bench-easy, a 3-4x longer first compile). Same counts either way.
+    /// bench-easy, a ~2x longer first compile). Same counts either way.
     #[arg(long, value_enum, default_value = "auto")]
     pub walk: Walk,
     /// Same as `--walk slots`.
