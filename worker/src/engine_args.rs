@@ -91,6 +91,17 @@ impl EngineArgs {
         if self.slots { Walk::Slots } else { self.walk }
     }
 
+    /// The same engine with the slot walk instead of a race for the walk (`auto`), for
+    /// runs that check counts rather than speed ([`crate::verify::run_units`]); a forced
+    /// walk stays.
+    pub fn unraced(&self) -> EngineArgs {
+        let mut e = self.clone();
+        if e.walk() == Walk::Auto {
+            e.walk = Walk::Slots;
+        }
+        e
+    }
+
     /// The engine kind and release these flags will run, for the hardware class: compiled
     /// when chosen (or, for `auto`, when rustc answers), reference otherwise.
     pub fn release(&self, rustc_version: &str) -> (EngineKind, String) {

@@ -76,7 +76,13 @@ impl UnitRun {
 }
 
 /// Runs suite units with the engine `engine` chooses, one after another on one thread.
+/// The suite checks counts, not speed: where `engine` leaves the walk to a race (`--walk
+/// auto`), a 16x16 unit runs the slot walk without racing the list walk for it (a race is
+/// ~2.5 s a puzzle, and five of the suite's puzzles are 16x16). The list walk runs the
+/// suite's smaller boards, and every job's race compares the two walks' results on that
+/// job's own units before either walks one.
 pub fn run_units(units: &[SuiteUnit], engine: &EngineArgs) -> Result<Vec<UnitRun>> {
+    let engine = &engine.unraced();
     let mut out = Vec::new();
     for u in units {
         let resolved = resolve(u).map_err(anyhow::Error::msg)?;

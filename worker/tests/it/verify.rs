@@ -27,6 +27,61 @@ fn the_suite_passes_with_both_engines() {
     }
 }
 
+/// The suite's 16x16 units run the slot walk, and nothing races for them: a fresh cache
+/// holds no remembered walk after the suite.
+#[test]
+fn the_suite_runs_the_slot_walk_without_racing() {
+    let cache = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_e2fleet-worker"))
+        .args([
+            "verify",
+            "--offline",
+            "--engine",
+            "compiled",
+            "--json",
+            "--cache-dir",
+        ])
+        .arg(cache.path())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(doc["verified"], true, "{doc}");
+    let builds: Vec<(String, String)> = doc["units"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|u| {
+            (
+                u["name"].as_str().unwrap().to_string(),
+                u["engine_build"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let slots = builds.iter().filter(|(_, b)| b.ends_with("-slots")).count();
+    assert!(
+        slots >= 4 && slots < builds.len(),
+        "16x16 units on the slot walk, the rest on the list walk: {builds:?}"
+    );
+    for (name, build) in &builds {
+        if name.contains("hard") || name.contains("e2-") {
+            assert!(build.ends_with("-slots"), "{name}: {build}");
+        }
+    }
+    let memos: Vec<_> = std::fs::read_dir(cache.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("e2fleet-walk-"))
+        .collect();
+    assert!(memos.is_empty(), "the suite raced: {memos:?}");
+}
+
 #[test]
 fn a_wrong_engine_fails_with_the_unit_and_depth() {
     let (ok, text) = verify(&["--engine", "compiled", "--fault-depth", "6"]);
