@@ -9,6 +9,7 @@
 //! Exit status 1 when any unit disagrees. [`run_units`] is also what `run` uses when the
 //! coordinator hands a new hardware class its suite units.
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
@@ -22,7 +23,7 @@ use e2fleet_proto::api::{SuiteResult, Verdict};
 use serde::Serialize;
 
 use crate::connect_args::ConnectArgs;
-use crate::engine_args::EngineArgs;
+use crate::engine_args::{EngineArgs, EngineFactory};
 
 /// Flags of `verify`.
 #[derive(Args, Debug)]
@@ -83,10 +84,13 @@ impl UnitRun {
 /// job's own units before either walks one.
 pub fn run_units(units: &[SuiteUnit], engine: &EngineArgs) -> Result<Vec<UnitRun>> {
     let engine = &engine.unraced();
+    let resolved = units
+        .iter()
+        .map(|u| resolve(u).map_err(anyhow::Error::msg))
+        .collect::<Result<Vec<_>>>()?;
+    let factories = build_engines(units, &resolved, engine)?;
     let mut out = Vec::new();
-    for u in units {
-        let resolved = resolve(u).map_err(anyhow::Error::msg)?;
-        let factory = engine.factory(&resolved.plan, false)?;
+    for ((u, resolved), factory) in units.iter().zip(&resolved).zip(&factories) {
         let mut e = factory.make();
         let t = Instant::now();
         let result = e
@@ -108,6 +112,63 @@ pub fn run_units(units: &[SuiteUnit], engine: &EngineArgs) -> Result<Vec<UnitRun
         });
     }
     Ok(out)
+}
+
+/// One engine per distinct puzzle and order of `units` (in their order), built two at a
+/// time: one rustc leaves a core idle through its serial front end, and the suite has eleven
+/// puzzles to build on a machine's first start. The first is built alone (it builds the
+/// runtime library the others link).
+fn build_engines(
+    units: &[SuiteUnit],
+    resolved: &[e2fleet_engine::suite::Resolved],
+    engine: &EngineArgs,
+) -> Result<Vec<Arc<EngineFactory>>> {
+    let mut first_of: Vec<usize> = Vec::with_capacity(units.len());
+    for (i, u) in units.iter().enumerate() {
+        let first = units[..i]
+            .iter()
+            .position(|v| v.puzzle == u.puzzle && v.order == u.order)
+            .unwrap_or(i);
+        first_of.push(first);
+    }
+    let distinct: Vec<usize> = (0..units.len()).filter(|&i| first_of[i] == i).collect();
+    let build = |i: usize| engine.factory(&resolved[i].plan, false).map(Arc::new);
+    let mut built: Vec<Option<Result<Arc<EngineFactory>>>> =
+        (0..units.len()).map(|_| None).collect();
+    if let Some(&head) = distinct.first() {
+        built[head] = Some(build(head));
+    }
+    let rest = distinct.get(1..).unwrap_or_default();
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(2));
+    let done: Vec<(usize, Result<Arc<EngineFactory>>)> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    let mut mine = Vec::new();
+                    loop {
+                        let k = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        let Some(&i) = rest.get(k) else { break mine };
+                        mine.push((i, build(i)));
+                    }
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("an engine build panicked"))
+            .collect()
+    });
+    for (i, r) in done {
+        built[i] = Some(r);
+    }
+    (0..units.len())
+        .map(|i| match &built[first_of[i]] {
+            Some(Ok(f)) => Ok(f.clone()),
+            Some(Err(e)) => Err(anyhow::anyhow!("{e:#}")),
+            None => unreachable!("every distinct puzzle is built"),
+        })
+        .collect()
 }
 
 #[derive(Serialize)]
