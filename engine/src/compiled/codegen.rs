@@ -25,8 +25,9 @@
 //!   where those boards lost most of their time (Brendan 7x7: 1.46 -> 0.62 mispredicts per
 //!   node in callgrind's model). A piece with two candidates in one bucket (three equal colours)
 //!   tries its second right after its first; a table with more falls back to the list.
-//!   Boards of 65-128 pieces hold the two-word mask in registers within a group function
-//!   (`st.umask` is written only around calls and at return) and walk a table whose
+//!   Group functions hold the mask in registers (one `u64`, or a `u128` on boards of
+//!   65-128 pieces; `st.umask` is written only around calls and at return), and on two-word
+//!   boards walk a table whose
 //!   pieces lie within 64 ids as one word shifted by a constant, else word by word;
 //! - when the key's neighbour was placed by the enclosing loop of the same group, its colour
 //!   comes from that loop's candidate register instead of a board load;
@@ -701,11 +702,14 @@ impl Gen<'_> {
 
     /// Whether group functions hold the used mask in a register (`u_in` at entry, `u{d}`
     /// after depth `d` places its piece) and write it to `st.umask` only when they call
-    /// out and when they return: two-word boards, where reading both words of
-    /// `st.umask` right after a store into one of them cost more than it saved (Brendan
-    /// set 2 10x10: 78-82 M nodes/s from memory, 98-112 from registers).
+    /// out and when they return: every board with a used mask. Two-word boards first,
+    /// where reading both words of `st.umask` right after a store into one of them cost
+    /// more than it saved (Brendan set 2 10x10: 78-82 M nodes/s from memory, 98-112 from
+    /// registers); one-word boards since session 13 (a `u64` register: set 1 8x8 1.044x,
+    /// set 2 7x7 1.024x, 5 alternated rounds; no change on 7x7 when first tried in
+    /// session 7).
     fn held(&self) -> bool {
-        self.mask_words() == 2
+        self.mask_words() >= 1
     }
 
     /// The register holding the used mask before depth `d` places its piece.
@@ -734,6 +738,9 @@ impl Gen<'_> {
                 } => format!("(((1u64 << b{d}) as u128) << {low})"),
                 _ => format!("(1u128 << p{d})"),
             };
+            if self.mask_words() == 1 {
+                return format!("let u{d}: u64 = {} | (1u64 << p{d});", self.held_before(d));
+            }
             return format!("let u{d}: u128 = {} | {bit};", self.held_before(d));
         }
         match (self.mask_words(), on) {
@@ -850,7 +857,7 @@ impl Gen<'_> {
             return format!(
                 "let k{d}: usize = {key};\n\
                  let r{d}: *const u64 = BLOCK[k{d}].0;\n\
-                 let mut f{d}: u64 = MASK[k{d}] & !st.umask[0];\n\
+                 let mut f{d}: u64 = MASK[k{d}] & !{held};\n\
                  while f{d} != 0 {{\n\
                  let p{d} = f{d}.trailing_zeros() as usize;\n\
                  f{d} &= f{d} - 1;\n\
@@ -930,7 +937,11 @@ impl Gen<'_> {
         // a held used mask goes to `st.umask` before the call: the callee reads it there
         let store = if self.held() {
             let u = d - 1;
-            format!("st.umask[0] = u{u} as u64; st.umask[1] = (u{u} >> 64) as u64; ")
+            if self.mask_words() == 1 {
+                format!("st.umask[0] = u{u}; ")
+            } else {
+                format!("st.umask[0] = u{u} as u64; st.umask[1] = (u{u} >> 64) as u64; ")
+            }
         } else {
             String::new()
         };
@@ -969,7 +980,9 @@ impl Gen<'_> {
             // a held used mask is read at entry and put back before a normal return (the
             // callees changed `st.umask` as they called on; a stop leaves it, the next
             // unit starts afresh)
-            let (entry, exit) = if self.held() {
+            let (entry, exit) = if self.held() && self.mask_words() == 1 {
+                ("let u_in: u64 = st.umask[0];\n", "st.umask[0] = u_in;\n")
+            } else if self.held() {
                 (
                     "let u_in: u128 = (st.umask[0] as u128) | ((st.umask[1] as u128) << 64);\n",
                     "st.umask[0] = u_in as u64; st.umask[1] = (u_in >> 64) as u64;\n",
