@@ -76,8 +76,8 @@ impl UnitRun {
     }
 }
 
-/// Runs suite units with the engine `engine` chooses, one after another on one thread.
-/// The suite checks counts, not speed: where `engine` leaves the walk to a race (`--walk
+/// Runs suite units with the engine `engine` chooses, one after another on one thread
+/// (their engines built first, two at a time: [`build_engines`]). The suite checks counts, not speed: where `engine` leaves the walk to a race (`--walk
 /// auto`), a 16x16 unit runs the slot walk without racing the list walk for it (a race is
 /// ~2.5 s a puzzle, and five of the suite's puzzles are 16x16). The list walk runs the
 /// suite's smaller boards, and every job's race compares the two walks' results on that
@@ -136,7 +136,9 @@ fn build_engines(
     let mut built: Vec<Option<Result<Arc<EngineFactory>>>> =
         (0..units.len()).map(|_| None).collect();
     if let Some(&head) = distinct.first() {
-        built[head] = Some(build(head));
+        // a first build that fails (no rustc, a runtime that does not build) would fail
+        // the same way for the rest
+        built[head] = Some(Ok(build(head)?));
     }
     let rest = distinct.get(1..).unwrap_or_default();
     let next = std::sync::atomic::AtomicUsize::new(0);
