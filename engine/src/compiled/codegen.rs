@@ -344,8 +344,8 @@ impl Gen<'_> {
         let offs = self.offsets();
         self.words("OFFS", "u32", offs.iter().map(|&o| u64::from(o)));
         // each bucket's first candidate beside its offset: a list level reads it straight
-        // from the key, one dependent load fewer on the way into every cell (`S`: empty)
-        w!(self, "const S: u64 = SENTINEL;");
+        // from the key, one dependent load fewer on the way into every cell (SENTINEL:
+        // empty)
         w!(self, "const LAST: u64 = {LAST:#x};");
         self.words(
             "FIRST",
