@@ -440,7 +440,7 @@ pub const fn new_state(program: &'static Program) -> St {
 }
 
 /// Serves units on stdin/stdout until stdin closes or `quit`, on a state the program owns
-/// (a static of its own, at a fixed address: the slot walk's).
+/// (every generated program keeps it in a static of its own, at a fixed address).
 pub fn serve_in(st: &'static mut St) {
     let program = st.program;
     // The worker owns this process: it stops units with a `stop` line and ends it by

@@ -40,8 +40,8 @@
 //! bucket with a used-test branch and a call site of its own for every candidate, the
 //! next bucket's function found by key. The predictor then sees each slot's piece, whose
 //! free/used state lasts, instead of one branch shared by a depth's every candidate:
-//! 1.22-1.28x on hard 16x16 boards, 0.8-0.9x on bench-easy, a 2-3.5x longer compile
-//! (sessions 11-12 in `docs/benchmarks.md`), so which walk runs is decided per puzzle and
+//! 1.22-1.31x on hard 16x16 boards, 0.8-0.9x on bench-easy, a ~1.2-3x longer compile
+//! (sessions 11-13 in `docs/benchmarks.md`), so which walk runs is decided per puzzle and
 //! machine by a race ([`super::walk`]). Its functions reach the program's state, a static,
 //! at fixed addresses (engines link position-dependent on Linux x86-64).
 //!
