@@ -33,6 +33,10 @@ pub struct Program {
     pub cells: usize,
     pub depths: usize,
     pub pieces: usize,
+    /// The first piece of the used mask's second word (`St::umask`): 64 (piece `p` is bit
+    /// `p % 64` of word `p / 64`) unless the generator laid a two-word board out so that
+    /// each bucket table's pieces fall in one word (see [`mask_bit`]).
+    pub mask_split: usize,
     /// log2 of the bucket table stride (colours rounded up to a power of two).
     pub stride_log2: u32,
     pub poll: u64,
@@ -53,6 +57,20 @@ pub struct Program {
     pub heads: &'static [Option<Group>],
 }
 
+/// Where `piece` lives in the used mask: (word, bit). Pieces below the program's
+/// `mask_split` are bits of word 0, the next 64 bits of word 1, and any further piece
+/// has no bit (boards of more pieces than the mask holds keep only the used bytes).
+#[inline]
+fn mask_bit(p: &Program, piece: usize) -> Option<(usize, u32)> {
+    if piece < p.mask_split {
+        Some((0, piece as u32))
+    } else if piece - p.mask_split < 64 {
+        Some((1, (piece - p.mask_split) as u32))
+    } else {
+        None
+    }
+}
+
 static STOP: AtomicBool = AtomicBool::new(false);
 
 /// The search state. The hot fields are public: generated code indexes them with
@@ -69,8 +87,8 @@ static STOP: AtomicBool = AtomicBool::new(false);
 pub struct St {
     pub left: u64,
     deepest: usize,
-    /// The pieces on the board as bits (piece `p` is bit `p % 64` of word `p / 64`) on
-    /// boards of at most [`MASK_PIECES`] pieces, whose generated code walks a bucket's free
+    /// The pieces on the board as bits ([`mask_bit`] says where) on boards of at most
+    /// [`MASK_PIECES`] pieces, whose generated code walks a bucket's free
     /// pieces as the bits of `bucket mask & !umask` and keeps only this up to date.
     pub umask: [u64; 2],
     /// The pieces on the board, a byte each, on larger boards.
@@ -92,10 +110,9 @@ impl St {
     /// Whether `piece` is on the board (the record the generated code keeps).
     #[inline]
     fn is_used(&self, piece: usize) -> bool {
-        if self.program.pieces <= MASK_PIECES {
-            (self.umask[piece >> 6] >> (piece & 63)) & 1 != 0
-        } else {
-            self.used[piece] != 0
+        match mask_bit(self.program, piece) {
+            Some((w, b)) if self.program.pieces <= MASK_PIECES => (self.umask[w] >> b) & 1 != 0,
+            _ => self.used[piece] != 0,
         }
     }
 
@@ -103,8 +120,8 @@ impl St {
     #[inline]
     fn take(&mut self, piece: usize) {
         self.used[piece] = 1;
-        if piece < 128 {
-            self.umask[piece >> 6] |= 1 << (piece & 63);
+        if let Some((w, b)) = mask_bit(self.program, piece) {
+            self.umask[w] |= 1 << b;
         }
     }
 
@@ -112,8 +129,8 @@ impl St {
     #[inline]
     fn give(&mut self, piece: usize) {
         self.used[piece] = 0;
-        if piece < 128 {
-            self.umask[piece >> 6] &= !(1 << (piece & 63));
+        if let Some((w, b)) = mask_bit(self.program, piece) {
+            self.umask[w] &= !(1 << b);
         }
     }
 

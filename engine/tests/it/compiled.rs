@@ -249,10 +249,39 @@ fn low_colour_boards_agree_under_budgets() {
         let budgets = [1, 7, 1000, 123_457, 2_000_000, 5_000_000];
         agree_down_a_chain((&mut reference, compiled.as_mut()), budgets, rel);
     }
+    // a split used mask (9x9: rim pieces in one word, inner ones in the other) under a
+    // comb and a random permutation of the cells, whose units resume mid-group through
+    // the runtime's own reading of the mask
+    let puzzle = load("brendan/set1/pieces_09x09.txt");
+    let mut rng = Rng::new(99);
+    for kind in [8, 10] {
+        let plan = plan(&puzzle, &order_of_kind(&puzzle, kind, &mut rng));
+        let (mut reference, mut compiled) = engines(&plan, 4, "low-colour");
+        let budgets = [3, 999, 250_001, 1_000_000];
+        agree_down_a_chain((&mut reference, compiled.as_mut()), budgets, "set 1 9x9");
+    }
     let puzzle = load("brendan/set2/pieces_05x05.txt");
     let plan = plan(&puzzle, &OrderSpec::default());
     let (r, c) = whole_tree(engines(&plan, 6, "low-colour"));
     assert_eq!(c, r, "set 2 5x5 whole");
+}
+
+/// Two-word boards lay the used mask out so that each table's pieces are one word: the
+/// Brendan 9x9 and 10x10 split where their inner pieces start, one-word boards and
+/// boards without a used mask keep the plain layout.
+#[test]
+fn two_word_masks_split_where_the_inner_pieces_start() {
+    use e2fleet_engine::compiled::codegen::emit;
+    for (rel, split) in [
+        ("brendan/set1/pieces_08x08.txt", 64),
+        ("brendan/set1/pieces_09x09.txt", 32),
+        ("brendan/set2/pieces_10x10.txt", 36),
+        ("e2/official.json", 64),
+    ] {
+        let plan = plan(&load(rel), &OrderSpec::default());
+        let source = emit(&plan, &CodegenOptions::default(), "");
+        assert!(source.contains(&format!("mask_split: {split},")), "{rel}");
+    }
 }
 
 /// The slot walk (`CodegenOptions::slots`, one branch and one call site per candidate
