@@ -785,19 +785,29 @@ impl Gen<'_> {
         format!(" && ({var} as u32 & {:#x}) == ({expect})", dp.extra_mask)
     }
 
-    /// Whether group functions hold the used mask in a register (`u_in` at entry, `u{d}`
-    /// after depth `d` places its piece) and write it to `st.umask` only when they call
-    /// out and when they return: every board with a used mask. Two-word boards first,
+    /// Whether group functions hold the used mask in a register (as its complement:
+    /// `u_in` at entry, `u{d}` after depth `d` places its piece) and write it to
+    /// `st.umask` only when they call out and when they return: every board with a used mask. Two-word boards first,
     /// where reading both words of `st.umask` right after a store into one of them cost
     /// more than it saved (Brendan set 2 10x10: 78-82 M nodes/s from memory, 98-112 from
     /// registers); one-word boards since session 13 (a `u64` register: set 1 8x8 1.044x,
     /// set 2 7x7 1.024x, 5 alternated rounds; no change on 7x7 when first tried in
     /// session 7).
+    ///
+    /// What they hold is the complement of `st.umask`, the free pieces: a level's walk is
+    /// `MASK & free` and its mark `free & !bit` (`btr`). Holding the used pieces, LLVM
+    /// computed the `not` of every level's `u128` mask up front and kept it in a spill
+    /// slot of its own; on one-word boards `andn` reads the bucket mask against the used
+    /// register in one instruction, but the free mask still won on five of the six
+    /// one-word Brendan boards. Instructions per node, x86-64-v3 build, used -> free: set
+    /// 1 9x9 37.7 -> 36.9, set 2 10x10 37.2 -> 35.9; set 1 6x6 32.3 -> 31.1, set 2 6x6
+    /// 32.1 -> 31.0, set 2 7x7 34.4 -> 34.2, set 1 8x8 34.9 -> 33.8, set 2 8x8 34.8 ->
+    /// 33.7; set 1 7x7 29.8 -> 31.2.
     fn held(&self) -> bool {
         self.mask_words() >= 1
     }
 
-    /// The register holding the used mask before depth `d` places its piece.
+    /// The register holding the used (or free) pieces before depth `d` places its piece.
     fn held_before(&self, d: usize) -> String {
         if self.is_head(d) {
             "u_in".into()
@@ -831,18 +841,20 @@ impl Gen<'_> {
                 } => format!("(((1u64 << b{d}) as u128) << {low})"),
                 _ => format!("(1u128 << p{d})"),
             };
-            if self.mask_words() == 1 {
-                return format!("let u{d}: u64 = {} | (1u64 << p{d});", self.held_before(d));
-            }
-            return format!("let u{d}: u128 = {} | {bit};", self.held_before(d));
+            let held = self.held_before(d);
+            let ty = if self.mask_words() == 1 {
+                "u64"
+            } else {
+                "u128"
+            };
+            let bit = if self.mask_words() == 1 {
+                format!("(1u64 << p{d})")
+            } else {
+                bit
+            };
+            return format!("let u{d}: {ty} = {held} & !{bit};");
         }
-        match (self.mask_words(), on) {
-            (0, _) => format!("st.used[p{d}] = {};", u8::from(on)),
-            (1, true) => format!("st.umask[0] |= 1u64 << p{d};"),
-            (1, false) => format!("st.umask[0] &= !(1u64 << p{d});"),
-            (_, true) => format!("st.umask[p{d} >> 6] |= 1u64 << (p{d} & 63);"),
-            (_, false) => format!("st.umask[p{d} >> 6] &= !(1u64 << (p{d} & 63));"),
-        }
+        format!("st.used[p{d}] = {};", u8::from(on))
     }
 
     /// Whether piece `p{d}` is on the board, as the record [`Gen::mark`] keeps.
@@ -850,17 +862,14 @@ impl Gen<'_> {
         if self.held() && self.split < 64 {
             let (held, split) = (self.held_before(d), self.split);
             return format!(
-                "({held} >> (if p{d} < {split} {{ p{d} }} else {{ p{d} + {} }})) & 1 != 0",
+                "({held} >> (if p{d} < {split} {{ p{d} }} else {{ p{d} + {} }})) & 1 == 0",
                 64 - split
             );
         }
         if self.held() {
-            return format!("({} >> p{d}) & 1 != 0", self.held_before(d));
+            return format!("({} >> p{d}) & 1 == 0", self.held_before(d));
         }
-        match self.mask_words() {
-            0 => format!("st.used[p{d}] != 0"),
-            _ => format!("(st.umask[p{d} >> 6] >> (p{d} & 63)) & 1 != 0"),
-        }
+        format!("st.used[p{d}] != 0")
     }
 
     /// The body that commits candidate `c{d}` at depth `d` (after the used test).
@@ -901,9 +910,9 @@ impl Gen<'_> {
     }
 
     /// A level that walks the free pieces of its bucket as mask bits, lowest piece first
-    /// (canonical order): `MASK & !used mask`, then each set bit's candidate from its slot in
-    /// the bucket's block (`BYBIT`). No branch per used piece; the loop ends when the bits
-    /// run out. With `dups`, a piece's second candidate in the bucket follows its first.
+    /// (canonical order): `MASK & free mask` (the held complement of the used one), then
+    /// each set bit's candidate from its slot in the bucket's block (`BYBIT`). No branch
+    /// per used piece; the loop ends when the bits run out. With `dups`, a piece's second candidate in the bucket follows its first.
     fn mask_level(
         &self,
         d: usize,
@@ -946,7 +955,7 @@ impl Gen<'_> {
         };
         let held = self.held_before(d);
         if let Some(low) = window {
-            // the held used mask seen from piece `low`: bit j is piece `low + j` (on a
+            // the held free mask seen from piece `low`: bit j is piece `low + j` (on a
             // split mask, one word of it)
             let seen = match (self.split < 64, low < self.split) {
                 (true, true) => format!("(({held} as u64) >> {low})"),
@@ -956,7 +965,7 @@ impl Gen<'_> {
             return format!(
                 "let k{d}: usize = {key};\n\
                  let r{d}: *const u64 = BLOCK[k{d}].0;\n\
-                 let mut f{d}: u64 = MASKW[k{d}] & !{seen};\n\
+                 let mut f{d}: u64 = MASKW[k{d}] & {seen};\n\
                  while f{d} != 0 {{\n\
                  let b{d} = f{d}.trailing_zeros() as usize;\n\
                  f{d} &= f{d} - 1;\n\
@@ -969,7 +978,7 @@ impl Gen<'_> {
             return format!(
                 "let k{d}: usize = {key};\n\
                  let r{d}: *const u64 = BLOCK[k{d}].0;\n\
-                 let mut f{d}: u64 = MASK[k{d}] & !{held};\n\
+                 let mut f{d}: u64 = MASK[k{d}] & {held};\n\
                  while f{d} != 0 {{\n\
                  let p{d} = f{d}.trailing_zeros() as usize;\n\
                  f{d} &= f{d} - 1;\n\
@@ -978,11 +987,12 @@ impl Gen<'_> {
             );
         }
         // several words: one u64 at a time (word `w{d}`), moving on when its bits run
-        // out; `w{d}` stays below the word count, so the word indexes need no check
+        // out; `w{d}` stays below the word count, so the word indexes need no check;
+        // `uw{d}` the used words
         format!(
             "let k{d}: usize = {key};\n\
              let r{d}: *const u64 = BLOCK[k{d}].0;\n\
-             let uw{d}: [u64; 2] = [{held} as u64, ({held} >> 64) as u64];\n\
+             let uw{d}: [u64; 2] = [!({held} as u64), !(({held} >> 64) as u64)];\n\
              let mut w{d}: usize = 0;\n\
              let mut f{d}: u64 = MASK[k{d}][0] & !uw{d}[0];\n\
              loop {{\n\
@@ -1046,13 +1056,14 @@ impl Gen<'_> {
         if d >= self.plan.len() {
             return String::new();
         }
-        // a held used mask goes to `st.umask` before the call: the callee reads it there
+        // a held free mask goes to `st.umask`, as the used one, before the call: the
+        // callee reads it there
         let store = if self.held() {
             let u = d - 1;
             if self.mask_words() == 1 {
-                format!("st.umask[0] = u{u}; ")
+                format!("st.umask[0] = !u{u}; ")
             } else {
-                format!("st.umask[0] = u{u} as u64; st.umask[1] = (u{u} >> 64) as u64; ")
+                format!("st.umask[0] = !(u{u} as u64); st.umask[1] = !((u{u} >> 64) as u64); ")
             }
         } else {
             String::new()
@@ -1089,15 +1100,15 @@ impl Gen<'_> {
                 let key = self.key_index_expr(d, &locals);
                 body = self.level(d, &key, &body);
             }
-            // a held used mask is read at entry and put back before a normal return (the
+            // a held free mask is read at entry and put back before a normal return (the
             // callees changed `st.umask` as they called on; a stop leaves it, the next
             // unit starts afresh)
             let (entry, exit) = if self.held() && self.mask_words() == 1 {
-                ("let u_in: u64 = st.umask[0];\n", "st.umask[0] = u_in;\n")
+                ("let u_in: u64 = !st.umask[0];\n", "st.umask[0] = !u_in;\n")
             } else if self.held() {
                 (
-                    "let u_in: u128 = (st.umask[0] as u128) | ((st.umask[1] as u128) << 64);\n",
-                    "st.umask[0] = u_in as u64; st.umask[1] = (u_in >> 64) as u64;\n",
+                    "let u_in: u128 = !((st.umask[0] as u128) | ((st.umask[1] as u128) << 64));\n",
+                    "st.umask[0] = !(u_in as u64); st.umask[1] = !((u_in >> 64) as u64);\n",
                 )
             } else {
                 ("", "")
