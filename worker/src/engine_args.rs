@@ -36,9 +36,10 @@ pub struct EngineArgs {
     /// CPU to compile for (`native`, a CPU name, or `generic` for a portable build).
     #[arg(long, default_value = "native")]
     pub target_cpu: String,
-    /// Depths fused into one function in compiled engines.
-    #[arg(long, default_value_t = 6)]
-    pub group: usize,
+    /// Depths fused into one function in compiled engines (default: chosen per puzzle,
+    /// 6, or a board's row of 7-9 cells on boards of at most 128 pieces).
+    #[arg(long)]
+    pub group: Option<usize>,
     /// Walk of compiled engines: `auto` builds both walks on boards the slot walk applies
     /// to (more than 128 pieces, row or column order) and races them on the puzzle for
     /// ~2 s, once per puzzle and machine (remembered in the cache); `list`; or `slots`

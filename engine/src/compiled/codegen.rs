@@ -64,8 +64,8 @@ use crate::plan::{SENTINEL, SearchPlan};
 /// Options that change the generated source.
 #[derive(Clone, Debug)]
 pub struct CodegenOptions {
-    /// Depths fused into one function.
-    pub group: usize,
+    /// Depths fused into one function; `None`: [`default_group`] for the puzzle.
+    pub group: Option<usize>,
     /// Nodes between two progress/stop checks.
     pub poll_interval: u64,
     /// Test-only fault injection: add one to the node count at this depth (0-based) on
@@ -85,7 +85,7 @@ pub struct CodegenOptions {
 impl Default for CodegenOptions {
     fn default() -> Self {
         CodegenOptions {
-            group: 6,
+            group: None,
             poll_interval: 1 << 22,
             fault_depth: None,
             fault_hang: false,
@@ -124,7 +124,7 @@ pub fn release_id(
         "compiled-{}-{}-g{}",
         generator_id(),
         target_cpu.unwrap_or("generic"),
-        options.group
+        options.group.map_or("auto".to_string(), |g| g.to_string())
     );
     if let Some(d) = options.fault_depth {
         id.push_str(&format!("-FAULT{d}"));
@@ -195,7 +195,7 @@ pub const PROTOCOL_VERSION: u32 = 1;
 pub fn emit(plan: &SearchPlan, options: &CodegenOptions, build_key: &str) -> String {
     let mut g = Gen {
         plan,
-        group: options.group.max(1),
+        group: options.group.unwrap_or_else(|| default_group(plan)).max(1),
         out: String::with_capacity(1 << 20),
         walks: Default::default(),
         split: 64,
@@ -214,6 +214,47 @@ pub fn emit(plan: &SearchPlan, options: &CodegenOptions, build_key: &str) -> Str
     }
     g.program(options, build_key);
     g.out
+}
+
+/// Depths fused into one group function unless the options say: 6, the best on 16x16
+/// boards (the group-size sweep in `docs/benchmarks.md`), except on boards with a used
+/// mask filled line by line in lines of 7 to 9 cells, where a group is one line, so that
+/// every group starts a line and each depth but the first keys on the candidate of the
+/// loop enclosing it. Brendan boards, M nodes/s per core, 3 alternated runs of 3 s (session
+/// 14): set 1 7x7 142 -> 151 at 7, set 2 7x7 137 -> 142; set 1 9x9 134 -> 141 and 140 ->
+/// 143 at 9, set 2 9x9 134 -> 139 and 137 -> 147; set 1 and 2 8x8 +1-2% at 8 (+4-6% in
+/// session 13); none on 10x10 at 10 or 5, nor on 8x8 at 4.
+pub fn default_group(plan: &SearchPlan) -> usize {
+    let line = fill_line(plan);
+    match line {
+        Some(l @ 7..=9) if plan.pieces <= 128 => l,
+        _ => 6,
+    }
+}
+
+/// The length of the fill order's lines when it fills line by line (a row or column
+/// scan): every key read of a cell placed earlier than the depth before is of the cell
+/// one line back, `line` depths earlier.
+fn fill_line(plan: &SearchPlan) -> Option<usize> {
+    let mut depth_of = vec![usize::MAX; plan.cells + 1];
+    for (d, dp) in plan.depths.iter().enumerate() {
+        depth_of[dp.pos] = d;
+    }
+    let mut line = None;
+    for (d, dp) in plan.depths.iter().enumerate() {
+        for k in &dp.key {
+            let e = depth_of[k.cell];
+            if e == usize::MAX || e + 1 == d {
+                continue;
+            }
+            match line {
+                None => line = Some(d - e),
+                Some(l) if l == d - e => {}
+                Some(_) => return None,
+            }
+        }
+    }
+    line
 }
 
 /// How many modules a program's search functions (the list walk's group functions, the

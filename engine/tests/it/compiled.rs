@@ -60,7 +60,7 @@ fn engines(
     cache: &str,
 ) -> (ReferenceEngine, Box<dyn Engine>) {
     let codegen = CodegenOptions {
-        group,
+        group: Some(group),
         poll_interval: 997,
         ..CodegenOptions::default()
     };
@@ -242,6 +242,9 @@ fn low_colour_boards_agree_under_budgets() {
         ("brendan/set2/pieces_08x08.txt", 4),
         ("brendan/set2/pieces_09x09.txt", 5),
         ("brendan/set1/pieces_10x10.txt", 6),
+        // the default group of 7x7 and 9x9 boards: one row
+        ("brendan/set2/pieces_07x07.txt", 7),
+        ("brendan/set1/pieces_09x09.txt", 9),
         ("clues/e2-clue-clue1.json", 3),
     ] {
         let plan = plan(&load(rel), &OrderSpec::default());
@@ -264,6 +267,31 @@ fn low_colour_boards_agree_under_budgets() {
     let plan = plan(&puzzle, &OrderSpec::default());
     let (r, c) = whole_tree(engines(&plan, 6, "low-colour"));
     assert_eq!(c, r, "set 2 5x5 whole");
+}
+
+/// A group is one line of the fill on boards with a used mask filled line by line in
+/// lines of 7 to 9 cells (rows, or columns in a column scan), else 6.
+#[test]
+fn the_default_group_is_a_line_on_mid_sized_mask_boards() {
+    use e2fleet_engine::compiled::codegen::default_group;
+    let columns = OrderSpec::Scan {
+        columns: true,
+        from: e2fleet_engine::order::Corner::TopLeft,
+    };
+    for (rel, order, group) in [
+        ("brendan/set1/pieces_06x06.txt", OrderSpec::default(), 6),
+        ("brendan/set1/pieces_07x07.txt", OrderSpec::default(), 7),
+        ("brendan/set2/pieces_08x08.txt", OrderSpec::default(), 8),
+        ("brendan/set2/pieces_09x09.txt", columns.clone(), 9),
+        ("brendan/set1/pieces_10x10.txt", OrderSpec::default(), 6),
+        ("bench/bench-hard.json", OrderSpec::default(), 6),
+    ] {
+        assert_eq!(default_group(&plan(&load(rel), &order)), group, "{rel}");
+    }
+    // an order that is no scan keeps 6
+    let puzzle = load("brendan/set1/pieces_09x09.txt");
+    let order = order_of_kind(&puzzle, 10, &mut Rng::new(5));
+    assert_eq!(default_group(&plan(&puzzle, &order)), 6);
 }
 
 /// Two-word boards lay the used mask out so that each table's pieces are one word: the
