@@ -828,9 +828,9 @@ impl Gen<'_> {
 
     /// Whether group functions hold the used mask in a register (as its complement:
     /// `u_in` at entry, `u{d}` after depth `d` places its piece) and write it to
-    /// `st.umask` only when they call out and when they return: every board with a used mask. Two-word boards first,
-    /// where reading both words of `st.umask` right after a store into one of them cost
-    /// more than it saved (Brendan set 2 10x10: 78-82 M nodes/s from memory, 98-112 from
+    /// `st.umask` only when they call out and when they return: every board with a used
+    /// mask. Two-word boards first, where reading both words of `st.umask` right after a
+    /// store into one of them cost more than it saved (Brendan set 2 10x10: 78-82 M nodes/s from memory, 98-112 from
     /// registers); one-word boards since session 13 (a `u64` register: set 1 8x8 1.044x,
     /// set 2 7x7 1.024x, 5 alternated rounds; no change on 7x7 when first tried in
     /// session 7).
@@ -953,7 +953,8 @@ impl Gen<'_> {
     /// A level that walks the free pieces of its bucket as mask bits, lowest piece first
     /// (canonical order): `MASK & free mask` (the held complement of the used one), then
     /// each set bit's candidate from its slot in the bucket's block (`BYBIT`). No branch
-    /// per used piece; the loop ends when the bits run out. With `dups`, a piece's second candidate in the bucket follows its first.
+    /// per used piece; the loop ends when the bits run out. With `dups`, a piece's second
+    /// candidate in the bucket follows its first ([`DUP`]).
     fn mask_level(
         &self,
         d: usize,
