@@ -37,7 +37,7 @@ pub struct EngineArgs {
     #[arg(long, default_value = "native")]
     pub target_cpu: String,
     /// Depths fused into one function in compiled engines (default: chosen per puzzle,
-    /// 6, or a board's row of 7-9 cells on boards of at most 128 pieces).
+    /// 6, or a board's row of 7-10 cells on boards of at most 128 pieces).
     #[arg(long)]
     pub group: Option<usize>,
     /// Walk of compiled engines: `auto` builds both walks on boards the slot walk applies

@@ -218,16 +218,17 @@ pub fn emit(plan: &SearchPlan, options: &CodegenOptions, build_key: &str) -> Str
 
 /// Depths fused into one group function unless the options say: 6, the best on 16x16
 /// boards (the group-size sweep in `docs/benchmarks.md`), except on boards with a used
-/// mask filled line by line in lines of 7 to 9 cells, where a group is one line, so that
+/// mask filled line by line in lines of 7 to 10 cells, where a group is one line, so that
 /// every group starts a line and each depth but the first keys on the candidate of the
-/// loop enclosing it. Brendan boards, M nodes/s per core, 3 alternated runs of 3 s (session
-/// 14): set 1 7x7 142 -> 151 at 7, set 2 7x7 137 -> 142; set 1 9x9 134 -> 141 and 140 ->
-/// 143 at 9, set 2 9x9 134 -> 139 and 137 -> 147; set 1 and 2 8x8 +1-2% at 8 (+4-6% in
-/// session 13); none on 10x10 at 10 or 5, nor on 8x8 at 4.
+/// loop enclosing it. Brendan boards, M nodes/s per core, medians of 3 alternated runs of 3
+/// s (session 14): set 1 7x7 142 -> 151 at 7, set 2 7x7 137 -> 142; set 1 9x9 134 -> 141
+/// and 140 -> 143 at 9, set 2 9x9 134 -> 139 and 137 -> 147; set 1 and 2 8x8 +1-2% at 8
+/// (+4-6% in session 13); 10x10 at 10, 5 runs: set 1 148.3 -> 153.0, set 2 153.1 -> 157.5
+/// (37.2 -> 33.7 instructions per node); none on 10x10 at 5, nor on 8x8 at 4.
 pub fn default_group(plan: &SearchPlan) -> usize {
     let line = fill_line(plan);
     match line {
-        Some(l @ 7..=9) if plan.pieces <= 128 => l,
+        Some(l @ 7..=10) if plan.pieces <= 128 => l,
         _ => 6,
     }
 }

@@ -242,9 +242,10 @@ fn low_colour_boards_agree_under_budgets() {
         ("brendan/set2/pieces_08x08.txt", 4),
         ("brendan/set2/pieces_09x09.txt", 5),
         ("brendan/set1/pieces_10x10.txt", 6),
-        // the default group of 7x7 and 9x9 boards: one row
+        // the default group of 7x7 to 10x10 boards: one row
         ("brendan/set2/pieces_07x07.txt", 7),
         ("brendan/set1/pieces_09x09.txt", 9),
+        ("brendan/set2/pieces_10x10.txt", 10),
         ("clues/e2-clue-clue1.json", 3),
     ] {
         let plan = plan(&load(rel), &OrderSpec::default());
@@ -270,7 +271,7 @@ fn low_colour_boards_agree_under_budgets() {
 }
 
 /// A group is one line of the fill on boards with a used mask filled line by line in
-/// lines of 7 to 9 cells (rows, or columns in a column scan), else 6.
+/// lines of 7 to 10 cells (rows, or columns in a column scan), else 6.
 #[test]
 fn the_default_group_is_a_line_on_mid_sized_mask_boards() {
     use e2fleet_engine::compiled::codegen::default_group;
@@ -283,8 +284,9 @@ fn the_default_group_is_a_line_on_mid_sized_mask_boards() {
         ("brendan/set1/pieces_07x07.txt", OrderSpec::default(), 7),
         ("brendan/set2/pieces_08x08.txt", OrderSpec::default(), 8),
         ("brendan/set2/pieces_09x09.txt", columns.clone(), 9),
-        ("brendan/set1/pieces_10x10.txt", OrderSpec::default(), 6),
+        ("brendan/set1/pieces_10x10.txt", OrderSpec::default(), 10),
         ("bench/bench-hard.json", OrderSpec::default(), 6),
+        ("brendan/set1/pieces_05x05.txt", OrderSpec::default(), 6),
     ] {
         assert_eq!(default_group(&plan(&load(rel), &order)), group, "{rel}");
     }
