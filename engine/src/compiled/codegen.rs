@@ -537,8 +537,7 @@ impl Gen<'_> {
                     .flat_map(|k| self.bucket_pieces(p.offsets[table + k] as usize))
                     .collect();
                 let most = groups.iter().map(|g| g.len()).max().unwrap_or(1);
-                let pieces = || groups.iter().map(|g| crate::plan::candidate_piece(g[0]));
-                let (low, high) = (pieces().min().unwrap_or(0), pieces().max().unwrap_or(0));
+                let (low, high) = self.table_range(t).unwrap_or((0, 0));
                 let window = (self.mask_words() == 2 && high - low < 64).then_some(low);
                 match most {
                     0 | 1 => Walk::Mask {
