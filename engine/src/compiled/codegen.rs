@@ -900,13 +900,9 @@ impl Gen<'_> {
 
     /// Whether piece `p{d}` is on the board, as the record [`Gen::mark`] keeps.
     fn is_used(&self, d: usize) -> String {
-        if self.held() && self.split < 64 {
-            let (held, split) = (self.held_before(d), self.split);
-            return format!(
-                "({held} >> (if p{d} < {split} {{ p{d} }} else {{ p{d} + {} }})) & 1 == 0",
-                64 - split
-            );
-        }
+        // only list levels ask, and a split mask has none (`Gen::split_mask`), so the
+        // held bit of piece `p` is bit `p`
+        debug_assert_eq!(self.split, 64);
         if self.held() {
             return format!("({} >> p{d}) & 1 == 0", self.held_before(d));
         }
