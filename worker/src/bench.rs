@@ -47,9 +47,44 @@ pub struct BenchArgs {
     json: bool,
 }
 
+/// The machine a bench ran on: speeds depend on the CPU's microarchitecture as much as on
+/// the engine (the walk the race picks, and the ratios to other engines, differ between
+/// Zen 4 and Zen 5: docs/benchmarks.md, session 15), so a figure travels with it.
+#[derive(Serialize, Clone)]
+struct Machine {
+    /// The CPU as the operating system names it.
+    cpu: String,
+    /// What compiled engines are built for: `--target-cpu`, and for `native` the CPU
+    /// rustc resolves it to here (`native (znver4)`).
+    target_cpu: String,
+    /// Logical cores (a bench runs one engine thread).
+    cores: usize,
+    /// The compiler that builds compiled engines.
+    rustc: String,
+}
+
+impl Machine {
+    fn detect(engine: &EngineArgs) -> Machine {
+        let target_cpu = match (
+            engine.target_cpu.as_str(),
+            crate::host::native_cpu(&engine.rustc),
+        ) {
+            ("native", Some(cpu)) => format!("native ({cpu})"),
+            (t, _) => t.to_string(),
+        };
+        Machine {
+            cpu: crate::host::cpu_model(),
+            target_cpu,
+            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            rustc: crate::host::rustc_version(&engine.rustc),
+        }
+    }
+}
+
 #[derive(Serialize)]
 struct BoardReport {
     board: String,
+    machine: Machine,
     engine: String,
     engine_build: String,
     compile_s: f64,
@@ -137,6 +172,20 @@ pub fn run(args: BenchArgs) -> Result<()> {
     } else {
         args.boards.clone()
     };
+    let machine = Machine::detect(&args.engine);
+    if !args.json {
+        println!(
+            "machine: {}, engines built for {}, {} cores, {}",
+            machine.cpu,
+            machine.target_cpu,
+            machine.cores,
+            if machine.rustc.is_empty() {
+                "no rustc"
+            } else {
+                &machine.rustc
+            }
+        );
+    }
     for board in boards {
         let puzzle = load_board(&board)?;
         let plan = e2fleet_engine::SearchSpec::new(puzzle, &args.order)?.plan;
@@ -177,6 +226,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 .unwrap_or(0.0);
         let report = BoardReport {
             board: board.clone(),
+            machine: machine.clone(),
             engine: engine.kind().to_string(),
             engine_build: engine.build_id(),
             compile_s,

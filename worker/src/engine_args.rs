@@ -43,8 +43,9 @@ pub struct EngineArgs {
     /// Walk of compiled engines: `auto` builds both walks on boards the slot walk applies
     /// to (more than 128 pieces, row or column order) and races them on the puzzle for
     /// ~2 s, once per puzzle and machine (remembered in the cache); `list`; or `slots`
-    /// (one branch per candidate slot: ~1.2-1.3x on hard 16x16 boards, 0.8-0.9x on
-    /// bench-easy, a ~2x longer first compile). Same counts either way.
+    /// (one branch per candidate slot, a ~2x longer first compile; which is faster
+    /// depends on the CPU: on Zen 5 the slot walk is ~1.2-1.3x on hard 16x16 boards and
+    /// 0.8-0.9x on bench-easy, on Zen 4 0.96-1.06x and 1.17x). Same counts either way.
     #[arg(long, value_enum, default_value = "auto")]
     pub walk: Walk,
     /// Same as `--walk slots`.

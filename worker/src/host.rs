@@ -13,7 +13,9 @@ fn hostname() -> String {
         .unwrap_or_else(|| "unknown-host".into())
 }
 
-fn cpu_model() -> String {
+/// The CPU as the operating system names it (on some machines only a family name, such
+/// as `AMD EPYC`: [`native_cpu`] names the microarchitecture).
+pub fn cpu_model() -> String {
     std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|t| {
@@ -28,7 +30,8 @@ fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
-fn rustc_version(rustc: &std::path::Path) -> String {
+/// `rustc -V` of the compiler engines are built with (empty if it cannot be run).
+pub fn rustc_version(rustc: &std::path::Path) -> String {
     std::process::Command::new(rustc)
         .arg("-V")
         .output()
@@ -36,6 +39,31 @@ fn rustc_version(rustc: &std::path::Path) -> String {
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
         .unwrap_or_default()
+}
+
+/// The CPU rustc builds for when asked for `native` on this machine (`znver4`,
+/// `skylake`, `apple-m1`, ...), from `rustc --print target-cpus`: the microarchitecture,
+/// which decides how fast each walk runs (docs/benchmarks.md, session 15), where the
+/// OS's model name may give only the family. `None` when rustc cannot be run or does
+/// not say.
+pub fn native_cpu(rustc: &std::path::Path) -> Option<String> {
+    let out = std::process::Command::new(rustc)
+        .args(["--print", "target-cpus"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())?;
+    native_cpu_in(&String::from_utf8_lossy(&out.stdout))
+}
+
+/// The CPU named on the `native` line of `rustc --print target-cpus`
+/// (`native - Select the CPU of the current host (currently znver4).`).
+fn native_cpu_in(listing: &str) -> Option<String> {
+    let line = listing
+        .lines()
+        .find(|l| l.trim_start().starts_with("native"))?;
+    let (_, rest) = line.split_once("currently ")?;
+    let cpu = rest.trim_end().trim_end_matches(").").trim_end_matches(')');
+    (!cpu.is_empty()).then(|| cpu.to_string())
 }
 
 /// The CPU features engines can use on this machine (detected at run time), sorted and
@@ -84,5 +112,19 @@ pub fn host_info(
         target_features: target_features(),
         engine_kind,
         engine_release,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_native_cpu_is_read_from_rustcs_listing() {
+        let listing = "Available CPUs for this target:\n    alderlake               - Select the alderlake processor.\n    native                  - Select the CPU of the current host (currently znver4).\n    znver4                  - Select the znver4 processor.\n";
+        assert_eq!(super::native_cpu_in(listing).as_deref(), Some("znver4"));
+        assert_eq!(
+            super::native_cpu_in("    native - Select the CPU of the current host.\n"),
+            None
+        );
+        assert_eq!(super::native_cpu_in(""), None);
     }
 }

@@ -72,6 +72,18 @@ fn bench_runs_its_built_in_boards_from_any_directory() {
         .map(|b| b["board"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["bench-easy", "bench-hard", "brendan-set1-07x07"]);
+    // every figure names the machine it was measured on
+    for b in &boards {
+        assert!(!b["machine"]["cpu"].as_str().unwrap().is_empty(), "{b}");
+        assert!(b["machine"]["cores"].as_u64().unwrap() >= 1, "{b}");
+        assert!(
+            b["machine"]["target_cpu"]
+                .as_str()
+                .unwrap()
+                .starts_with("native"),
+            "{b}"
+        );
+    }
     assert!(
         boards
             .iter()
