@@ -1,6 +1,6 @@
 //! What this machine is: the labels sent at registration (`run` and `verify`). The
 //! coordinator shows them and groups rates and hardware classes by them; it never trusts
-//! them.
+//! them. The CPU label carries the microarchitecture rustc detects (`AMD EPYC (znver4)`).
 
 use e2fleet_proto::api::HostInfo;
 
@@ -66,6 +66,17 @@ fn native_cpu_in(listing: &str) -> Option<String> {
     (!cpu.is_empty()).then(|| cpu.to_string())
 }
 
+/// The CPU as a worker reports it: the OS's model name and, when rustc names it, the
+/// microarchitecture (`AMD EPYC (znver4)`), so machines the OS names alike but that run
+/// the engine at different speeds (Zen 4 and Zen 5 EPYCs: docs/benchmarks.md, session 15)
+/// are told apart in the fleet's per-core rates and in hardware classes.
+pub fn cpu_label(model: &str, native: Option<&str>) -> String {
+    match native {
+        Some(cpu) if !model.contains(cpu) => format!("{model} ({cpu})"),
+        _ => model.to_string(),
+    }
+}
+
 /// The CPU features engines can use on this machine (detected at run time), sorted and
 /// comma-separated. Part of the hardware class: a build for `native` differs with them.
 pub fn target_features() -> String {
@@ -103,7 +114,7 @@ pub fn host_info(
         hostname: hostname_override
             .map(str::to_string)
             .unwrap_or_else(hostname),
-        cpu_model: cpu_model(),
+        cpu_model: cpu_label(&cpu_model(), native_cpu(&engine.rustc).as_deref()),
         cores: std::thread::available_parallelism().map_or(1, |n| n.get()) as u32,
         arch: std::env::consts::ARCH.into(),
         os: std::env::consts::OS.into(),
@@ -126,5 +137,16 @@ mod tests {
             None
         );
         assert_eq!(super::native_cpu_in(""), None);
+    }
+
+    #[test]
+    fn the_cpu_label_names_the_microarchitecture_once() {
+        use super::cpu_label;
+        assert_eq!(cpu_label("AMD EPYC", Some("znver4")), "AMD EPYC (znver4)");
+        assert_eq!(cpu_label("AMD EPYC", None), "AMD EPYC");
+        assert_eq!(
+            cpu_label("generic znver4 box", Some("znver4")),
+            "generic znver4 box"
+        );
     }
 }
