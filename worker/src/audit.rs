@@ -281,7 +281,7 @@ fn rerun(
     let factory = args.engine.factory(&spec.plan, !args.json)?;
     let threads = args
         .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
+        .unwrap_or_else(crate::host::cores)
         .clamp(1, sample.len());
     let options = RunOptions {
         budget: cert.budget,

@@ -75,7 +75,7 @@ impl Machine {
         Machine {
             cpu: crate::host::cpu_model(),
             target_cpu,
-            cores: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cores: crate::host::cores(),
             rustc: crate::host::rustc_version(&engine.rustc),
         }
     }

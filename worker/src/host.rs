@@ -30,6 +30,11 @@ pub fn cpu_model() -> String {
         .unwrap_or_else(|| "unknown CPU".into())
 }
 
+/// Logical cores (1 where the OS does not say).
+pub fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 /// `rustc -V` of the compiler engines are built with (empty if it cannot be run).
 pub fn rustc_version(rustc: &std::path::Path) -> String {
     std::process::Command::new(rustc)
@@ -115,7 +120,7 @@ pub fn host_info(
             .map(str::to_string)
             .unwrap_or_else(hostname),
         cpu_model: cpu_label(&cpu_model(), native_cpu(&engine.rustc).as_deref()),
-        cores: std::thread::available_parallelism().map_or(1, |n| n.get()) as u32,
+        cores: cores() as u32,
         arch: std::env::consts::ARCH.into(),
         os: std::env::consts::OS.into(),
         rustc_version,

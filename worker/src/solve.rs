@@ -226,10 +226,7 @@ fn run_split(
         .enumerate(&root.prefix, depth, &mut |p| prefixes.push(p.to_vec()))
         .context("cannot enumerate prefixes")?;
     let units: Vec<Unit> = prefixes.into_iter().map(Unit::prefix).collect();
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
+    let threads = args.threads.unwrap_or_else(crate::host::cores).max(1);
     let next = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let bar = progress_bar(args.json);

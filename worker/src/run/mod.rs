@@ -209,10 +209,7 @@ async fn run_async(args: RunArgs) -> Result<()> {
         warn!(error = %format!("{e:#}"), "could not run the verification units now");
     }
 
-    let threads = args
-        .threads
-        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
-        .max(1);
+    let threads = args.threads.unwrap_or_else(crate::host::cores).max(1);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let executor = Executor::start(threads, tx);
     info!(threads, coordinator = %args.coordinator, "worker started");
