@@ -100,6 +100,14 @@ struct BoardReport {
     setup_s: f64,
     runs: Vec<Run>,
     median_nodes_per_s: f64,
+    /// The clock a busy core ran at right after the runs, measured by a chain of
+    /// dependent adds (`host::clock_ghz`; absent on other architectures): an estimate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    clock_ghz: Option<f64>,
+    /// That clock over the median nodes/s: the engine's cost per node in cycles, which
+    /// compares machines of different clocks where nodes/s does not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cycles_per_node: Option<f64>,
     /// Depth of the units walked (0: the root unit).
     split_depth: u32,
     /// Units walked in order from the first (the first [`MAX_UNITS`] of a larger split).
@@ -224,6 +232,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let median =
             e2fleet_proto::api::status::median(runs.iter().map(|r| r.nodes_per_s).collect())
                 .unwrap_or(0.0);
+        let clock_ghz = crate::host::clock_ghz();
+        let cycles_per_node = clock_ghz
+            .filter(|_| median > 0.0)
+            .map(|ghz| ghz * 1e9 / median);
         let report = BoardReport {
             board: board.clone(),
             machine: machine.clone(),
@@ -235,6 +247,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
             walk_choice: factory.built().map(|b| b.choice.clone()),
             setup_s: build_wall.as_secs_f64(),
             median_nodes_per_s: median,
+            clock_ghz,
+            cycles_per_node,
             runs,
             split_depth: args.split_depth,
             units: units.len(),
@@ -250,8 +264,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 }
                 d => format!(", the first {} units of a split at depth {d}", report.units),
             };
+            let cycles = match (report.cycles_per_node, report.clock_ghz) {
+                (Some(c), Some(ghz)) => format!(" = {c:.1} cycles per node at ~{ghz:.2} GHz"),
+                _ => String::new(),
+            };
             println!(
-                "{}: {} engine, {:.1} M nodes/s per core (median of {}{walked}), compile {:.2} s{}",
+                "{}: {} engine, {:.1} M nodes/s per core (median of {}{walked}){cycles}, compile {:.2} s{}",
                 report.board,
                 report.engine,
                 report.median_nodes_per_s / 1e6,

@@ -82,6 +82,42 @@ pub fn cpu_label(model: &str, native: Option<&str>) -> String {
     }
 }
 
+/// The clock a busy core of this machine runs at, in GHz: a chain of dependent
+/// rotate-and-add steps (two one-cycle instructions each on every x86-64 core) timed in
+/// this thread, the fastest of a few tries. An estimate: boost clocks move with load and
+/// temperature, and engines run in a process of their own. It turns nodes/s into cycles
+/// per node, the figure that compares an engine across machines whose clocks differ (the
+/// Zen 4 machine of docs/benchmarks.md, session 16, ran at ~2.7-2.8 GHz where the Zen 5
+/// one ran at ~3.7: most of the gap between their nodes/s). `None` off x86-64, where the
+/// instructions' latencies are not the same on every core.
+pub fn clock_ghz() -> Option<f64> {
+    if !cfg!(target_arch = "x86_64") {
+        return None;
+    }
+    const STEPS: u64 = 4_000_000; // 8 M cycles a try, ~3 ms at 3 GHz
+    chain(std::hint::black_box(STEPS / 4)); // wakes the core up
+    (0..5)
+        .map(|_| {
+            let t = std::time::Instant::now();
+            std::hint::black_box(chain(std::hint::black_box(STEPS)));
+            CYCLES_PER_STEP * STEPS as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e9
+        })
+        .reduce(f64::max)
+}
+
+/// Cycles one step of [`chain`] takes: a rotate by a constant and an add, each waiting
+/// for the one before (no compiler can fold either into the next step).
+const CYCLES_PER_STEP: f64 = 2.0;
+
+#[inline(never)]
+fn chain(steps: u64) -> u64 {
+    let mut x = 0x2545_F491_4F6C_DD1D_u64;
+    for _ in 0..steps {
+        x = x.rotate_left(7).wrapping_add(0x9E37_79B9_7F4A_7C15);
+    }
+    x
+}
+
 /// The CPU features engines can use on this machine (detected at run time), sorted and
 /// comma-separated. Part of the hardware class: a build for `native` differs with them.
 pub fn target_features() -> String {
@@ -153,5 +189,18 @@ mod tests {
             cpu_label("generic znver4 box", Some("znver4")),
             "generic znver4 box"
         );
+    }
+
+    /// The probe runs its chain and lands in the range of real clocks (a loaded machine
+    /// only slows a try down, and the fastest try counts).
+    #[test]
+    fn the_clock_probe_measures_a_plausible_clock() {
+        let ghz = super::clock_ghz();
+        if cfg!(target_arch = "x86_64") {
+            let ghz = ghz.expect("a clock on this architecture");
+            assert!((0.1..10.0).contains(&ghz), "{ghz} GHz");
+        } else {
+            assert_eq!(ghz, None);
+        }
     }
 }

@@ -89,6 +89,13 @@ fn bench_runs_its_built_in_boards_from_any_directory() {
             .iter()
             .all(|b| b["median_nodes_per_s"].as_f64().unwrap() > 0.0)
     );
+    // and, on x86-64, the clock it ran at and what a node cost in cycles
+    for b in boards.iter().filter(|_| cfg!(target_arch = "x86_64")) {
+        let ghz = b["clock_ghz"].as_f64().unwrap();
+        let cycles = b["cycles_per_node"].as_f64().unwrap();
+        let per_s = b["median_nodes_per_s"].as_f64().unwrap();
+        assert!((cycles - ghz * 1e9 / per_s).abs() < 1e-6 * cycles, "{b}");
+    }
     let out = Command::new(worker_bin())
         .args(["bench", "--board", "no-such-board", "--seconds", "0.05"])
         .current_dir(dir.path())
