@@ -101,7 +101,8 @@ struct BoardReport {
     runs: Vec<Run>,
     median_nodes_per_s: f64,
     /// The clock a busy core ran at right after the runs, measured by a chain of
-    /// dependent adds (`host::clock_ghz`; absent on other architectures): an estimate.
+    /// dependent one-cycle instructions (`host::clock_ghz`; absent off x86-64): an
+    /// estimate.
     #[serde(skip_serializing_if = "Option::is_none")]
     clock_ghz: Option<f64>,
     /// That clock over the median nodes/s: the engine's cost per node in cycles, which

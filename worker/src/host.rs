@@ -83,13 +83,13 @@ pub fn cpu_label(model: &str, native: Option<&str>) -> String {
 }
 
 /// The clock a busy core of this machine runs at, in GHz: a chain of dependent
-/// rotate-and-add steps (two one-cycle instructions each on every x86-64 core) timed in
-/// this thread, the fastest of a few tries. An estimate: boost clocks move with load and
-/// temperature, and engines run in a process of their own. It turns nodes/s into cycles
-/// per node, the figure that compares an engine across machines whose clocks differ (the
-/// Zen 4 machine of docs/benchmarks.md, session 16, ran at ~2.7-2.8 GHz where the Zen 5
-/// one ran at ~3.7: most of the gap between their nodes/s). `None` off x86-64, where the
-/// instructions' latencies are not the same on every core.
+/// rotate-and-add steps (two one-cycle instructions each on x86-64 cores of the last
+/// fifteen years) timed in this thread, the fastest of a few tries. An estimate: boost
+/// clocks move with load and temperature, and engines run in a process of their own. It
+/// turns nodes/s into cycles per node, the figure that compares an engine across machines
+/// whose clocks differ (the Zen 4 machine of docs/benchmarks.md, session 16, ran at
+/// ~2.7-2.8 GHz where the Zen 5 one ran at ~3.7: most of the gap between their nodes/s).
+/// `None` off x86-64, where those instructions' latencies differ from core to core.
 pub fn clock_ghz() -> Option<f64> {
     if !cfg!(target_arch = "x86_64") {
         return None;
@@ -106,7 +106,8 @@ pub fn clock_ghz() -> Option<f64> {
 }
 
 /// Cycles one step of [`chain`] takes: a rotate by a constant and an add, each waiting
-/// for the one before (no compiler can fold either into the next step).
+/// for the one before (nothing lets a compiler merge steps: rustc 1.95 emits one `rol`
+/// and one `add` a step, unrolled).
 const CYCLES_PER_STEP: f64 = 2.0;
 
 #[inline(never)]
