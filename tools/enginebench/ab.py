@@ -1,0 +1,57 @@
+#!/usr/bin/env python3
+"""Engine binaries against each other, alternated run by run, from the root of their puzzle.
+
+    tools/enginebench/ab.py NODES ROUNDS BASELINE OTHER...
+
+Each binary is a compiled engine: a cached one (the cache directory's
+`e2fleet-engine-<key>`; `bench --cache-dir D` puts them where you want) or a hand build of
+a source `bench --emit-source F` wrote, edited or not (rustc with the flags of
+engine/src/compiled/toolchain.rs and `--extern e2fleet_rt=` the cached runtime library).
+Every binary walks NODES nodes from the root (`run NODES 1 - -` on its stdin) once per
+round, in turn, the order reversed every other round; the output is each one's median M
+nodes/s and the median of its per-round ratio to BASELINE. Check first that an edited
+build counts the same: the `nodes`, `cursor` and `deepest` lines of a run must be the same.
+"""
+import statistics as st, subprocess, sys, time
+
+
+def start(binary):
+    p = subprocess.Popen([binary], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1)
+    p.stdout.readline()  # the engine's hello
+    return p
+
+
+def walk(p, nodes):
+    t = time.perf_counter()
+    p.stdin.write(f'run {nodes} 1 - -\n')
+    p.stdin.flush()
+    done = 0
+    for line in p.stdout:
+        if line.startswith('nodes '):
+            done = sum(int(x) for x in line.split()[1:])
+        if line.startswith('end'):
+            break
+    return done / (time.perf_counter() - t) / 1e6
+
+
+def main():
+    if len(sys.argv) < 5:
+        sys.exit(__doc__)
+    nodes, rounds, binaries = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+    procs = [start(b) for b in binaries]
+    rates = [[] for _ in binaries]
+    for r in range(rounds):
+        order = range(len(binaries)) if r % 2 == 0 else reversed(range(len(binaries)))
+        for i in order:
+            rates[i].append(walk(procs[i], nodes))
+    for i, b in enumerate(binaries):
+        per = [x / y for x, y in zip(rates[i], rates[0])]
+        print(f'{b}: median {st.median(rates[i]):.1f} M nodes/s, per-round ratio to the first '
+              f'{st.median(per):.3f}  [{" ".join(f"{x:.1f}" for x in rates[i])}]')
+    for p in procs:
+        p.stdin.close()
+        p.wait()
+
+
+if __name__ == '__main__':
+    main()

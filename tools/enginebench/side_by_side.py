@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Ours against the public engine (and against other builds of ours), alternated run by run.
+
+    tools/enginebench/side_by_side.py --peer PEER_BIN puzzles/bench/bench-hard.json \\
+        [--worker target/release/e2fleet-worker] [--walk auto|list|slots ...] \\
+        [--old OLD_WORKER] [--rounds 5] [--seconds 4]
+
+Each round runs, in turn (the order reversed every other round), `e2fleet-worker bench
+--board B --seconds S --runs 1 --walk W --json` for every walk asked for, the same for an
+older worker (`--old`, e.g. a build of the commit an issue was filed on, in a git worktree)
+and the public engine's `run_dfs_codegen_jit --chain2 --opt native --budget-s S --puzzle
+B.json` (built by peer.sh). It prints per-engine medians of M nodes/s and of cycles per node
+(our bench's `cycles_per_node`; the public engine's from the clock our runs measured in
+the same round), and the ratios of the medians and the median of the per-round ratios.
+Boards in Brendan's text format (a `W H` line, then `u r d l` per piece) are written as
+site JSON for the public engine next to a temporary copy; site JSON boards go as they are.
+Don't compile or run anything else while it runs: both cores are the measurement.
+"""
+import argparse, json, os, re, statistics as st, subprocess, sys, tempfile
+
+
+def site_json(board, tmp):
+    if board.endswith('.json'):
+        return board
+    rows = [l.split() for l in open(board) if l.strip()]
+    if len(rows[0]) != 2:
+        sys.exit(f'{board}: not a "W H" text board; give the public engine site JSON')
+    w, h = int(rows[0][0]), int(rows[0][1])
+    pieces = [[int(x) for x in r[:4]] for r in rows[1:]]
+    out = os.path.join(tmp, os.path.basename(board) + '.json')
+    with open(out, 'w') as f:
+        json.dump({'name': os.path.basename(board), 'width': w, 'height': h,
+                   'numColors': max(max(p) for p in pieces) + 1, 'pieces': pieces, 'hints': []}, f)
+    return out
+
+
+def ours(worker, board, seconds, walk):
+    cmd = [worker, 'bench', '--board', board, '--seconds', str(seconds), '--runs', '1', '--json']
+    if walk:
+        cmd += ['--walk', walk]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        sys.exit(f'{" ".join(cmd)}: {out.stderr.strip()}')
+    j = json.loads(out.stdout.strip().splitlines()[-1])
+    return j['median_nodes_per_s'] / 1e6, j.get('clock_ghz')
+
+
+def peer(binary, board_json, seconds):
+    out = subprocess.run([binary, '--chain2', '--opt', 'native', '--budget-s', str(seconds),
+                          '--puzzle', board_json], capture_output=True, text=True)
+    m = re.search(r'nps=(\d+)', out.stdout + out.stderr)
+    if not m:
+        sys.exit(f'public engine: no nps= in its output: {out.stderr.strip()[-400:]}')
+    return int(m.group(1)) / 1e6, None
+
+
+def main():
+    a = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    a.add_argument('board')
+    a.add_argument('--peer', help='run_dfs_codegen_jit (peer.sh prints its path)')
+    a.add_argument('--worker', default='target/release/e2fleet-worker')
+    a.add_argument('--walk', action='append', help='walks of ours to run (default: the worker\'s default)')
+    a.add_argument('--old', help='an older e2fleet-worker to run beside (its default walk)')
+    a.add_argument('--rounds', type=int, default=5)
+    a.add_argument('--seconds', type=float, default=4)
+    args = a.parse_args()
+    # (name, worker, walk) for ours; the first run of each compiles and caches its engine
+    mine = [(f'ours ({w})' if w else 'ours', args.worker, w) for w in (args.walk or [None])]
+    if args.old:
+        mine.append(('old', args.old, None))
+    for _, worker, walk in mine:
+        ours(worker, args.board, 0.5, walk)
+    engines = [(n, lambda wk=wk, w=w: ours(wk, args.board, args.seconds, w)) for n, wk, w in mine]
+    if args.peer:
+        pj = site_json(args.board, tempfile.mkdtemp())
+        engines.append(('public', lambda: peer(args.peer, pj, args.seconds)))
+    rates = {n: [] for n, _ in engines}
+    clocks = []
+    for r in range(args.rounds):
+        order = engines if r % 2 == 0 else list(reversed(engines))
+        for name, run in order:
+            rate, ghz = run()
+            rates[name].append(rate)
+            if ghz:
+                clocks.append((r, ghz))
+    base = engines[0][0]
+    print(f'{args.board}: {args.rounds} alternated rounds of {args.seconds:g} s')
+    for name, _ in engines:
+        v = rates[name]
+        ghz = [g for _, g in clocks]
+        cyc = f', {st.median(ghz) * 1e3 / st.median(v):.1f} cycles/node at ~{st.median(ghz):.2f} GHz' if ghz else ''
+        line = f'  {name:14} {st.median(v):7.1f} M nodes/s{cyc}  [{" ".join(f"{x:.1f}" for x in v)}]'
+        if name != base:
+            per = [b / x for b, x in zip(rates[base], v)]
+            line += f'  {base} / {name}: {st.median(rates[base]) / st.median(v):.3f} (per round {st.median(per):.3f})'
+        print(line)
+
+
+if __name__ == '__main__':
+    main()
