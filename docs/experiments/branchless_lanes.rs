@@ -13,6 +13,9 @@
 //! ./lanes puzzles/e2/e2pieces.txt check 3 3000000          # each lane's counts against the branchy walk
 //! ./lanes puzzles/e2/e2pieces.txt time 2 20000000          # K = 2 lanes, 20 M nodes each
 //! ./lanes puzzles/e2/e2pieces.txt scalar 4 20000000        # the same starts, the branchy walk
+//! ./lanes puzzles/e2/e2pieces.txt ras 300000000            # return stacks of 16-64 entries, simulated
+//! ./lanes puzzles/e2/e2pieces.txt pred 100000000           # used tests under 2-bit counters per depth,
+//!                                                          # (depth, position), slot, (depth, slot)
 //! ```
 //!
 //! Result on the Zen 4 machine: 3.85 steps per node (tries, take-backs, empty buckets),
@@ -260,6 +263,91 @@ fn run_reg<const K: usize>(t: &Tables, lanes: &mut [Lane; K]) -> u64 {
     }
 }
 
+/// Return-stack simulation: each placement is a call, each take-back a return.
+fn ras(t: &Tables, n: usize, budget: u64) {
+    let sizes = [16usize, 24, 32, 48, 52, 64];
+    let mut valid = [0usize; 6];
+    let mut miss = [0u64; 6];
+    let mut used = vec![0u8; n + 8]; used[t.taken] = 1;
+    let mut board = vec![0u64; t.l + 4];
+    let mut stack = vec![0u32; t.l + 4];
+    let mut d = 0usize; let mut i = t.first[t.dt[0][0] as usize];
+    let mut nodes = 0u64;
+    'outer: loop {
+        let c = t.cands[i as usize];
+        let p = (c & 0xFFFF) as usize;
+        if used[p] == 0 {
+            used[p] = 1; board[d] = c; stack[d] = i; nodes += 1;
+            for k in 0..6 { valid[k] = (valid[k] + 1).min(sizes[k]); }
+            if nodes == budget { break; }
+            d += 1;
+            i = next_first(t, &board, d);
+            continue;
+        }
+        let mut cc = c; let mut ii = i;
+        loop {
+            if cc & LASTB == 0 { i = ii + 1; break; }
+            if d == 0 { break 'outer; }
+            d -= 1;
+            ii = stack[d]; cc = t.cands[ii as usize];
+            used[(cc & 0xFFFF) as usize] = 0;
+            for k in 0..6 { if valid[k] > 0 { valid[k] -= 1 } else { miss[k] += 1 } }
+        }
+    }
+    for k in 0..6 { println!("RAS {:2} entries: {:.4} mispredicted returns per node", sizes[k], miss[k] as f64 / nodes as f64); }
+}
+
+/// Used-test predictability: 2-bit counters per depth, per (depth, position in bucket),
+/// per candidate slot, and per (depth, slot).
+fn pred(t: &Tables, n: usize, budget: u64) {
+    let l = t.l;
+    let nc = t.cands.len();
+    let mut c_d = vec![1u8; l + 2];
+    let mut c_dp = vec![1u8; (l + 2) * 64];
+    let mut c_s = vec![1u8; nc];
+    let mut c_ds = vec![1u8; (l + 2) * nc];
+    let mut miss = [0u64; 4];
+    let mut tests = 0u64;
+    let mut used = vec![0u8; n + 8]; used[t.taken] = 1;
+    let mut board = vec![0u64; l + 4];
+    let mut stack = vec![0u32; l + 4];
+    let mut start = vec![0u32; l + 4];
+    let mut d = 0usize; let mut i = t.first[t.dt[0][0] as usize]; start[0] = i;
+    let mut nodes = 0u64;
+    fn upd(c: &mut u8, taken: bool) -> bool { let pred = *c >= 2; if taken { if *c < 3 { *c += 1 } } else if *c > 0 { *c -= 1 } pred != taken }
+    'outer: loop {
+        let c = t.cands[i as usize];
+        let p = (c & 0xFFFF) as usize;
+        if p != t.taken {
+            let free = used[p] == 0;
+            tests += 1;
+            let pos = ((i - start[d]) as usize).min(63);
+            miss[0] += upd(&mut c_d[d], free) as u64;
+            miss[1] += upd(&mut c_dp[d * 64 + pos], free) as u64;
+            miss[2] += upd(&mut c_s[i as usize], free) as u64;
+            miss[3] += upd(&mut c_ds[d * nc + i as usize], free) as u64;
+        }
+        if used[p] == 0 {
+            used[p] = 1; board[d] = c; stack[d] = i; nodes += 1;
+            if nodes == budget { break; }
+            d += 1;
+            i = next_first(t, &board, d); start[d] = i;
+            continue;
+        }
+        let mut cc = c; let mut ii = i;
+        loop {
+            if cc & LASTB == 0 { i = ii + 1; break; }
+            if d == 0 { break 'outer; }
+            d -= 1;
+            ii = stack[d]; cc = t.cands[ii as usize];
+            used[(cc & 0xFFFF) as usize] = 0;
+        }
+    }
+    let names = ["per depth", "per (depth, position)", "per slot", "per (depth, slot)"];
+    println!("{} used tests, {:.2} per node", tests, tests as f64 / nodes as f64);
+    for k in 0..4 { println!("  {:24} {:.1}% mispredicted, {:.3} per node", names[k], 100.0 * miss[k] as f64 / tests as f64, miss[k] as f64 / nodes as f64); }
+}
+
 fn parse(path: &str) -> (usize, usize, Vec<[u8; 4]>) {
     let s = std::fs::read_to_string(path).unwrap();
     let rows: Vec<Vec<u32>> = s.lines().map(|l| l.split_whitespace().map(|x| x.parse().unwrap()).collect()).filter(|v: &Vec<u32>| !v.is_empty()).collect();
@@ -281,6 +369,8 @@ fn main() {
     let t = build(w, h, &pieces);
     eprintln!("{}x{} {} pieces, {} candidates", w, h, n, t.cands.len());
     match mode {
+        "ras" => { ras(&t, n, a[3].parse().unwrap()); }
+        "pred" => { pred(&t, n, a[3].parse().unwrap()); }
         "whole" => {
             let mut wk = fresh(&t, n);
             let s = Instant::now();
