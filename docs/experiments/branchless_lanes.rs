@@ -263,72 +263,33 @@ fn run_reg<const K: usize>(t: &Tables, lanes: &mut [Lane; K]) -> u64 {
     }
 }
 
-/// Return-stack simulation: each placement is a call, each take-back a return.
-fn ras(t: &Tables, n: usize, budget: u64) {
-    let sizes = [16usize, 24, 32, 48, 52, 64];
-    let mut valid = [0usize; 6];
-    let mut miss = [0u64; 6];
+/// What the branchy walk of [`observe`] tells a simulation.
+trait Observer {
+    /// Candidate `i` tried at depth `d` (its bucket starts at `start`); `free`: placed.
+    fn tried(&mut self, _d: usize, _i: u32, _start: u32, _free: bool) {}
+    /// A placement (a call, for a walk with a function per level).
+    fn placed(&mut self) {}
+    /// A take-back (a return).
+    fn taken_back(&mut self) {}
+}
+
+/// The branchy walk from the root for `budget` nodes, told to `obs`; returns the nodes.
+fn observe(t: &Tables, n: usize, budget: u64, obs: &mut impl Observer) -> u64 {
     let mut used = vec![0u8; n + 8]; used[t.taken] = 1;
     let mut board = vec![0u64; t.l + 4];
     let mut stack = vec![0u32; t.l + 4];
-    let mut d = 0usize; let mut i = t.first[t.dt[0][0] as usize];
-    let mut nodes = 0u64;
-    'outer: loop {
-        let c = t.cands[i as usize];
-        let p = (c & 0xFFFF) as usize;
-        if used[p] == 0 {
-            used[p] = 1; board[d] = c; stack[d] = i; nodes += 1;
-            for k in 0..6 { valid[k] = (valid[k] + 1).min(sizes[k]); }
-            if nodes == budget { break; }
-            d += 1;
-            i = next_first(t, &board, d);
-            continue;
-        }
-        let mut cc = c; let mut ii = i;
-        loop {
-            if cc & LASTB == 0 { i = ii + 1; break; }
-            if d == 0 { break 'outer; }
-            d -= 1;
-            ii = stack[d]; cc = t.cands[ii as usize];
-            used[(cc & 0xFFFF) as usize] = 0;
-            for k in 0..6 { if valid[k] > 0 { valid[k] -= 1 } else { miss[k] += 1 } }
-        }
-    }
-    for k in 0..6 { println!("RAS {:2} entries: {:.4} mispredicted returns per node", sizes[k], miss[k] as f64 / nodes as f64); }
-}
-
-/// Used-test predictability: 2-bit counters per depth, per (depth, position in bucket),
-/// per candidate slot, and per (depth, slot).
-fn pred(t: &Tables, n: usize, budget: u64) {
-    let l = t.l;
-    let nc = t.cands.len();
-    let mut c_d = vec![1u8; l + 2];
-    let mut c_dp = vec![1u8; (l + 2) * 64];
-    let mut c_s = vec![1u8; nc];
-    let mut c_ds = vec![1u8; (l + 2) * nc];
-    let mut miss = [0u64; 4];
-    let mut tests = 0u64;
-    let mut used = vec![0u8; n + 8]; used[t.taken] = 1;
-    let mut board = vec![0u64; l + 4];
-    let mut stack = vec![0u32; l + 4];
-    let mut start = vec![0u32; l + 4];
+    let mut start = vec![0u32; t.l + 4];
     let mut d = 0usize; let mut i = t.first[t.dt[0][0] as usize]; start[0] = i;
     let mut nodes = 0u64;
-    fn upd(c: &mut u8, taken: bool) -> bool { let pred = *c >= 2; if taken { if *c < 3 { *c += 1 } } else if *c > 0 { *c -= 1 } pred != taken }
     'outer: loop {
         let c = t.cands[i as usize];
         let p = (c & 0xFFFF) as usize;
         if p != t.taken {
-            let free = used[p] == 0;
-            tests += 1;
-            let pos = ((i - start[d]) as usize).min(63);
-            miss[0] += upd(&mut c_d[d], free) as u64;
-            miss[1] += upd(&mut c_dp[d * 64 + pos], free) as u64;
-            miss[2] += upd(&mut c_s[i as usize], free) as u64;
-            miss[3] += upd(&mut c_ds[d * nc + i as usize], free) as u64;
+            obs.tried(d, i, start[d], used[p] == 0);
         }
         if used[p] == 0 {
             used[p] = 1; board[d] = c; stack[d] = i; nodes += 1;
+            obs.placed();
             if nodes == budget { break; }
             d += 1;
             i = next_first(t, &board, d); start[d] = i;
@@ -341,11 +302,59 @@ fn pred(t: &Tables, n: usize, budget: u64) {
             d -= 1;
             ii = stack[d]; cc = t.cands[ii as usize];
             used[(cc & 0xFFFF) as usize] = 0;
+            obs.taken_back();
         }
     }
+    nodes
+}
+
+const RAS_SIZES: [usize; 6] = [16, 24, 32, 48, 52, 64];
+
+/// Return stacks of each size: entries still valid, and returns they could not predict.
+struct Ras { valid: [usize; 6], miss: [u64; 6] }
+
+impl Observer for Ras {
+    fn placed(&mut self) {
+        for k in 0..6 { self.valid[k] = (self.valid[k] + 1).min(RAS_SIZES[k]); }
+    }
+    fn taken_back(&mut self) {
+        for k in 0..6 { if self.valid[k] > 0 { self.valid[k] -= 1 } else { self.miss[k] += 1 } }
+    }
+}
+
+/// Return-stack simulation: each placement is a call, each take-back a return.
+fn ras(t: &Tables, n: usize, budget: u64) {
+    let mut r = Ras { valid: [0; 6], miss: [0; 6] };
+    let nodes = observe(t, n, budget, &mut r);
+    for k in 0..6 { println!("RAS {:2} entries: {:.4} mispredicted returns per node", RAS_SIZES[k], r.miss[k] as f64 / nodes as f64); }
+}
+
+/// 2-bit counters per depth, per (depth, position in bucket), per candidate slot and per
+/// (depth, slot), and the used tests each mispredicts.
+struct Pred { nc: usize, c_d: Vec<u8>, c_dp: Vec<u8>, c_s: Vec<u8>, c_ds: Vec<u8>, miss: [u64; 4], tests: u64 }
+
+/// Updates a 2-bit counter; true if it mispredicted.
+fn upd(c: &mut u8, taken: bool) -> bool { let pred = *c >= 2; if taken { if *c < 3 { *c += 1 } } else if *c > 0 { *c -= 1 } pred != taken }
+
+impl Observer for Pred {
+    fn tried(&mut self, d: usize, i: u32, start: u32, free: bool) {
+        self.tests += 1;
+        let pos = ((i - start) as usize).min(63);
+        self.miss[0] += upd(&mut self.c_d[d], free) as u64;
+        self.miss[1] += upd(&mut self.c_dp[d * 64 + pos], free) as u64;
+        self.miss[2] += upd(&mut self.c_s[i as usize], free) as u64;
+        self.miss[3] += upd(&mut self.c_ds[d * self.nc + i as usize], free) as u64;
+    }
+}
+
+/// Used-test predictability under the four sets of counters of [`Pred`].
+fn pred(t: &Tables, n: usize, budget: u64) {
+    let (l, nc) = (t.l, t.cands.len());
+    let mut p = Pred { nc, c_d: vec![1; l + 2], c_dp: vec![1; (l + 2) * 64], c_s: vec![1; nc], c_ds: vec![1; (l + 2) * nc], miss: [0; 4], tests: 0 };
+    let nodes = observe(t, n, budget, &mut p);
     let names = ["per depth", "per (depth, position)", "per slot", "per (depth, slot)"];
-    println!("{} used tests, {:.2} per node", tests, tests as f64 / nodes as f64);
-    for k in 0..4 { println!("  {:24} {:.1}% mispredicted, {:.3} per node", names[k], 100.0 * miss[k] as f64 / tests as f64, miss[k] as f64 / nodes as f64); }
+    println!("{} used tests, {:.2} per node", p.tests, p.tests as f64 / nodes as f64);
+    for k in 0..4 { println!("  {:24} {:.1}% mispredicted, {:.3} per node", names[k], 100.0 * p.miss[k] as f64 / p.tests as f64, p.miss[k] as f64 / nodes as f64); }
 }
 
 fn parse(path: &str) -> (usize, usize, Vec<[u8; 4]>) {
