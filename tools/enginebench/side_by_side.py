@@ -75,20 +75,20 @@ def main():
         pj = site_json(args.board, tempfile.mkdtemp())
         engines.append(('public', lambda: peer(args.peer, pj, args.seconds)))
     rates = {n: [] for n, _ in engines}
-    clocks = []
+    clocks = []  # GHz, as our runs measured it
     for r in range(args.rounds):
         order = engines if r % 2 == 0 else list(reversed(engines))
         for name, run in order:
             rate, ghz = run()
             rates[name].append(rate)
             if ghz:
-                clocks.append((r, ghz))
+                clocks.append(ghz)
     base = engines[0][0]
     print(f'{args.board}: {args.rounds} alternated rounds of {args.seconds:g} s')
+    ghz = st.median(clocks) if clocks else None
     for name, _ in engines:
         v = rates[name]
-        ghz = [g for _, g in clocks]
-        cyc = f', {st.median(ghz) * 1e3 / st.median(v):.1f} cycles/node at ~{st.median(ghz):.2f} GHz' if ghz else ''
+        cyc = f', {ghz * 1e3 / st.median(v):.1f} cycles/node at ~{ghz:.2f} GHz' if ghz else ''
         line = f'  {name:14} {st.median(v):7.1f} M nodes/s{cyc}  [{" ".join(f"{x:.1f}" for x in v)}]'
         if name != base:
             per = [b / x for b, x in zip(rates[base], v)]

@@ -65,12 +65,11 @@ struct Machine {
 
 impl Machine {
     fn detect(engine: &EngineArgs) -> Machine {
-        let target_cpu = match (
-            engine.target_cpu.as_str(),
-            crate::host::native_cpu(&engine.rustc),
-        ) {
-            ("native", Some(cpu)) => format!("native ({cpu})"),
-            (t, _) => t.to_string(),
+        // rustc is asked which CPU `native` is only when engines are built for it
+        let target_cpu = match engine.target_cpu.as_str() {
+            "native" => crate::host::native_cpu(&engine.rustc)
+                .map_or_else(|| "native".to_string(), |cpu| format!("native ({cpu})")),
+            t => t.to_string(),
         };
         Machine {
             cpu: crate::host::cpu_model(),
