@@ -32,6 +32,15 @@
 //!   ones in the other; 7% fewer instructions per node), so a level reads and marks one
 //!   word; failing that, a table whose pieces lie within 64 ids walks one word shifted
 //!   by a constant, and any other word by word;
+//! - on those boards a level inside a group (not its first) finds its bucket from the slot
+//!   of the candidate its enclosing loop holds: a `NEXT` table per transition, indexed by
+//!   the key's other colour and that slot, gives the bucket's piece mask with its block's
+//!   offset in the bits the table's pieces leave free, so from one node's free bit to the
+//!   next cell's free mask is one load (the key walk reads the candidate, makes the key
+//!   from its colour and reads the key's mask). These walks wait on that chain rather
+//!   than on mispredicts: Brendan 6x6 to 9x9 1.05-1.09x ([`Chain`]). A board where some
+//!   transition's entry would not fit one word (set 2 10x10: 64 inner pieces) keeps its
+//!   keys everywhere;
 //! - when the key's neighbour was placed by the enclosing loop of the same group, its colour
 //!   comes from that loop's candidate register instead of a board load;
 //! - the board is never cleared on backtrack (a cell is only read while placed);
@@ -201,9 +210,14 @@ pub fn emit(plan: &SearchPlan, options: &CodegenOptions, build_key: &str) -> Str
         split: 64,
         main_init: String::new(),
         endian_checked: false,
+        chains: Vec::new(),
+        shapes: Vec::new(),
     };
     g.walks = g.choose_walks();
     g.split_mask();
+    if !(options.slots && slot_walk_applies(plan)) {
+        g.plan_chains();
+    }
     g.header(options, build_key);
     g.tables();
     if options.slots && slot_walk_applies(plan) {
@@ -313,6 +327,53 @@ struct Gen<'p> {
     main_init: String,
     /// Whether the byte-order guard of [`Gen::words`] has been written.
     endian_checked: bool,
+    /// Per depth: how a mask level finds its bucket from the slot of the candidate the
+    /// level before it holds (see [`Chain`]), or `None` (from the key, as any level).
+    chains: Vec<Option<Chain>>,
+    /// The tables of the chained transitions, `NEXT{i}`.
+    shapes: Vec<Shape>,
+}
+
+/// A mask level `d` whose bucket is looked up in one load from the slot of the candidate
+/// depth `d - 1` holds (in `BYBIT`) and the other colour of its key: its free mask is
+/// then `entry & free`, and the chain from one node to the next is the lowest free bit,
+/// an add, that load and an `and`, where the key walk reads the candidate, makes the key
+/// from its colour and reads the key's mask (two loads and a shift and a mask more).
+/// On low-colour boards the node waits on that chain (a 3-cycle multiply put in it cost
+/// Brendan set 1 7x7 0.91x: `tools/enginebench/chain_probe.py`).
+#[derive(Clone, Copy, Debug)]
+struct Chain {
+    /// Index into [`Gen::shapes`].
+    shape: usize,
+    /// Which of depth `d`'s two key reads is the candidate of depth `d - 1`.
+    read: usize,
+}
+
+/// One `NEXT` table: the transitions from plan table `from` (its depths hold the
+/// candidate) to depths keyed on it as their read `read` at `shift`, in plan table `to`.
+/// Entries `[y][slot]`: `y` the key's other colour, `slot` `BYBIT`'s slots from `lo`
+/// (`span` of them: the blocks of `from`'s buckets), then, for a table with a second
+/// candidate per piece, the same slots `B2` on (the second candidates: slot + `span`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Shape {
+    from: usize,
+    to: usize,
+    read: usize,
+    shift: u32,
+    /// Where the key's other colour comes from: the table of the depth that places the
+    /// cell it reads and the read's shift (its colours are those of that table's
+    /// candidates), or `None` (a constant: the border, or a hint's colour).
+    other: Option<(usize, u32)>,
+    /// The other colours an entry row is kept for: `y - ys.start` indexes the rows.
+    ys: std::ops::Range<usize>,
+    lo: usize,
+    span: usize,
+    seconds: bool,
+    /// Where an entry keeps its block's offset (`offset_bits` wide): in the bits below
+    /// (0) or above (`64 - offset_bits`) the pieces of table `to`, whose masks never use
+    /// them (files list corners, edges and inner pieces apart).
+    packed_at: u32,
+    offset_bits: u32,
 }
 
 /// How the depths of one bucket table walk a bucket.
@@ -610,6 +671,164 @@ impl Gen<'_> {
         }
     }
 
+    /// Which mask levels look their bucket up from the slot of the candidate the level
+    /// before holds ([`Chain`]): every depth but a group's first whose table and the one
+    /// before walk by mask, whose walk reads one word (a one-word board, or a windowed
+    /// table), and whose key reads the depth before's candidate once, at a byte.
+    fn plan_chains(&mut self) {
+        let p = self.plan;
+        self.chains = vec![None; p.len()];
+        if self.mask_words() == 0 {
+            return;
+        }
+        for d in 1..p.len() {
+            if self.is_head(d) {
+                continue;
+            }
+            let (from, to) = (p.depths[d - 1].table, p.depths[d].table);
+            let one_view = |t: usize| match self.walks.get(&t) {
+                Some(Walk::Mask { window, .. }) => self.mask_words() == 1 || window.is_some(),
+                _ => false,
+            };
+            if !one_view(from) || !one_view(to) {
+                continue;
+            }
+            let reads = &p.depths[d].key;
+            let mine: Vec<usize> = (0..2)
+                .filter(|&r| reads[r].cell == p.depths[d - 1].pos)
+                .collect();
+            let &[read] = mine.as_slice() else {
+                continue;
+            };
+            let shift = reads[read].shift;
+            if shift % 8 != 0 || shift > 56 {
+                continue;
+            }
+            let o = reads[1 - read];
+            let other = p.depths[..d - 1]
+                .iter()
+                .find(|e| e.pos == o.cell)
+                .map(|e| (e.table, o.shift));
+            let shape = Shape {
+                from,
+                to,
+                read,
+                shift,
+                other,
+                ys: 0..0,
+                lo: 0,
+                span: 0,
+                seconds: false,
+                packed_at: 0,
+                offset_bits: 0,
+            };
+            let i = match self.shapes.iter().position(|s| *s == shape) {
+                Some(i) => i,
+                None => {
+                    self.shapes.push(shape);
+                    self.shapes.len() - 1
+                }
+            };
+            self.chains[d] = Some(Chain { shape: i, read });
+        }
+    }
+
+    /// The `NEXT` tables of [`Gen::shapes`], given what [`Gen::mask_tables`] laid out: per
+    /// key (as `OFFS` indexes them) the mask a level of its table reads (`views`: `MASK`,
+    /// or `MASKW` for a windowed table) and its block (`bases`), and `BYBIT`'s first and
+    /// second candidates.
+    fn next_tables(
+        &mut self,
+        offs: &[u32],
+        views: &[u64],
+        bases: &[usize],
+        bybit: &[u64],
+        bybit2: &[u64],
+    ) {
+        let (c, log) = (self.plan.colours, self.stride_log2());
+        let offset_bits = usize::BITS - bybit.len().leading_zeros();
+        let mut tables = Vec::with_capacity(self.shapes.len());
+        for i in 0..self.shapes.len() {
+            let sh = self.shapes[i].clone();
+            // the slots of table `from`'s buckets: a block's 64 pieces from the table's
+            // first (its window; 0 on a one-word board), slot `base / words + bit`
+            let words = self.mask_words();
+            let (seconds, low) = match self.walks.get(&sh.from) {
+                Some(&Walk::Mask { dups, window }) => (dups, window.unwrap_or(0)),
+                _ => unreachable!("a chain starts from a mask table"),
+            };
+            let from = self.table_offset(sh.from);
+            let keys = (0..c).flat_map(|a| (0..c).map(move |b| from + (a << log) + b));
+            let used: Vec<usize> = keys
+                .filter(|&k| offs[k] != 0)
+                .map(|k| bases[k] / words)
+                .collect();
+            let lo = used.iter().copied().min().unwrap_or(0);
+            let hi = used.iter().copied().max().map_or(0, |b| b + 64);
+            let to = self.table_offset(sh.to);
+            let ys = match sh.other {
+                Some((t, shift)) => {
+                    let first = self.table_offset(t);
+                    let colours: Vec<usize> = (0..c)
+                        .flat_map(|a| (0..c).map(move |b| first + (a << log) + b))
+                        .flat_map(|k| self.bucket_pieces(offs[k] as usize))
+                        .flatten()
+                        .map(|cand| ((cand >> shift) & 0xFF) as usize)
+                        .collect();
+                    let (min, max) = (colours.iter().min(), colours.iter().max());
+                    min.zip(max).map_or(0..0, |(&a, &b)| a..b + 1)
+                }
+                None => 0..c,
+            };
+            let mut entries = Vec::new();
+            for y in ys.clone() {
+                for half in [bybit, bybit2].iter().take(1 + usize::from(seconds)) {
+                    for slot in lo..hi {
+                        let (base, bit) = (slot - slot % 64, slot % 64);
+                        let cand = half[words * base + low + bit];
+                        if cand == SENTINEL {
+                            entries.push((0, 0));
+                            continue;
+                        }
+                        let colour = ((cand >> sh.shift) & 0xFF) as usize;
+                        let k = match sh.read {
+                            0 => to + (colour << log) + y,
+                            _ => to + (y << log) + colour,
+                        };
+                        entries.push((views[k], bases[k] as u64));
+                    }
+                }
+            }
+            let bits = entries.iter().fold(0u64, |a, e| a | e.0);
+            let packed_at = if bits.trailing_zeros() >= offset_bits {
+                Some(0)
+            } else if 64 - bits.leading_zeros() + offset_bits <= 64 {
+                Some(64 - offset_bits)
+            } else {
+                None
+            };
+            // the offset beside the mask instead (a `u32` array read with the same index:
+            // 12 bytes an entry) costs more than the chain saves where a table has 64
+            // pieces: Brendan set 1 and 2 10x10 0.94x and 0.92x, 11-12 MB of tables (as
+            // 16-byte pairs 0.90x); and chaining only the levels whose entries fit (their
+            // rims) 0.98-0.99x (5 alternated rounds each): then no level chains. (No other
+            // colour at all: the depth is never reached.)
+            let Some(packed_at) = packed_at.filter(|_| !ys.is_empty()) else {
+                self.chains.iter_mut().for_each(|ch| *ch = None);
+                return;
+            };
+            let s = &mut self.shapes[i];
+            (s.ys, s.lo, s.span, s.seconds, s.packed_at, s.offset_bits) =
+                (ys, lo, hi - lo, seconds, packed_at, offset_bits);
+            tables.push(entries);
+        }
+        for (i, entries) in tables.into_iter().enumerate() {
+            let at = self.shapes[i].packed_at;
+            let packed = entries.iter().map(|&(m, o)| m | o << at);
+            self.words(&format!("NEXT{i}"), "u64", packed);
+        }
+    }
+
     /// The bit of the used mask (as the generated code holds it: a `u128` of the runtime's
     /// two words) that is piece `p`'s.
     fn mask_bit(&self, p: usize) -> usize {
@@ -636,6 +855,7 @@ impl Gen<'_> {
         let mut masks = Vec::with_capacity(offs.len());
         let mut bases = Vec::with_capacity(offs.len());
         let mut windows = Vec::with_capacity(offs.len());
+        let (mut views, mut base_nums) = (Vec::with_capacity(offs.len()), Vec::new());
         let c = self.plan.colours;
         let mut k_of = 0..offs.len();
         for &o in offs {
@@ -658,6 +878,7 @@ impl Gen<'_> {
                 base
             });
             bases.push(base.to_string());
+            base_nums.push(base);
             // the table's window: its mask seen from its first piece
             let table = k_of.next().map(|k| k >> (2 * self.stride_log2()));
             let low = table
@@ -667,7 +888,9 @@ impl Gen<'_> {
                     _ => None,
                 })
                 .unwrap_or(0);
-            windows.push(format!("{:#x}", (whole >> self.mask_bit(low)) as u64));
+            let window = (whole >> self.mask_bit(low)) as u64;
+            windows.push(format!("{window:#x}"));
+            views.push(if words == 1 { whole as u64 } else { window });
             let mask: Vec<String> = mask.iter().map(|m| format!("{m:#x}")).collect();
             if words == 1 {
                 masks.push(mask[0].clone());
@@ -688,6 +911,7 @@ impl Gen<'_> {
             .values()
             .any(|w| matches!(w, Walk::Mask { dups: true, .. }));
         w!(self, "const B2: usize = {};", bybit.len());
+        self.next_tables(offs, &views, &base_nums, &bybit, &bybit2);
         if dups {
             bybit.extend(bybit2);
         }
@@ -933,7 +1157,8 @@ impl Gen<'_> {
 
     /// One loop level at depth `d` over the bucket at `OFFS` index `key`; `inner` runs
     /// after the commit (the deeper levels or the call onward).
-    fn level(&self, d: usize, key: &str, inner: &str) -> String {
+    /// `next_y`: when depth `d + 1` is chained ([`Chain`]), its key's other colour.
+    fn level(&self, d: usize, key: &str, inner: &str, next_y: Option<&str>) -> String {
         let leaf = d + 1 == self.plan.len();
         let onward = if leaf {
             String::new()
@@ -942,7 +1167,7 @@ impl Gen<'_> {
         };
         match self.walks[&self.plan.depths[d].table] {
             Walk::List => self.list_level(d, key, &onward),
-            Walk::Mask { dups, window } => self.mask_level(d, key, &onward, dups, window),
+            Walk::Mask { dups, window } => self.mask_level(d, key, &onward, dups, window, next_y),
         }
     }
 
@@ -958,8 +1183,24 @@ impl Gen<'_> {
         onward: &str,
         dups: bool,
         window: Option<usize>,
+        next_y: Option<&str>,
     ) -> String {
         let words = self.mask_words();
+        // the slot of the candidate in hand, when the next depth looks its bucket up by it
+        let next = self.chains.get(d + 1).copied().flatten();
+        // (a windowed level's block is 128 slots, of which its 64 pieces': see
+        // [`Gen::next_tables`])
+        let at = match window {
+            Some(_) => format!("(o{d} >> 1) + b{d}"),
+            None => format!("o{d} + p{d}"),
+        };
+        let (slot, second_slot) = match next {
+            Some(ch) => (
+                format!("let mut s{d}: usize = {at};\n"),
+                format!(" s{d} = {at} + {};", self.shapes[ch.shape].span),
+            ),
+            None => (String::new(), String::new()),
+        };
         let extra = self.extra_check(d, &format!("c{d}"));
         let commit = self.commit(d);
         let release = self.mark(d, false);
@@ -980,16 +1221,59 @@ impl Gen<'_> {
                 false => format!("c{d}"),
             };
             format!(
-                "let mut c{d}: u64 = unsafe {{ *r{d}.add(p{d}) }};\n\
+                "{slot}let mut c{d}: u64 = unsafe {{ *r{d}.add(p{d}) }};\n\
                  loop {{\n\
                  {attempt}\
                  let h{d}: u64 = {tried};\n\
                  if h{d} & {DUP:#x} == 0 {{ break; }}\n\
-                 c{d} = unsafe {{ *r{d}.add((h{d} >> 32) as u16 as usize + B2) }};\n\
+                 c{d} = unsafe {{ *r{d}.add((h{d} >> 32) as u16 as usize + B2) }};{second_slot}\n\
                  }}\n"
             )
         } else {
-            format!("let c{d}: u64 = unsafe {{ *r{d}.add(p{d}) }};\n{attempt}")
+            format!("{slot}let c{d}: u64 = unsafe {{ *r{d}.add(p{d}) }};\n{attempt}")
+        };
+        // the bucket: from the slot in hand ([`Chain`]) or from the key
+        let entry = |table: &str, free: &str| -> String {
+            let mut e = match self.chains.get(d).copied().flatten() {
+                Some(ch) => {
+                    let sh = &self.shapes[ch.shape];
+                    let at = format!(
+                        "NEXT{}.as_ptr().add(yo{u} + (s{u} - {lo}))",
+                        ch.shape,
+                        u = d - 1,
+                        lo = sh.lo
+                    );
+                    let at_bit = sh.packed_at;
+                    let offset = ((1u64 << sh.offset_bits) - 1) << at_bit;
+                    format!(
+                        "let e{d}: u64 = unsafe {{ *{at} }};\n\
+                         let o{d}: usize = ((e{d} & {offset:#x}) >> {at_bit}) as usize;\n\
+                         let r{d}: *const u64 = unsafe {{ BYBIT.as_ptr().add(o{d}) }};\n\
+                         let mut f{d}: u64 = e{d} & ({free} & {:#x});\n",
+                        !offset
+                    )
+                }
+                None => {
+                    let mut e = format!(
+                        "let k{d}: usize = {key};\n\
+                         let r{d}: *const u64 = BLOCK[k{d}].0;\n\
+                         let mut f{d}: u64 = {table}[k{d}] & {free};\n"
+                    );
+                    if next.is_some() {
+                        let _ = writeln!(
+                            e,
+                            "let o{d}: usize = unsafe {{ r{d}.offset_from(BYBIT.as_ptr()) }} as usize;"
+                        );
+                    }
+                    e
+                }
+            };
+            if let (Some(ch), Some(y)) = (next, next_y) {
+                let sh = &self.shapes[ch.shape];
+                let row = sh.span * (1 + usize::from(sh.seconds));
+                let _ = writeln!(e, "let yo{d}: usize = (({y}) - {}) * {row};", sh.ys.start);
+            }
+            e
         };
         let held = self.held_before(d);
         if let Some(low) = window {
@@ -1001,27 +1285,25 @@ impl Gen<'_> {
                 _ => format!("(({held} >> {low}) as u64)"),
             };
             return format!(
-                "let k{d}: usize = {key};\n\
-                 let r{d}: *const u64 = BLOCK[k{d}].0;\n\
-                 let mut f{d}: u64 = MASKW[k{d}] & {seen};\n\
+                "{}\
                  while f{d} != 0 {{\n\
                  let b{d} = f{d}.trailing_zeros() as usize;\n\
                  f{d} &= f{d} - 1;\n\
                  let p{d} = {low} + b{d};\n\
                  {body}\
-                 }}\n"
+                 }}\n",
+                entry("MASKW", &seen)
             );
         }
         if words == 1 {
             return format!(
-                "let k{d}: usize = {key};\n\
-                 let r{d}: *const u64 = BLOCK[k{d}].0;\n\
-                 let mut f{d}: u64 = MASK[k{d}] & {held};\n\
+                "{}\
                  while f{d} != 0 {{\n\
                  let p{d} = f{d}.trailing_zeros() as usize;\n\
                  f{d} &= f{d} - 1;\n\
                  {body}\
-                 }}\n"
+                 }}\n",
+                entry("MASK", &held)
             );
         }
         // several words: one u64 at a time (word `w{d}`), moving on when its bits run
@@ -1136,7 +1418,9 @@ impl Gen<'_> {
             for &d in levels.iter().rev() {
                 let locals: Vec<usize> = (head..d).collect();
                 let key = self.key_index_expr(d, &locals);
-                body = self.level(d, &key, &body);
+                let next_y = self.chains.get(d + 1).copied().flatten();
+                let next_y = next_y.map(|ch| self.key_expr(d + 1, 1 - ch.read, &locals));
+                body = self.level(d, &key, &body, next_y.as_deref());
             }
             // a held free mask is read at entry and put back before a normal return (the
             // callees changed `st.umask` as they called on; a stop leaves it, the next

@@ -314,6 +314,33 @@ fn two_word_masks_split_where_the_inner_pieces_start() {
     }
 }
 
+/// On low-colour boards a mask level inside a group looks its bucket up from the slot of
+/// the candidate its enclosing loop holds (`NEXT`: one load from a free bit to the next
+/// cell's free mask), unless some transition's entries would not fit one word: every
+/// level but a row's first on the Brendan boards up to 9x9, none on set 2 10x10 (64 inner
+/// pieces fill the word) nor on boards of more than 128 pieces (no mask walk). The counts
+/// are the other tests' business; this one fails if the lookup silently stops being made.
+#[test]
+fn mask_levels_chain_their_buckets_where_every_entry_fits_a_word() {
+    use e2fleet_engine::compiled::codegen::emit;
+    for (rel, chained) in [
+        ("brendan/set1/pieces_06x06.txt", 30),
+        ("brendan/set1/pieces_07x07.txt", 42),
+        ("brendan/set2/pieces_08x08.txt", 56),
+        ("brendan/set1/pieces_09x09.txt", 72),
+        ("brendan/set2/pieces_10x10.txt", 0),
+        ("e2/official.json", 0),
+    ] {
+        let plan = plan(&load(rel), &OrderSpec::default());
+        let source = emit(&plan, &CodegenOptions::default(), "");
+        assert_eq!(
+            source.matches(": u64 = unsafe { *NEXT").count(),
+            chained,
+            "{rel}"
+        );
+    }
+}
+
 /// The slot walk (`CodegenOptions::slots`, one branch and one call site per candidate
 /// slot) against the reference walker: budget slices down a continuation chain on the
 /// hard, clue and easy 16x16 boards; a whole tree with its solution; and random 12x12
