@@ -9,8 +9,9 @@ a source `bench --emit-source F` wrote, edited or not (rustc with the flags of
 engine/src/compiled/toolchain.rs and `--extern e2fleet_rt=` the cached runtime library).
 Every binary walks NODES nodes from the root (`run NODES 1 - -` on its stdin) once per
 round, in turn, the order reversed every other round; the output is each one's median M
-nodes/s and the median of its per-round ratio to BASELINE. Check first that an edited
-build counts the same: the `nodes`, `cursor` and `deepest` lines of a run must be the same.
+nodes/s and the median of its per-round ratio to BASELINE. First every binary walks
+min(NODES, 50,000,000) nodes and must report what BASELINE reports (its `result`, `nodes`,
+`cursor`, `deepest` and solution lines): an edited build that counts differently is refused.
 """
 import statistics as st, subprocess, sys, time
 
@@ -34,10 +35,41 @@ def walk(p, nodes):
     return done / (time.perf_counter() - t) / 1e6
 
 
+def report(binary, nodes):
+    """What a fresh run of `binary` reports for `nodes` nodes from the root, progress
+    lines left out."""
+    p = start(binary)
+    p.stdin.write(f'run {nodes} 1 - -\n')
+    p.stdin.flush()
+    lines = []
+    for line in p.stdout:
+        if not line.startswith('progress'):
+            lines.append(line)
+        if line.startswith('end'):
+            break
+    p.stdin.close()
+    p.wait()
+    return lines
+
+
+def check_counts(binaries, nodes):
+    """Exits unless every binary reports what the first does."""
+    nodes = min(nodes, 50_000_000)
+    want = report(binaries[0], nodes)
+    for b in binaries[1:]:
+        got = report(b, nodes)
+        if got != want:
+            first = next(i for i, (x, y) in enumerate(zip(want + [''], got + [''])) if x != y)
+            sys.exit(f'{b} counts differently from {binaries[0]} over {nodes} nodes:\n'
+                     f'  {want[first][:160] if first < len(want) else "(nothing)"}\n'
+                     f'  {got[first][:160] if first < len(got) else "(nothing)"}')
+
+
 def main():
     if len(sys.argv) < 5:
         sys.exit(__doc__)
     nodes, rounds, binaries = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+    check_counts(binaries, nodes)
     procs = [start(b) for b in binaries]
     rates = [[] for _ in binaries]
     for r in range(rounds):
