@@ -32,15 +32,16 @@
 //!   ones in the other; 7% fewer instructions per node), so a level reads and marks one
 //!   word; failing that, a table whose pieces lie within 64 ids walks one word shifted
 //!   by a constant, and any other word by word;
-//! - on those boards a level inside a group (not its first) finds its bucket from the slot
+//! - on those boards, with [`CodegenOptions::slots`] (raced against the plain mask walk:
+//!   [`super::walk`]), a level inside a group (not its first) finds its bucket from the slot
 //!   of the candidate its enclosing loop holds: a `NEXT` table per transition, indexed by
 //!   the key's other colour and that slot, gives the bucket's piece mask with its block's
 //!   offset in the bits the table's pieces leave free, so from one node's free bit to the
 //!   next cell's free mask is one load (the key walk reads the candidate, makes the key
 //!   from its colour and reads the key's mask). These walks wait on that chain rather
-//!   than on mispredicts: Brendan 6x6 to 9x9 1.05-1.09x ([`Chain`]). A board where some
-//!   transition's entry would not fit one word (set 2 10x10: 64 inner pieces) keeps its
-//!   keys everywhere;
+//!   than on mispredicts: Brendan 6x6 to 9x9 1.05-1.09x, but an E2 clue puzzle 0.92x
+//!   ([`Chain`]). A board where some transition's entry would not fit one word (set 2
+//!   10x10: 64 inner pieces) keeps its keys everywhere;
 //! - when the key's neighbour was placed by the enclosing loop of the same group, its colour
 //!   comes from that loop's candidate register instead of a board load;
 //! - the board is never cleared on backtrack (a cell is only read while placed);
@@ -83,11 +84,14 @@ pub struct CodegenOptions {
     /// Test-only fault injection: a program that greets and then never answers, to prove
     /// a hung engine is killed instead of hanging its caller.
     pub fault_hang: bool,
-    /// The slot walk ([`slot_walk_applies`]) instead of the list walk, on the boards it
-    /// applies to (elsewhere ignored): one function per candidate bucket, one branch and
-    /// one call site per candidate. Faster on hard 16x16 boards, slower on easy ones, and
-    /// a 2-3.5x longer compile (`docs/benchmarks.md`, session 11); [`super::walk`] races
-    /// the two.
+    /// Walk by slots where a walk by slots applies ([`slots_apply`]; elsewhere ignored):
+    /// on boards of more than 128 pieces the slot walk ([`slot_walk_applies`]: one
+    /// function per candidate bucket, one branch and one call site per candidate; faster
+    /// on hard 16x16 boards, slower on easy ones, a 2-3.5x longer compile:
+    /// `docs/benchmarks.md`, session 11); on boards of at most 128 pieces the mask walk
+    /// with each level's bucket looked up from the slot of the candidate in hand
+    /// ([`slot_lookup_applies`]: Brendan 6x6 to 9x9 1.05-1.09x, an E2 clue puzzle 0.92x:
+    /// session 17). [`super::walk`] races the two walks.
     pub slots: bool,
 }
 
@@ -202,22 +206,7 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Emits the program for `plan`. `build_key` is embedded so the host can tell a stale or
 /// corrupted binary from the right one.
 pub fn emit(plan: &SearchPlan, options: &CodegenOptions, build_key: &str) -> String {
-    let mut g = Gen {
-        plan,
-        group: options.group.unwrap_or_else(|| default_group(plan)).max(1),
-        out: String::with_capacity(1 << 20),
-        walks: Default::default(),
-        split: 64,
-        main_init: String::new(),
-        endian_checked: false,
-        chains: Vec::new(),
-        shapes: Vec::new(),
-    };
-    g.walks = g.choose_walks();
-    g.split_mask();
-    if !(options.slots && slot_walk_applies(plan)) {
-        g.plan_chains();
-    }
+    let mut g = Gen::new(plan, options);
     g.header(options, build_key);
     g.tables();
     if options.slots && slot_walk_applies(plan) {
@@ -228,6 +217,51 @@ pub fn emit(plan: &SearchPlan, options: &CodegenOptions, build_key: &str) -> Str
     }
     g.program(options, build_key);
     g.out
+}
+
+/// Whether [`CodegenOptions::slots`] changes the program for `plan`: the slot walk
+/// applies, or the slot lookup does.
+pub fn slots_apply(plan: &SearchPlan) -> bool {
+    slot_walk_applies(plan) || slot_lookup_applies(plan)
+}
+
+/// Whether some mask level of `plan` would look its bucket up from the slot of the
+/// candidate in hand ([`Chain`]): a board of at most 128 pieces whose levels' keys read
+/// the level before's candidate, and whose every lookup entry fits one word.
+pub fn slot_lookup_applies(plan: &SearchPlan) -> bool {
+    if plan.pieces > 128 {
+        return false;
+    }
+    let options = CodegenOptions {
+        slots: true,
+        ..CodegenOptions::default()
+    };
+    let mut g = Gen::new(plan, &options);
+    // the tables decide whether every entry fits
+    g.tables();
+    g.chains.iter().any(Option::is_some)
+}
+
+impl<'p> Gen<'p> {
+    fn new(plan: &'p SearchPlan, options: &CodegenOptions) -> Self {
+        let mut g = Gen {
+            plan,
+            group: options.group.unwrap_or_else(|| default_group(plan)).max(1),
+            out: String::with_capacity(1 << 20),
+            walks: Default::default(),
+            split: 64,
+            main_init: String::new(),
+            endian_checked: false,
+            chains: Vec::new(),
+            shapes: Vec::new(),
+        };
+        g.walks = g.choose_walks();
+        g.split_mask();
+        if options.slots && plan.pieces <= 128 {
+            g.plan_chains();
+        }
+        g
+    }
 }
 
 /// Depths fused into one group function unless the options say: 6, the best on 16x16

@@ -97,8 +97,9 @@ pub struct CompiledProgram {
     pub compile_time: Duration,
     /// `true` when the binary came from the cache.
     pub cached: bool,
-    /// `true` when the program walks by slots ([`codegen::slot_walk_applies`] and
-    /// [`CodegenOptions::slots`]), `false` for the list walk.
+    /// `true` when the program walks by slots ([`CodegenOptions::slots`] where
+    /// [`codegen::slots_apply`]: the slot walk, or the mask walk's slot lookup), `false`
+    /// for the list walk.
     pub slots: bool,
 }
 
@@ -118,7 +119,7 @@ impl CompiledProgram {
         let (cache, runtime, key) = Self::key_parts(plan, codegen, build)?;
         let source = codegen::emit(plan, codegen, &key);
         let path = cache.path(&format!("e2fleet-engine-{key}"));
-        let slots = codegen.slots && codegen::slot_walk_applies(plan);
+        let slots = codegen.slots && codegen::slots_apply(plan);
         let mut program = CompiledProgram {
             path,
             key,

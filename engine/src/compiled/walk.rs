@@ -1,12 +1,15 @@
 //! Which walk a compiled engine runs, chosen per puzzle and per machine.
 //!
 //! The generator has two walks with the same counts ([`CodegenOptions::slots`]): the list
-//! walk, and on the boards [`codegen::slot_walk_applies`] to, the slot walk. Which is
-//! faster depends on the board and on the CPU (on a Zen 5 the slot walk is 1.22-1.28x on
-//! bench-hard and the real Eternity II boards, ~1.1x on a planted E2-recipe board, and
-//! 0.8-0.9x on bench-easy's units; its code is several times larger, so a smaller
-//! instruction cache or a weaker indirect predictor moves the balance). [`Walk::Auto`]
-//! therefore does not guess: it builds both (at once) and races them on the puzzle's own
+//! walk, and on the boards [`codegen::slots_apply`] to, a walk by slots: the slot walk on
+//! boards of more than 128 pieces ([`codegen::slot_walk_applies`]), the mask walk with its
+//! next bucket looked up from the slot in hand on smaller ones
+//! ([`codegen::slot_lookup_applies`]). Which is faster depends on the board and on the
+//! CPU (on a Zen 5 the slot walk is 1.22-1.28x on bench-hard and the real Eternity II
+//! boards, ~1.1x on a planted E2-recipe board, and 0.8-0.9x on bench-easy's units; its
+//! code is several times larger, so a smaller instruction cache or a weaker indirect
+//! predictor moves the balance; on a Zen 4 the slot lookup is 1.05-1.09x on Brendan 6x6
+//! to 9x9 and 0.92x on an E2 clue puzzle). [`Walk::Auto`] therefore does not guess: it builds both (at once) and races them on the puzzle's own
 //! tree (a seeded sample of units spread over it, [`race_sample`]), alternating, and keeps
 //! the slot walk only when it is clearly faster ([`SLOTS_MARGIN`]). The race doubles as a
 //! cross-check: both programs must return the same results, depth by depth, or the build
@@ -39,7 +42,8 @@ pub enum Walk {
     Auto,
     /// The list walk (always).
     List,
-    /// The slot walk where it applies, the list walk elsewhere.
+    /// The walk by slots where one applies (the slot walk, or the mask walk's slot
+    /// lookup), the list walk elsewhere.
     Slots,
 }
 
@@ -84,7 +88,7 @@ const MIN_RACE_NODES: u64 = 10_000_000;
 pub enum Choice {
     /// Asked for by name.
     Forced,
-    /// The slot walk does not apply to this plan: the list walk, no race.
+    /// No walk by slots applies to this plan: the list walk, no race.
     ListOnly,
     /// Raced now: `ratio` is the median of the rounds' slot/list speed ratios.
     Raced {
@@ -127,13 +131,13 @@ impl Built {
         let walk = self.walk_name();
         match &self.choice {
             Choice::Forced => format!("{walk} walk (asked for)"),
-            Choice::ListOnly => format!("{walk} walk (the slot walk does not apply here)"),
+            Choice::ListOnly => format!("{walk} walk (no walk by slots applies here)"),
             Choice::Raced {
                 ratio,
                 nodes,
                 rounds,
             } => format!(
-                "{walk} walk (raced on this machine: the slot walk ran at {ratio:.3}x the list walk's speed, median of {rounds} rounds of {nodes} nodes in {RACE_UNITS} units)"
+                "{walk} walk (raced on this machine: the walk by slots ran at {ratio:.3}x the list walk's speed, median of {rounds} rounds of {nodes} nodes in {RACE_UNITS} units)"
             ),
             Choice::Remembered { ratio } => {
                 format!("{walk} walk (an earlier race on this machine: slot/list {ratio:.3}x)")
@@ -175,7 +179,7 @@ pub fn build(
         slots: true,
         ..codegen.clone()
     };
-    let applies = codegen::slot_walk_applies(plan);
+    let applies = codegen::slots_apply(plan);
     let forced = |options: &CodegenOptions| {
         CompiledProgram::build(plan, options, build).map(|program| Built {
             program,

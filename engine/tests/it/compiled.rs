@@ -59,9 +59,13 @@ fn engines(
     group: usize,
     cache: &str,
 ) -> (ReferenceEngine, Box<dyn Engine>) {
+    // boards of at most 128 pieces with their slot lookup where it applies (the plain
+    // mask walk: `low_colour_boards_agree_under_budgets`), larger ones the list walk (the
+    // slot walk: `slot_walk_matches_reference`)
     let codegen = CodegenOptions {
         group: Some(group),
         poll_interval: 997,
+        slots: plan.pieces <= 128,
         ..CodegenOptions::default()
     };
     engines_with(plan, &codegen, cache)
@@ -249,9 +253,19 @@ fn low_colour_boards_agree_under_budgets() {
         ("clues/e2-clue-clue1.json", 3),
     ] {
         let plan = plan(&load(rel), &OrderSpec::default());
-        let (mut reference, mut compiled) = engines(&plan, group, "low-colour");
         let budgets = [1, 7, 1000, 123_457, 2_000_000, 5_000_000];
-        agree_down_a_chain((&mut reference, compiled.as_mut()), budgets, rel);
+        // the plain mask walk, then with the slot lookup where it applies
+        for slots in [false, true] {
+            let codegen = CodegenOptions {
+                group: Some(group),
+                poll_interval: 997,
+                slots,
+                ..CodegenOptions::default()
+            };
+            let (mut reference, mut compiled) = engines_with(&plan, &codegen, "low-colour");
+            let what = format!("{rel} slots {slots}");
+            agree_down_a_chain((&mut reference, compiled.as_mut()), budgets, &what);
+        }
     }
     // a split used mask (9x9: rim pieces in one word, inner ones in the other) under a
     // comb and a random permutation of the cells, whose units resume mid-group through
@@ -314,15 +328,16 @@ fn two_word_masks_split_where_the_inner_pieces_start() {
     }
 }
 
-/// On low-colour boards a mask level inside a group looks its bucket up from the slot of
-/// the candidate its enclosing loop holds (`NEXT`: one load from a free bit to the next
-/// cell's free mask), unless some transition's entries would not fit one word: every
-/// level but a row's first on the Brendan boards up to 9x9, none on set 2 10x10 (64 inner
-/// pieces fill the word) nor on boards of more than 128 pieces (no mask walk). The counts
-/// are the other tests' business; this one fails if the lookup silently stops being made.
+/// With `CodegenOptions::slots` on a low-colour board, a mask level inside a group looks
+/// its bucket up from the slot of the candidate its enclosing loop holds (`NEXT`: one
+/// load from a free bit to the next cell's free mask), unless some transition's entries
+/// would not fit one word: every level but a row's first on the Brendan boards up to
+/// 9x9, none on set 2 10x10 (64 inner pieces fill the word) nor on boards of more than
+/// 128 pieces (no mask walk); without the option, none. The counts are the other tests'
+/// business; this one fails if the lookup silently stops being made.
 #[test]
 fn mask_levels_chain_their_buckets_where_every_entry_fits_a_word() {
-    use e2fleet_engine::compiled::codegen::emit;
+    use e2fleet_engine::compiled::codegen::{emit, slot_lookup_applies};
     for (rel, chained) in [
         ("brendan/set1/pieces_06x06.txt", 30),
         ("brendan/set1/pieces_07x07.txt", 42),
@@ -332,12 +347,17 @@ fn mask_levels_chain_their_buckets_where_every_entry_fits_a_word() {
         ("e2/official.json", 0),
     ] {
         let plan = plan(&load(rel), &OrderSpec::default());
-        let source = emit(&plan, &CodegenOptions::default(), "");
-        assert_eq!(
-            source.matches(": u64 = unsafe { *NEXT").count(),
-            chained,
-            "{rel}"
-        );
+        let count = |slots: bool| {
+            let options = CodegenOptions {
+                slots,
+                ..CodegenOptions::default()
+            };
+            emit(&plan, &options, "")
+                .matches(": u64 = unsafe { *NEXT")
+                .count()
+        };
+        assert_eq!((count(true), count(false)), (chained, 0), "{rel}");
+        assert_eq!(slot_lookup_applies(&plan), chained > 0, "{rel}");
     }
 }
 
@@ -409,7 +429,8 @@ fn slot_walk_matches_reference() {
 /// `Walk::Auto` where the slot walk applies: both walks built, raced (their counts
 /// compared on the way), the decision sealed in the cache and taken from it next time; a
 /// tampered decision is raced again; the chosen build counts like the reference walker.
-/// Where the slot walk does not apply, the list build alone, no race.
+/// Where no walk by slots applies, the list build alone, no race; on a low-colour board,
+/// a race of the mask walk with and without its slot lookup.
 #[test]
 fn the_auto_walk_races_once_and_remembers() {
     use e2fleet_engine::compiled::walk::{self, Choice, RACE_ROUNDS, SLOTS_MARGIN, Walk};
@@ -483,10 +504,22 @@ fn the_auto_walk_races_once_and_remembers() {
             .build_id()
             .ends_with("-slots")
     );
-    let small = plan_of("brendan/set1/pieces_07x07.txt");
+    let small = plan_of("brendan/set2/pieces_10x10.txt");
     let only = walk::build(&small, &codegen, &build, Walk::Auto).unwrap();
     assert_eq!(only.choice, Choice::ListOnly);
     assert!(!only.program.slots);
+
+    // a low-colour board races its mask walk against the same with the slot lookup
+    let low = plan_of("brendan/set1/pieces_07x07.txt");
+    let raced = walk::build(&low, &codegen, &build, Walk::Auto).unwrap();
+    let Choice::Raced { ratio, .. } = raced.choice else {
+        panic!("not raced: {:?}", raced.choice);
+    };
+    assert_eq!(raced.program.slots, ratio >= SLOTS_MARGIN, "{ratio}");
+    let mut compiled = raced.program.engine(low.clone());
+    let mut reference = ReferenceEngine::new(low.clone());
+    let budgets = [1, 1000, 123_457];
+    agree_down_a_chain((&mut reference, &mut compiled), budgets, "auto walk, 7x7");
 }
 
 /// The race's sample: the same units for the same puzzle, as many as asked, spread over

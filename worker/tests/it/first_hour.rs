@@ -106,7 +106,8 @@ fn bench_runs_its_built_in_boards_from_any_directory() {
 }
 
 /// A 16x16 board builds both walks and races them the first time, says which walk runs
-/// and why, and remembers the choice; a small board has the list walk alone.
+/// and why, and remembers the choice; so does a low-colour board (its mask walk with and
+/// without the slot lookup); a board no walk by slots applies to has the list walk alone.
 #[test]
 fn bench_says_which_walk_runs_and_races_once() {
     let cache = tempfile::tempdir().unwrap();
@@ -131,8 +132,14 @@ fn bench_says_which_walk_runs_and_races_once() {
     assert_eq!(again["walk"], walk.as_str());
     assert_eq!(again["engine_build"], first["engine_build"]);
     let small = bench("brendan-set1-07x07");
-    assert_eq!(small["walk"], "list", "{small}");
-    assert_eq!(small["walk_choice"]["how"], "list_only", "{small}");
+    assert_eq!(small["walk_choice"]["how"], "raced", "{small}");
+    let ratio = small["walk_choice"]["ratio"].as_f64().unwrap();
+    assert_eq!(small["walk"] == "slots", ratio >= 1.03, "{small}");
+    // set 2 10x10: 64 inner pieces leave no room for the lookup's block offset
+    let board = puzzle_path("brendan/set2/pieces_10x10.txt");
+    let only = bench(board.to_str().unwrap());
+    assert_eq!(only["walk"], "list", "{only}");
+    assert_eq!(only["walk_choice"]["how"], "list_only", "{only}");
 }
 
 #[test]
