@@ -84,7 +84,7 @@ read -ra worker_flags <<<"${E2FLEET_WORKER_FLAGS:-}"
 worker_pid=$!
 echo "worker started on ${E2FLEET_THREADS:-$(nproc)} cores (log: $work/worker.log)"
 echo "  it first checks this machine against the verification suite and compiles the engine"
-echo "  for this puzzle: ~10-20 s the first time (the job's 16x16 puzzle builds two walks and races them), cached after; units start moving then"
+echo "  for this puzzle: ~10-20 s the first time (a 16x16 or low-colour puzzle builds two walks and races them), cached after; units start moving then"
 
 "$bin/e2fleet-coordinator" job "$job_id" --watch
 echo
