@@ -206,17 +206,25 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Emits the program for `plan`. `build_key` is embedded so the host can tell a stale or
 /// corrupted binary from the right one.
 pub fn emit(plan: &SearchPlan, options: &CodegenOptions, build_key: &str) -> String {
+    emit_walk(plan, options, build_key).0
+}
+
+/// [`emit`], and whether the program walks by slots (the slot walk, or a mask level with
+/// the slot lookup): [`slots_apply`] as this emission found it, without a second pass.
+pub fn emit_walk(plan: &SearchPlan, options: &CodegenOptions, build_key: &str) -> (String, bool) {
     let mut g = Gen::new(plan, options);
     g.header(options, build_key);
     g.tables();
-    if options.slots && slot_walk_applies(plan) {
+    let slot_walk = options.slots && slot_walk_applies(plan);
+    let by_slots = slot_walk || g.chains.iter().any(Option::is_some);
+    if slot_walk {
         g.slot_walk();
     } else {
         g.groups();
         g.scans();
     }
     g.program(options, build_key);
-    g.out
+    (g.out, by_slots)
 }
 
 /// Whether [`CodegenOptions::slots`] changes the program for `plan`: the slot walk
@@ -377,10 +385,9 @@ struct Gen<'p> {
 /// Brendan set 1 7x7 0.91x: `tools/enginebench/chain_probe.py`).
 #[derive(Clone, Copy, Debug)]
 struct Chain {
-    /// Index into [`Gen::shapes`].
+    /// Index into [`Gen::shapes`] (which also says which of depth `d`'s key reads is the
+    /// candidate of depth `d - 1`).
     shape: usize,
-    /// Which of depth `d`'s two key reads is the candidate of depth `d - 1`.
-    read: usize,
 }
 
 /// One `NEXT` table: the transitions from plan table `from` (its depths hold the
@@ -763,7 +770,7 @@ impl Gen<'_> {
                     self.shapes.len() - 1
                 }
             };
-            self.chains[d] = Some(Chain { shape: i, read });
+            self.chains[d] = Some(Chain { shape: i });
         }
     }
 
@@ -1453,7 +1460,10 @@ impl Gen<'_> {
                 let locals: Vec<usize> = (head..d).collect();
                 let key = self.key_index_expr(d, &locals);
                 let next_y = self.chains.get(d + 1).copied().flatten();
-                let next_y = next_y.map(|ch| self.key_expr(d + 1, 1 - ch.read, &locals));
+                let next_y = next_y.map(|ch| {
+                    let other = 1 - self.shapes[ch.shape].read;
+                    self.key_expr(d + 1, other, &locals)
+                });
                 body = self.level(d, &key, &body, next_y.as_deref());
             }
             // a held free mask is read at entry and put back before a normal return (the

@@ -98,8 +98,8 @@ pub struct CompiledProgram {
     /// `true` when the binary came from the cache.
     pub cached: bool,
     /// `true` when the program walks by slots ([`CodegenOptions::slots`] where
-    /// [`codegen::slots_apply`]: the slot walk, or the mask walk's slot lookup), `false`
-    /// for the list walk.
+    /// [`codegen::slots_apply`]: the slot walk, or the mask walk's slot lookup, as its
+    /// emission found: [`codegen::emit_walk`]), `false` for the list walk.
     pub slots: bool,
 }
 
@@ -117,9 +117,8 @@ impl CompiledProgram {
             return Err(CompileError::TooLarge(entries));
         }
         let (cache, runtime, key) = Self::key_parts(plan, codegen, build)?;
-        let source = codegen::emit(plan, codegen, &key);
+        let (source, slots) = codegen::emit_walk(plan, codegen, &key);
         let path = cache.path(&format!("e2fleet-engine-{key}"));
-        let slots = codegen.slots && codegen::slots_apply(plan);
         let mut program = CompiledProgram {
             path,
             key,
