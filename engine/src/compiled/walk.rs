@@ -9,9 +9,10 @@
 //! boards, ~1.1x on a planted E2-recipe board, and 0.8-0.9x on bench-easy's units; its
 //! code is several times larger, so a smaller instruction cache or a weaker indirect
 //! predictor moves the balance; on a Zen 4 the slot lookup is 1.05-1.09x on Brendan 6x6
-//! to 9x9 and 0.92x on an E2 clue puzzle). [`Walk::Auto`] therefore does not guess: it builds both (at once) and races them on the puzzle's own
-//! tree (a seeded sample of units spread over it, [`race_sample`]), alternating, and keeps
-//! the slot walk only when it is clearly faster ([`SLOTS_MARGIN`]). The race doubles as a
+//! to 9x9 and 0.92x on an E2 clue puzzle). [`Walk::Auto`] therefore does not guess: it
+//! builds both (at once) and races them on the puzzle's own tree (a seeded sample of units
+//! spread over it, [`race_sample`]), alternating, and keeps the walk by slots only when it
+//! is clearly faster ([`SLOTS_MARGIN`]). The race doubles as a
 //! cross-check: both programs must return the same results, depth by depth, or the build
 //! is refused.
 //!
