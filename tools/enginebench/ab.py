@@ -68,7 +68,11 @@ def check_counts(binaries, nodes):
 def main():
     if len(sys.argv) < 5:
         sys.exit(__doc__)
-    nodes, rounds, binaries = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:]
+    compare(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3:])
+
+
+def compare(nodes, rounds, binaries):
+    """Checks the counts, then times the binaries alternated and prints the medians."""
     check_counts(binaries, nodes)
     procs = [start(b) for b in binaries]
     rates = [[] for _ in binaries]

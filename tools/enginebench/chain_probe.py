@@ -57,8 +57,8 @@ def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     source, runtime = sys.argv[1], sys.argv[2]
-    nodes = sys.argv[3] if len(sys.argv) > 3 else '300000000'
-    rounds = sys.argv[4] if len(sys.argv) > 4 else '5'
+    nodes = int(sys.argv[3]) if len(sys.argv) > 3 else 300_000_000
+    rounds = int(sys.argv[4]) if len(sys.argv) > 4 else 5
     src = open(source).read()
     slow, mask, lists = delayed(src)
     if mask + lists == 0:
@@ -70,8 +70,7 @@ def main():
         base, late = os.path.join(tmp, 'as_is'), os.path.join(tmp, 'delayed')
         build(source, runtime, base)
         build(slow_src, runtime, late)
-        sys.argv = ['ab.py', nodes, rounds, base, late]
-        ab.main()
+        ab.compare(nodes, rounds, [base, late])
 
 
 if __name__ == '__main__':
