@@ -48,9 +48,11 @@ pub struct Program {
     pub init_board: &'static [u64],
     pub init_used: &'static [u8],
     pub dpos: &'static [u16],
-    /// Per depth: table offset, key A cell and shift, key B cell and shift, extra mask.
+    /// Per depth: table offset, key A cell and shift, key B cell and shift, and whether
+    /// the depth has extra sides (non-zero: the plan's extra mask).
     pub dkey: &'static [[u32; 6]],
-    /// Per depth: up to two extra reads (cell, shift, side).
+    /// Per depth: up to two extra reads (cell, shift, and where the side's colour sits in
+    /// the depth's own candidate: a shift too); unused ones read the dummy cell.
     pub dextra: &'static [[[u32; 3]; 2]],
     pub hints: &'static [(u16, u16, u8)],
     /// The fused group function starting at each depth, if a group starts there.
@@ -69,6 +71,19 @@ fn mask_bit(p: &Program, piece: usize) -> Option<(usize, u32)> {
     } else {
         None
     }
+}
+
+/// The piece of a candidate as generated programs store it (its top ten bits: the
+/// generator repeats the piece id there, whatever else the candidate's layout holds).
+#[inline]
+fn piece_of(c: u64) -> usize {
+    (c >> 54) as usize
+}
+
+/// The rotation of a stored candidate.
+#[inline]
+fn rot_of(c: u64) -> u8 {
+    ((c >> 48) & 3) as u8
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
@@ -170,7 +185,7 @@ impl St {
             let mut b: Vec<(u16, u16, u8)> = p.hints.to_vec();
             for d in 0..p.depths {
                 let c = self.path(d);
-                b.push((p.dpos[d], (c >> 32) as u16, ((c >> 48) & 3) as u8));
+                b.push((p.dpos[d], piece_of(c) as u16, rot_of(c)));
             }
             b.sort();
             self.sols.push(b);
@@ -208,15 +223,21 @@ impl St {
         p.offs[k[0] as usize + (a << p.stride_log2) + b] as usize
     }
 
-    fn expect(&self, d: usize) -> u32 {
+    /// What a candidate at depth `d` must show on its extra sides: (mask, value), both
+    /// as the candidate holds its colours; (0, 0) for a depth without extra sides.
+    fn expect(&self, d: usize) -> (u64, u64) {
         let p = self.program;
-        let mut e = 0u32;
+        let (mut mask, mut e) = (0u64, 0u64);
         if p.dkey[d][5] != 0 {
             for r in p.dextra[d] {
-                e |= (((self.cells[r[0] as usize][0] >> r[1]) & 0xFF) as u32) << (8 * r[2]);
+                if r[0] as usize == p.cells {
+                    continue;
+                }
+                mask |= 0xFF << r[2];
+                e |= ((self.cells[r[0] as usize][0] >> r[1]) & 0xFF) << r[2];
             }
         }
-        e
+        (mask, e)
     }
 
     /// Places (pos, piece, rot) at depth d as the walk would have; returns the index of its
@@ -227,16 +248,16 @@ impl St {
             return Err(format!("depth {} fills cell {}, not {}", d + 1, p.dpos[d], t.0));
         }
         let mut i = self.bucket(d);
-        let expect = self.expect(d);
+        let (mask, expect) = self.expect(d);
         let illegal = || format!("placement {}.{}.{} is not legal at depth {}", t.0, t.1, t.2, d + 1);
         loop {
             let c = p.cands[i];
             if c == SENTINEL {
                 return Err(illegal());
             }
-            let piece = ((c >> 32) & 1023) as usize;
-            if piece == t.1 as usize && ((c >> 48) & 3) as u8 == t.2 {
-                if self.is_used(piece) || (c as u32 & p.dkey[d][5]) != expect {
+            let piece = piece_of(c);
+            if piece == t.1 as usize && rot_of(c) == t.2 {
+                if self.is_used(piece) || (c & mask) != expect {
                     return Err(illegal());
                 }
                 self.take(piece);
@@ -253,8 +274,7 @@ impl St {
 #[inline(never)]
 pub fn scan(st: &mut St, d: usize, start: usize) -> bool {
     let p = st.program;
-    let mask = p.dkey[d][5];
-    let expect = st.expect(d);
+    let (mask, expect) = st.expect(d);
     let pos = p.dpos[d] as usize;
     let mut i = start;
     loop {
@@ -263,8 +283,8 @@ pub fn scan(st: &mut St, d: usize, start: usize) -> bool {
         if c == SENTINEL {
             return false;
         }
-        let piece = ((c >> 32) as usize) & 1023;
-        if st.is_used(piece) || (c as u32 & mask) != expect {
+        let piece = piece_of(c);
+        if st.is_used(piece) || (c & mask) != expect {
             continue;
         }
         st.take(piece);
@@ -327,7 +347,7 @@ fn push_cells(r: &mut String, p: &Program, cells: &[u64], from: usize) {
         if k > 0 {
             r.push(',');
         }
-        r.push_str(&format!("{}.{}.{}", p.dpos[from + k], (c >> 32) as u16, (c >> 48) & 3));
+        r.push_str(&format!("{}.{}.{}", p.dpos[from + k], piece_of(*c), rot_of(*c)));
     }
 }
 
@@ -380,7 +400,7 @@ fn run_unit(
     }
     if !stopped {
         for l in (floor..start).rev() {
-            let piece = ((st.path(l) >> 32) & 1023) as usize;
+            let piece = piece_of(st.path(l));
             st.give(piece);
             if scan(st, l, idx[l - floor] + 1) {
                 stopped = true;

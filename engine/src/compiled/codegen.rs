@@ -149,14 +149,77 @@ pub fn release_id(
     id
 }
 
-/// A plan candidate as the generated program stores it: unchanged, plus the piece id again
-/// in the top ten bits, so the hot loop gets the used-set index with one shift (bits 50..53
-/// stay clear, so no candidate equals the sentinel; bit 53 is [`LAST`]).
-fn encode(c: u64) -> u64 {
-    if c == SENTINEL {
-        return c;
+/// How the generated program lays a candidate (and a board cell) out in its `u64`.
+///
+/// Every layout keeps the plan's right, down and left colours in bytes 1-3 (a key reads
+/// the right colour of the candidate in hand as one `movzx` of its second byte), the
+/// rotation in bits 48-49, and the piece id again in the top ten bits (the runtime reads
+/// the piece there, whatever the layout: `piece_of`); bits 50-52 stay clear, so no
+/// candidate equals the sentinel; bit 53 is [`LAST`] (or [`DUP`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Layout {
+    /// The plan's candidate as it is (colours in bits 0-31, the piece in bits 32-47),
+    /// plus the piece in the top ten bits: a list level's used-set index is one shift.
+    Plan,
+    /// Boards of 129-256 pieces (every 16x16 board), whose levels walk lists: the piece
+    /// id in byte 0, where the plan keeps the up colour, and the up colour in byte 4
+    /// (bits 32-39, where the plan keeps the low byte of the piece). A list level's
+    /// used-set index is then one `movzx` of the candidate's low byte, not a copy and a
+    /// shift, for every candidate it tests and every piece it frees: bench-hard 41.1 ->
+    /// 37.8 instructions per node, the real E2 40.5 -> 37.3 (generic build;
+    /// `docs/benchmarks.md`, session 18).
+    BytePiece,
+}
+
+impl Layout {
+    fn of(plan: &SearchPlan) -> Layout {
+        match plan.pieces {
+            129..=256 => Layout::BytePiece,
+            _ => Layout::Plan,
+        }
     }
-    c | ((crate::plan::candidate_piece(c) as u64) & 1023) << 54
+
+    /// A plan candidate as the program stores it (the sentinel unchanged).
+    fn encode(self, c: u64) -> u64 {
+        if c == SENTINEL {
+            return c;
+        }
+        let piece = (crate::plan::candidate_piece(c) as u64) & 1023;
+        let c = c | piece << 54;
+        match self {
+            Layout::Plan => c,
+            Layout::BytePiece => (c & !0xFFFF_0000_00FF) | piece | (c & 0xFF) << Layout::UP_AT,
+        }
+    }
+
+    /// Where the up colour goes in [`Layout::BytePiece`].
+    const UP_AT: u32 = 32;
+
+    /// The bit at which the program finds the colour the plan keeps at `shift` (a
+    /// multiple of 8 below 32) of a candidate or a board cell.
+    fn at(self, shift: u32) -> u32 {
+        match self {
+            Layout::BytePiece if shift < 8 => shift + Layout::UP_AT,
+            _ => shift,
+        }
+    }
+
+    /// A board cell's initial value (the plan's colours of a hint, the rim's 0).
+    fn board(self, v: u32) -> u64 {
+        let v = u64::from(v);
+        match self {
+            Layout::Plan => v,
+            Layout::BytePiece => (v & !0xFF) | (v & 0xFF) << Layout::UP_AT,
+        }
+    }
+
+    /// The expression for the piece (the used-set index) of candidate variable `var`.
+    fn piece_expr(self, var: &str) -> String {
+        match self {
+            Layout::Plan => format!("({var} >> 54) as usize"),
+            Layout::BytePiece => format!("({var} as u8) as usize"),
+        }
+    }
 }
 
 /// The flag of a bucket's last candidate (bit 53, clear in every plan candidate): a list
@@ -172,13 +235,13 @@ const LAST: u64 = 1 << 53;
 /// 34.8 instructions per node, set 1 9x9 39.2 -> 37.7, x86-64-v3 build).
 const DUP: u64 = LAST;
 
-/// Candidate `i` of the plan as a list level reads it: [`encode`]d, with [`LAST`] when
-/// the bucket's sentinel follows it.
-fn encode_at(cands: &[u64], i: usize) -> u64 {
+/// Candidate `i` of the plan as a list level reads it: encoded as `layout` says, with
+/// [`LAST`] when the bucket's sentinel follows it.
+fn encode_at(layout: Layout, cands: &[u64], i: usize) -> u64 {
     match (cands[i], cands.get(i + 1)) {
         (SENTINEL, _) => SENTINEL,
-        (c, Some(&SENTINEL)) => encode(c) | LAST,
-        (c, _) => encode(c),
+        (c, Some(&SENTINEL)) => layout.encode(c) | LAST,
+        (c, _) => layout.encode(c),
     }
 }
 
@@ -260,6 +323,7 @@ impl<'p> Gen<'p> {
             split: 64,
             main_init: String::new(),
             endian_checked: false,
+            layout: Layout::of(plan),
             chains: Vec::new(),
             shapes: Vec::new(),
         };
@@ -369,6 +433,8 @@ struct Gen<'p> {
     main_init: String,
     /// Whether the byte-order guard of [`Gen::words`] has been written.
     endian_checked: bool,
+    /// How candidates and board cells are laid out (see [`Layout`]).
+    layout: Layout,
     /// Per depth: how a mask level finds its bucket from the slot of the candidate the
     /// level before it holds (see [`Chain`]), or `None` (from the key, as any level).
     chains: Vec<Option<Chain>>,
@@ -497,11 +563,11 @@ impl Gen<'_> {
     }
 
     fn tables(&mut self) {
-        let p = self.plan;
+        let (p, layout) = (self.plan, self.layout);
         self.words(
             "CANDS",
             "u64",
-            (0..p.candidates.len()).map(|i| encode_at(&p.candidates, i)),
+            (0..p.candidates.len()).map(|i| encode_at(layout, &p.candidates, i)),
         );
         let offs = self.offsets();
         self.words("OFFS", "u32", offs.iter().map(|&o| u64::from(o)));
@@ -512,14 +578,15 @@ impl Gen<'_> {
         self.words(
             "FIRST",
             "u64",
-            offs.iter().map(|&o| encode_at(&p.candidates, o as usize)),
+            offs.iter()
+                .map(|&o| encode_at(layout, &p.candidates, o as usize)),
         );
         if self.mask_words() > 0 {
             self.mask_tables(&offs);
         }
         let mut init = p.initial_board.clone();
         init.truncate(p.cells + 1);
-        self.words("INIT_BOARD", "u64", init.iter().map(|&v| u64::from(v)));
+        self.words("INIT_BOARD", "u64", init.iter().map(|&v| layout.board(v)));
         self.array(
             "INIT_USED",
             "u8",
@@ -534,22 +601,28 @@ impl Gen<'_> {
                     "[{}, {}, {}, {}, {}, {}]",
                     self.table_offset(d.table),
                     d.key[0].cell,
-                    d.key[0].shift,
+                    self.layout.at(d.key[0].shift),
                     d.key[1].cell,
-                    d.key[1].shift,
+                    self.layout.at(d.key[1].shift),
                     d.extra_mask
                 )
             })
             .collect();
         self.array("DKEY", "[u32; 6]", dkey.into_iter());
-        // extra reads: up to two per depth, (cell, shift, side); dummy cell when unused
+        // extra reads: up to two per depth, (cell, shift, where the side's colour sits in
+        // the candidate); dummy cell when unused
+        let layout = self.layout;
         self.array(
             "DEXTRA",
             "[[u32; 3]; 2]",
             p.depths.iter().map(|d| {
                 let mut e = [[p.cells as u32, 0, 0]; 2];
                 for (k, &(read, side)) in d.extra.iter().take(2).enumerate() {
-                    e[k] = [read.cell as u32, read.shift, side as u32];
+                    e[k] = [
+                        read.cell as u32,
+                        layout.at(read.shift),
+                        layout.at(8 * side as u32),
+                    ];
                 }
                 format!(
                     "[[{}, {}, {}], [{}, {}, {}]]",
@@ -913,8 +986,9 @@ impl Gen<'_> {
                 bybit2.resize(base + block, SENTINEL);
                 for g in &groups {
                     let piece = crate::plan::candidate_piece(g[0]);
-                    bybit[base + piece] = encode(g[0]) | if g.len() > 1 { DUP } else { 0 };
-                    bybit2[base + piece] = g.get(1).map_or(SENTINEL, |&c| encode(c));
+                    bybit[base + piece] =
+                        self.layout.encode(g[0]) | if g.len() > 1 { DUP } else { 0 };
+                    bybit2[base + piece] = g.get(1).map_or(SENTINEL, |&c| self.layout.encode(c));
                 }
                 base
             });
@@ -1047,11 +1121,15 @@ impl Gen<'_> {
             .iter()
             .find(|&&l| self.plan.depths[l].pos == read.cell)
         {
-            return format!("((c{src} >> {}) & 0xFF) as usize", read.shift);
+            return format!(
+                "((c{src} >> {}) & 0xFF) as usize",
+                self.layout.at(read.shift)
+            );
         }
         format!(
             "((st.cells[{}][0] >> {}) & 0xFF) as usize",
-            read.cell, read.shift
+            read.cell,
+            self.layout.at(read.shift)
         )
     }
 
@@ -1078,17 +1156,25 @@ impl Gen<'_> {
         if dp.extra_mask == 0 {
             return String::new();
         }
-        let mut expect = String::from("0u32");
+        // as the program lays the candidate out: a `u32` where the sides fit one
+        let at = |side: usize| self.layout.at(8 * side as u32);
+        let mask = dp.extra.iter().fold(0u64, |m, &(_, s)| m | 0xFF << at(s));
+        let ty = if mask > u64::from(u32::MAX) {
+            "u64"
+        } else {
+            "u32"
+        };
+        let mut expect = format!("0{ty}");
         for &(read, side) in &dp.extra {
             let _ = write!(
                 expect,
-                " | ((((st.cells[{}][0] >> {}) & 0xFF) as u32) << {})",
+                " | ((((st.cells[{}][0] >> {}) & 0xFF) as {ty}) << {})",
                 read.cell,
-                read.shift,
-                8 * side
+                self.layout.at(read.shift),
+                at(side)
             );
         }
-        format!(" && ({var} as u32 & {:#x}) == ({expect})", dp.extra_mask)
+        format!(" && ({var} as {ty} & {mask:#x}) == ({expect})")
     }
 
     /// Whether group functions hold the used mask in a register (as its complement:
@@ -1386,6 +1472,7 @@ impl Gen<'_> {
         let release = self.mark(d, false);
         let used = self.is_used(d);
         let pos = self.plan.depths[d].pos;
+        let piece = self.layout.piece_expr(&format!("c{d}"));
         // `i{d}` never passes the bucket's last candidate
         format!(
             "let k{d}: usize = {key};\n\
@@ -1393,12 +1480,12 @@ impl Gen<'_> {
              if c{d} != SENTINEL {{\n\
              let mut i{d}: usize = OFFS[k{d}] as usize;\n\
              loop {{\n\
-             let p{d} = (c{d} >> 54) as usize;\n\
+             let p{d} = {piece};\n\
              if !({used}){extra} {{\n\
              {commit}\
              {onward}\n\
              c{d} = st.cells[{pos}][0];\n\
-             let p{d} = (c{d} >> 54) as usize;\n\
+             let p{d} = {piece};\n\
              {release}\n\
              }}\n\
              if c{d} & LAST != 0 {{ break; }}\n\
@@ -1514,7 +1601,8 @@ impl Gen<'_> {
         let depths = p.len();
         let log = self.stride_log2() as usize;
         let side = 1usize << log;
-        let byte = |cell: usize, shift: u32| cell * 16 + shift as usize / 8;
+        let layout = self.layout;
+        let byte = |cell: usize, shift: u32| cell * 16 + layout.at(shift) as usize / 8;
         // which depths each bucket (by its first slot) is walked at
         let mut reach: BTreeMap<usize, BTreeSet<usize>> = BTreeMap::new();
         for (d, dp) in p.depths.iter().enumerate() {
@@ -1796,6 +1884,40 @@ mod tests {
             }
         }
         assert_eq!(back, bytes);
+    }
+
+    /// Both layouts keep every field of a plan candidate where the program and the
+    /// runtime look for it: the piece in the top ten bits (the runtime's `piece_of`) and,
+    /// for the byte layout, the low byte; the rotation; each colour at `Layout::at` of its
+    /// plan shift; and no stored candidate is the sentinel.
+    #[test]
+    fn layouts_keep_every_field_where_it_is_read() {
+        use super::Layout;
+        use crate::plan::{SENTINEL, candidate};
+        assert!(super::RUNTIME_SOURCE.contains("(c >> 54) as usize"));
+        for layout in [Layout::Plan, Layout::BytePiece] {
+            for (colours, piece, rot) in [
+                ([0, 0, 0, 0], 0, 0),
+                ([31, 7, 0, 22], 255, 3),
+                ([255; 4], 199, 2),
+            ] {
+                let c = layout.encode(candidate(colours, piece, rot));
+                assert_ne!(c, SENTINEL);
+                assert_eq!(((c >> 54) as usize, (c >> 48) & 3), (piece, rot as u64));
+                assert_eq!(c & super::LAST, 0);
+                // a hint's cell on the initial board keeps its colours where a candidate does
+                let board = layout.board(crate::model::pack(colours));
+                for (side, &colour) in colours.iter().enumerate() {
+                    let at = layout.at(8 * side as u32);
+                    assert_eq!((c >> at) & 0xFF, colour as u64, "{layout:?}");
+                    assert_eq!((board >> at) & 0xFF, colour as u64, "{layout:?}");
+                }
+                if layout == Layout::BytePiece {
+                    assert_eq!(c & 0xFF, piece as u64);
+                }
+            }
+        }
+        assert_eq!(Layout::BytePiece.encode(SENTINEL), SENTINEL);
     }
 
     /// The generated code and the runtime must agree on which boards keep a used mask.

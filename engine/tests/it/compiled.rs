@@ -426,6 +426,61 @@ fn slot_walk_matches_reference() {
     );
 }
 
+/// The list walk's two candidate layouts against the reference walker: the piece id in
+/// the candidate's low byte and the up colour moved above the colours (boards of 129-256
+/// pieces, every 16x16 board), the plan's layout with the piece in the top bits (more
+/// pieces), in fill orders that key on every side (scans from other corners, by columns,
+/// a comb, random permutations of the cells, an order with extra-side checks on
+/// the side the byte layout moves): budget chains and
+/// random prefixes, which resume through the runtime's reading of the board. It also
+/// fails if 16x16 boards silently stop getting the byte layout.
+#[test]
+fn list_walk_layouts_agree_in_every_order_kind() {
+    use e2fleet_engine::compiled::codegen::emit;
+    let mut rng = Rng::new(1812);
+    for (size, kinds) in [(12, [0, 1, 6, 8, 10]), (17, [0, 3, 5, 9, 10])] {
+        for (round, kind) in kinds.into_iter().enumerate() {
+            let inner = 9 + rng.below(4) as u8;
+            let hints = if kind == 0 { 0 } else { rng.below(3) };
+            let (puzzle, _) = random_puzzle(&mut rng, size, size, 3, inner, hints);
+            let spec = match kind {
+                // rows 0 and 2, then row 1 from the right: a cell of row 1 keys on its up
+                // and right neighbours and checks its down one as an extra side (the up
+                // colour of the cell below, which the byte layout moves)
+                0 => {
+                    let row = |r: usize| (0..size).map(move |c| r * size + c);
+                    let cells = row(0).chain(row(2)).chain(row(1).rev());
+                    OrderSpec::Cells(cells.chain((3..size).flat_map(row)).collect())
+                }
+                _ => order_of_kind(&puzzle, kind, &mut rng),
+            };
+            let plan = plan(&puzzle, &spec);
+            let what = format!("{size}x{size} {spec}");
+            let source = emit(&plan, &CodegenOptions::default(), "");
+            assert_eq!(
+                source.contains("as u8) as usize"),
+                size == 12,
+                "{what}: the byte layout on 129-256 pieces only"
+            );
+            let (mut reference, mut compiled) = engines(&plan, 3 + round, "layouts");
+            let budgets: Vec<u64> = (0..6).map(|_| 1 + rng.below(300_000) as u64).collect();
+            agree_down_a_chain((&mut reference, compiled.as_mut()), budgets, &what);
+            let depth = 1 + rng.below(2 * size);
+            let mut prefixes = Vec::new();
+            Walker::new(&plan)
+                .enumerate_first(&[], depth, 3, &mut |p| prefixes.push(p.to_vec()))
+                .unwrap();
+            for p in prefixes {
+                let u = Unit::prefix(p);
+                let budget = Some(1 + rng.below(100_000) as u64);
+                let r = reference.run(&u, opts(budget), &mut NoControl).unwrap();
+                let c = compiled.run(&u, opts(budget), &mut NoControl).unwrap();
+                assert_eq!(c, r, "{what} prefix depth {depth}");
+            }
+        }
+    }
+}
+
 /// `Walk::Auto` where the slot walk applies: both walks built, raced (their counts
 /// compared on the way), the decision sealed in the cache and taken from it next time; a
 /// tampered decision is raced again; the chosen build counts like the reference walker.
