@@ -11,8 +11,11 @@
 //! predictor moves the balance; on a Zen 4 the slot lookup is 1.05-1.09x on Brendan 6x6
 //! to 9x9 and 0.92x on an E2 clue puzzle). [`Walk::Auto`] therefore does not guess: it
 //! builds both (at once) and races them on the puzzle's own tree (a seeded sample of units
-//! spread over it, [`race_sample`]), alternating, and keeps the walk by slots only when it
-//! is clearly faster ([`SLOTS_MARGIN`]). The race doubles as a
+//! spread over it, [`race_sample`]), alternating (who goes first too), and keeps the walk
+//! by slots only when it is clearly faster ([`SLOTS_MARGIN`]). A race runs
+//! [`RACE_ROUNDS`] rounds, and more, up to [`MAX_RACE_ROUNDS`], while its median is within
+//! the rounds' own spread of the margin ([`settled`]): a busy minute on a shared machine
+//! widens the spread and so lengthens the race instead of deciding it. The race doubles as a
 //! cross-check: both programs must return the same results, depth by depth, or the build
 //! is refused.
 //!
@@ -64,8 +67,16 @@ impl Walk {
 /// a tie (or noise) goes to the list walk.
 pub const SLOTS_MARGIN: f64 = 1.03;
 
-/// Alternated rounds of a race.
+/// Alternated rounds of a race, at least.
 pub const RACE_ROUNDS: usize = 5;
+
+/// Alternated rounds of a race, at most: a race not [`settled`] after [`RACE_ROUNDS`]
+/// (its median within the rounds' own spread of [`SLOTS_MARGIN`]) runs more, one at a
+/// time, up to this. The decision is remembered until the next engine release, so a busy
+/// minute on a shared machine should not make it: on a Zen 4 one race of three on Brendan
+/// 7x7 measured 1.024x in such a minute against 1.089x in the two others, and kept the
+/// slower walk (`docs/benchmarks.md`, session 17).
+pub const MAX_RACE_ROUNDS: usize = 15;
 
 /// Units of the tree a race walks in each round ([`race_sample`]).
 pub const RACE_UNITS: usize = 8;
@@ -153,6 +164,21 @@ impl Built {
 /// Whether a race with these per-round slot/list ratios keeps the slot walk.
 pub fn keeps_slots(ratios: &[f64]) -> bool {
     median(ratios).is_some_and(|m| m >= SLOTS_MARGIN)
+}
+
+/// Whether a race's per-round slot/list ratios decide it: their median is further from
+/// [`SLOTS_MARGIN`] than half the spread of their middle half (the interquartile range),
+/// so one more round is unlikely to move it across. No ratio, or one not a number, is no
+/// decision to wait for.
+pub fn settled(ratios: &[f64]) -> bool {
+    let mut v: Vec<f64> = ratios.iter().copied().filter(|x| x.is_finite()).collect();
+    if v.len() < ratios.len() || v.is_empty() {
+        return true;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    let spread = v[(3 * n) / 4] - v[n / 4];
+    (v[n / 2] - SLOTS_MARGIN).abs() > spread / 2.0
 }
 
 fn median(values: &[f64]) -> Option<f64> {
@@ -319,10 +345,17 @@ fn race(
     let (y, _) = timed(&mut b, nodes)?;
     agree(&x, &y, nodes)?;
     let walked = x.iter().map(|r| r.committed).sum();
-    let mut ratios = Vec::with_capacity(RACE_ROUNDS);
-    for _ in 0..RACE_ROUNDS {
-        let (x, tl) = timed(&mut a, nodes)?;
-        let (y, ts) = timed(&mut b, nodes)?;
+    let mut ratios = Vec::with_capacity(MAX_RACE_ROUNDS);
+    while ratios.len() < RACE_ROUNDS || (ratios.len() < MAX_RACE_ROUNDS && !settled(&ratios)) {
+        // who goes first alternates, so a machine getting busier or quieter through the
+        // race favours neither
+        let ((x, tl), (y, ts)) = if ratios.len() % 2 == 0 {
+            let x = timed(&mut a, nodes)?;
+            (x, timed(&mut b, nodes)?)
+        } else {
+            let y = timed(&mut b, nodes)?;
+            (timed(&mut a, nodes)?, y)
+        };
         agree(&x, &y, nodes)?;
         ratios.push(tl / ts);
     }
@@ -444,6 +477,22 @@ mod tests {
         assert!(!keeps_slots(&[0.75, 0.76, 0.74]));
         assert!(!keeps_slots(&[]));
         assert!(!keeps_slots(&[f64::NAN]));
+    }
+
+    /// A race runs on while its median is within half its interquartile range of the
+    /// margin.
+    #[test]
+    fn a_race_is_settled_when_its_median_is_clear_of_the_margin() {
+        // Brendan 7x7 on a quiet Zen 4, and an E2 clue puzzle the lookup loses on
+        assert!(settled(&[1.09, 1.08, 1.10, 1.07, 1.11]));
+        assert!(settled(&[0.97, 0.98, 0.96, 0.99, 0.97]));
+        assert!(settled(&[0.75, 0.76, 0.74, 0.80, 0.70]));
+        // a busy minute: a median near the margin and a wide spread
+        assert!(!settled(&[0.95, 1.10, 1.02, 1.05, 0.99]));
+        assert!(!settled(&[1.04, 1.20, 0.90, 1.06, 1.01]));
+        // nothing to wait for
+        assert!(settled(&[]));
+        assert!(settled(&[1.0, f64::NAN]));
     }
 
     #[test]

@@ -488,7 +488,9 @@ fn list_walk_layouts_agree_in_every_order_kind() {
 /// a race of the mask walk with and without its slot lookup.
 #[test]
 fn the_auto_walk_races_once_and_remembers() {
-    use e2fleet_engine::compiled::walk::{self, Choice, RACE_ROUNDS, SLOTS_MARGIN, Walk};
+    use e2fleet_engine::compiled::walk::{
+        self, Choice, MAX_RACE_ROUNDS, RACE_ROUNDS, SLOTS_MARGIN, Walk,
+    };
     let codegen = CodegenOptions {
         poll_interval: 997,
         ..CodegenOptions::default()
@@ -504,7 +506,10 @@ fn the_auto_walk_races_once_and_remembers() {
     else {
         panic!("not raced: {:?}", first.choice);
     };
-    assert_eq!(rounds, RACE_ROUNDS);
+    assert!(
+        (RACE_ROUNDS..=MAX_RACE_ROUNDS).contains(&rounds),
+        "{rounds} rounds"
+    );
     assert!(nodes > 1_000_000 && ratio > 0.0, "{nodes} {ratio}");
     assert_eq!(first.program.slots, ratio >= SLOTS_MARGIN, "{ratio}");
     let again = walk::build(&plan, &codegen, &build, Walk::Auto).unwrap();
