@@ -290,22 +290,24 @@ pub fn emit_walk(plan: &SearchPlan, options: &CodegenOptions, build_key: &str) -
     (g.out, by_slots)
 }
 
-/// Whether [`CodegenOptions::slots`] changes the program for `plan`: the slot walk
-/// applies, or the slot lookup does.
-pub fn slots_apply(plan: &SearchPlan) -> bool {
-    slot_walk_applies(plan) || slot_lookup_applies(plan)
+/// Whether [`CodegenOptions::slots`] changes the program for `plan` built with `options`
+/// (their `slots` aside): the slot walk applies, or the slot lookup does.
+pub fn slots_apply(plan: &SearchPlan, options: &CodegenOptions) -> bool {
+    slot_walk_applies(plan) || slot_lookup_applies(plan, options)
 }
 
-/// Whether some mask level of `plan` would look its bucket up from the slot of the
-/// candidate in hand ([`Chain`]): a board of at most 128 pieces whose levels' keys read
-/// the level before's candidate, and whose every lookup entry fits one word.
-pub fn slot_lookup_applies(plan: &SearchPlan) -> bool {
+/// Whether some mask level of `plan`, built with `options` (their `slots` aside: the
+/// group decides which levels have a level before them in their function), would look
+/// its bucket up from the slot of the candidate in hand ([`Chain`]): a board of at most
+/// 128 pieces whose levels' keys read the level before's candidate, and whose every
+/// lookup entry fits one word.
+pub fn slot_lookup_applies(plan: &SearchPlan, options: &CodegenOptions) -> bool {
     if plan.pieces > 128 {
         return false;
     }
     let options = CodegenOptions {
         slots: true,
-        ..CodegenOptions::default()
+        ..options.clone()
     };
     let mut g = Gen::new(plan, &options);
     // the tables decide whether every entry fits

@@ -206,7 +206,7 @@ pub fn build(
         slots: true,
         ..codegen.clone()
     };
-    let applies = codegen::slots_apply(plan);
+    let applies = codegen::slots_apply(plan, codegen);
     let forced = |options: &CodegenOptions| {
         CompiledProgram::build(plan, options, build).map(|program| Built {
             program,
