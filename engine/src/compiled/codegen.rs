@@ -328,6 +328,7 @@ impl<'p> Gen<'p> {
             layout: Layout::of(plan),
             chains: Vec::new(),
             shapes: Vec::new(),
+            next: Vec::new(),
         };
         g.walks = g.choose_walks();
         g.split_mask();
@@ -440,8 +441,10 @@ struct Gen<'p> {
     /// Per depth: how a mask level finds its bucket from the slot of the candidate the
     /// level before it holds (see [`Chain`]), or `None` (from the key, as any level).
     chains: Vec<Option<Chain>>,
-    /// The tables of the chained transitions, `NEXT{i}`.
+    /// The chained transitions, one `NEXT{i}` table each.
     shapes: Vec<Shape>,
+    /// How each table of [`Gen::shapes`] is laid out, once [`Gen::next_tables`] has.
+    next: Vec<NextTable>,
 }
 
 /// A mask level `d` whose bucket is looked up in one load from the slot of the candidate
@@ -458,11 +461,10 @@ struct Chain {
     shape: usize,
 }
 
-/// One `NEXT` table: the transitions from plan table `from` (its depths hold the
+/// The transitions one `NEXT` table serves: from plan table `from` (its depths hold the
 /// candidate) to depths keyed on it as their read `read` at `shift`, in plan table `to`.
-/// Entries `[y][slot]`: `y` the key's other colour, `slot` `BYBIT`'s slots from `lo`
-/// (`span` of them: the blocks of `from`'s buckets), then, for a table with a second
-/// candidate per piece, the same slots `B2` on (the second candidates: slot + `span`).
+/// [`Gen::plan_chains`] finds them; [`Gen::next_tables`] lays each table out
+/// ([`NextTable`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Shape {
     from: usize,
@@ -473,6 +475,14 @@ struct Shape {
     /// cell it reads and the read's shift (its colours are those of that table's
     /// candidates), or `None` (a constant: the border, or a hint's colour).
     other: Option<(usize, u32)>,
+}
+
+/// How a [`Shape`]'s table `NEXT{i}` is laid out. Entries `[y][slot]`: `y` the key's
+/// other colour, `slot` `BYBIT`'s slots from `lo` (`span` of them: the blocks of the
+/// shape's `from` buckets), then, for a table with a second candidate per piece
+/// (`seconds`), the same slots `B2` on (the second candidates: slot + `span`).
+#[derive(Clone, Debug)]
+struct NextTable {
     /// The other colours an entry row is kept for: `y - ys.start` indexes the rows.
     ys: std::ops::Range<usize>,
     lo: usize,
@@ -831,12 +841,6 @@ impl Gen<'_> {
                 read,
                 shift,
                 other,
-                ys: 0..0,
-                lo: 0,
-                span: 0,
-                seconds: false,
-                packed_at: 0,
-                offset_bits: 0,
             };
             let i = match self.shapes.iter().position(|s| *s == shape) {
                 Some(i) => i,
@@ -931,15 +935,21 @@ impl Gen<'_> {
             // colour at all: the depth is never reached.)
             let Some(packed_at) = packed_at.filter(|_| !ys.is_empty()) else {
                 self.chains.iter_mut().for_each(|ch| *ch = None);
+                self.next.clear();
                 return;
             };
-            let s = &mut self.shapes[i];
-            (s.ys, s.lo, s.span, s.seconds, s.packed_at, s.offset_bits) =
-                (ys, lo, hi - lo, seconds, packed_at, offset_bits);
+            self.next.push(NextTable {
+                ys,
+                lo,
+                span: hi - lo,
+                seconds,
+                packed_at,
+                offset_bits,
+            });
             tables.push(entries);
         }
         for (i, entries) in tables.into_iter().enumerate() {
-            let at = self.shapes[i].packed_at;
+            let at = self.next[i].packed_at;
             let packed = entries.iter().map(|&(m, o)| m | o << at);
             self.words(&format!("NEXT{i}"), "u64", packed);
         }
@@ -1326,7 +1336,7 @@ impl Gen<'_> {
         let (slot, second_slot) = match next {
             Some(ch) => (
                 format!("let mut s{d}: usize = {at};\n"),
-                format!(" s{d} = {at} + {};", self.shapes[ch.shape].span),
+                format!(" s{d} = {at} + {};", self.next[ch.shape].span),
             ),
             None => (String::new(), String::new()),
         };
@@ -1365,7 +1375,7 @@ impl Gen<'_> {
         let entry = |table: &str, free: &str| -> String {
             let mut e = match self.chains.get(d).copied().flatten() {
                 Some(ch) => {
-                    let sh = &self.shapes[ch.shape];
+                    let sh = &self.next[ch.shape];
                     let at = format!(
                         "NEXT{}.as_ptr().add(yo{u} + (s{u} - {lo}))",
                         ch.shape,
@@ -1398,7 +1408,7 @@ impl Gen<'_> {
                 }
             };
             if let (Some(ch), Some(y)) = (next, next_y) {
-                let sh = &self.shapes[ch.shape];
+                let sh = &self.next[ch.shape];
                 let row = sh.span * (1 + usize::from(sh.seconds));
                 let _ = writeln!(e, "let yo{d}: usize = (({y}) - {}) * {row};", sh.ys.start);
             }
