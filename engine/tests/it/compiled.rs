@@ -129,6 +129,28 @@ fn agree_down_a_chain(
     }
 }
 
+/// The first `count` prefixes `depth` deep (`at`), each walked by both engines under a
+/// random budget of at most 100,000 nodes: they agree on every field.
+fn agree_on_first_prefixes(
+    (reference, compiled): (&mut ReferenceEngine, &mut dyn Engine),
+    plan: &SearchPlan,
+    (depth, count): (usize, usize),
+    rng: &mut Rng,
+    what: &str,
+) {
+    let mut prefixes = Vec::new();
+    Walker::new(plan)
+        .enumerate_first(&[], depth, count, &mut |p| prefixes.push(p.to_vec()))
+        .unwrap();
+    for p in prefixes {
+        let u = Unit::prefix(p);
+        let budget = Some(1 + rng.below(100_000) as u64);
+        let r = reference.run(&u, opts(budget), &mut NoControl).unwrap();
+        let c = compiled.run(&u, opts(budget), &mut NoControl).unwrap();
+        assert_eq!(c, r, "{what} prefix depth {depth}");
+    }
+}
+
 #[test]
 fn known_counts_compiled() {
     for (rel, nodes, solutions) in [
@@ -426,17 +448,13 @@ fn slot_walk_matches_reference() {
         let budgets: Vec<u64> = (0..8).map(|_| 1 + rng.below(200_000) as u64).collect();
         agree_down_a_chain((&mut reference, compiled.as_mut()), budgets, &what);
         let depth = 1 + rng.below(12);
-        let mut prefixes = Vec::new();
-        Walker::new(&plan)
-            .enumerate_first(&[], depth, 4, &mut |p| prefixes.push(p.to_vec()))
-            .unwrap();
-        for p in prefixes {
-            let u = Unit::prefix(p);
-            let budget = Some(1 + rng.below(100_000) as u64);
-            let r = reference.run(&u, opts(budget), &mut NoControl).unwrap();
-            let c = compiled.run(&u, opts(budget), &mut NoControl).unwrap();
-            assert_eq!(c, r, "{what} prefix depth {depth}");
-        }
+        agree_on_first_prefixes(
+            (&mut reference, compiled.as_mut()),
+            &plan,
+            (depth, 4),
+            &mut rng,
+            &what,
+        );
     }
     assert!(
         applied >= 3,
@@ -484,17 +502,13 @@ fn list_walk_layouts_agree_in_every_order_kind() {
             let budgets: Vec<u64> = (0..6).map(|_| 1 + rng.below(300_000) as u64).collect();
             agree_down_a_chain((&mut reference, compiled.as_mut()), budgets, &what);
             let depth = 1 + rng.below(2 * size);
-            let mut prefixes = Vec::new();
-            Walker::new(&plan)
-                .enumerate_first(&[], depth, 3, &mut |p| prefixes.push(p.to_vec()))
-                .unwrap();
-            for p in prefixes {
-                let u = Unit::prefix(p);
-                let budget = Some(1 + rng.below(100_000) as u64);
-                let r = reference.run(&u, opts(budget), &mut NoControl).unwrap();
-                let c = compiled.run(&u, opts(budget), &mut NoControl).unwrap();
-                assert_eq!(c, r, "{what} prefix depth {depth}");
-            }
+            agree_on_first_prefixes(
+                (&mut reference, compiled.as_mut()),
+                &plan,
+                (depth, 3),
+                &mut rng,
+                &what,
+            );
         }
     }
 }
