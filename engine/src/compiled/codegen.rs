@@ -9,7 +9,8 @@
 //! - depths are fused into groups of `group` cells: one `#[inline(never)]` function per
 //!   group whose body nests one candidate loop per depth, so a call happens once per group;
 //! - on boards of more than 128 pieces a candidate is one `u64` load and the used test one
-//!   byte load from a fixed-size array indexed by the piece id (no bounds check); a
+//!   byte load from a fixed-size array indexed by the piece id (no bounds check), which on
+//!   boards of up to 256 pieces is the candidate's low byte (`Layout`); a
 //!   bucket's first candidate sits in `FIRST` at the key itself, so entering a cell is one
 //!   load after the key instead of two (offset, then candidate): the chain from one
 //!   placement to the next cell's first test is what hard boards wait on; a bucket's
