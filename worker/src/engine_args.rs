@@ -41,13 +41,14 @@ pub struct EngineArgs {
     #[arg(long)]
     pub group: Option<usize>,
     /// Walk of compiled engines: `auto` builds both walks on boards a walk by slots
-    /// applies to and races them on the puzzle for ~2 s, once per puzzle and machine
-    /// (remembered in the cache); `list`; or `slots`. On boards of more than 128 pieces
-    /// in row or column order the slot walk (one branch per candidate slot, a ~2x longer
-    /// first compile; on Zen 5 ~1.2-1.3x on hard 16x16 boards and 0.8-0.9x on
-    /// bench-easy, on Zen 4 0.96-1.06x and 1.17x); on low-colour boards of at most 128
-    /// pieces the next bucket looked up from the slot in hand (Zen 4: Brendan 6x6 to 9x9
-    /// 1.05-1.09x, an E2 clue puzzle 0.92x). Same counts either way.
+    /// applies to and races them on the puzzle for ~2 s (up to ~6 s when they are close),
+    /// once per puzzle and machine (remembered in the cache); `list`; or `slots`. On
+    /// boards of more than 128 pieces in row or column order the slot walk (one branch
+    /// per candidate slot, a ~2x longer first compile; on Zen 5 ~1.2-1.3x on hard 16x16
+    /// boards and 0.8-0.9x on bench-easy, on Zen 4 0.96-1.06x and 1.17x); on low-colour
+    /// boards of at most 128 pieces the next bucket looked up from the slot in hand (Zen
+    /// 4: Brendan 6x6 to 9x9 1.05-1.09x, an E2 clue puzzle 0.92x). Same counts either
+    /// way.
     #[arg(long, value_enum, default_value = "auto")]
     pub walk: Walk,
     /// Same as `--walk slots`.
