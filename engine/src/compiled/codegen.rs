@@ -175,7 +175,7 @@ enum Layout {
 impl Layout {
     fn of(plan: &SearchPlan) -> Layout {
         match plan.pieces {
-            129..=256 => Layout::BytePiece,
+            p if p > MASK_PIECES && p <= 256 => Layout::BytePiece,
             _ => Layout::Plan,
         }
     }
@@ -264,6 +264,11 @@ fn push_byte_string(out: &mut String, bytes: &[u8]) {
     }
 }
 
+/// Boards of at most this many pieces keep a used mask and walk a bucket's free pieces as
+/// its bits (one `u64` word up to 64 pieces, two above); larger boards walk lists. The
+/// runtime's `MASK_PIECES`, which must agree.
+const MASK_PIECES: usize = 128;
+
 /// The protocol version spoken by generated programs.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -303,7 +308,7 @@ pub fn slots_apply(plan: &SearchPlan, options: &CodegenOptions) -> bool {
 /// 128 pieces whose levels' keys read the level before's candidate, and whose every
 /// lookup entry fits one word.
 pub fn slot_lookup_applies(plan: &SearchPlan, options: &CodegenOptions) -> bool {
-    if plan.pieces > 128 {
+    if plan.pieces > MASK_PIECES {
         return false;
     }
     let options = CodegenOptions {
@@ -333,7 +338,7 @@ impl<'p> Gen<'p> {
         };
         g.walks = g.choose_walks();
         g.split_mask();
-        if options.slots && plan.pieces <= 128 {
+        if options.slots && plan.pieces <= MASK_PIECES {
             g.plan_chains();
         }
         g
@@ -352,7 +357,7 @@ impl<'p> Gen<'p> {
 pub fn default_group(plan: &SearchPlan) -> usize {
     let line = fill_line(plan);
     match line {
-        Some(l @ 7..=10) if plan.pieces <= 128 => l,
+        Some(l @ 7..=10) if plan.pieces <= MASK_PIECES => l,
         _ => 6,
     }
 }
@@ -412,7 +417,7 @@ pub fn slot_walk_applies(plan: &SearchPlan) -> bool {
     }
     // the key -> function table holds `u16` indices into the distinct bucket functions
     let buckets: std::collections::BTreeSet<u32> = plan.offsets.iter().copied().collect();
-    plan.pieces > 128
+    plan.pieces > MASK_PIECES
         && buckets.len() + 2 < 1 << 16
         && me_shifts.len() <= 1
         && plan
@@ -688,7 +693,7 @@ impl Gen<'_> {
     fn mask_words(&self) -> usize {
         match self.plan.pieces {
             0..=64 => 1,
-            65..=128 => 2,
+            65..=MASK_PIECES => 2,
             _ => 0,
         }
     }
@@ -1936,6 +1941,7 @@ mod tests {
     /// The generated code and the runtime must agree on which boards keep a used mask.
     #[test]
     fn the_mask_walk_threshold_is_the_runtimes() {
-        assert!(super::RUNTIME_SOURCE.contains("pub const MASK_PIECES: usize = 128;"));
+        let line = format!("pub const MASK_PIECES: usize = {};", super::MASK_PIECES);
+        assert!(super::RUNTIME_SOURCE.contains(&line));
     }
 }
