@@ -171,23 +171,25 @@ pub fn keeps_slots(ratios: &[f64]) -> bool {
 /// so one more round is unlikely to move it across. No ratio, or one not a number, is no
 /// decision to wait for.
 pub fn settled(ratios: &[f64]) -> bool {
-    let mut v: Vec<f64> = ratios.iter().copied().filter(|x| x.is_finite()).collect();
+    let v = finite_sorted(ratios);
     if v.len() < ratios.len() || v.is_empty() {
         return true;
     }
-    v.sort_by(f64::total_cmp);
     let n = v.len();
     let spread = v[(3 * n) / 4] - v[n / 4];
     (v[n / 2] - SLOTS_MARGIN).abs() > spread / 2.0
 }
 
 fn median(values: &[f64]) -> Option<f64> {
+    let v = finite_sorted(values);
+    v.get(v.len() / 2).copied()
+}
+
+/// The finite ones of `values`, ascending.
+fn finite_sorted(values: &[f64]) -> Vec<f64> {
     let mut v: Vec<f64> = values.iter().copied().filter(|x| x.is_finite()).collect();
-    if v.is_empty() {
-        return None;
-    }
     v.sort_by(f64::total_cmp);
-    Some(v[v.len() / 2])
+    v
 }
 
 /// Builds the program for `plan` with the walk `walk` asks for (`codegen.slots` is
