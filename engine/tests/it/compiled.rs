@@ -129,8 +129,8 @@ fn agree_down_a_chain(
     }
 }
 
-/// The first `count` prefixes `depth` deep (`at`), each walked by both engines under a
-/// random budget of at most 100,000 nodes: they agree on every field.
+/// The first `count` prefixes `depth` deep, each walked by both engines under a random
+/// budget of at most 100,000 nodes: they agree on every field.
 fn agree_on_first_prefixes(
     (reference, compiled): (&mut ReferenceEngine, &mut dyn Engine),
     plan: &SearchPlan,
@@ -356,8 +356,8 @@ fn two_word_masks_split_where_the_inner_pieces_start() {
 /// would not fit one word: every level but a row's first on the Brendan boards up to
 /// 9x9, none on set 2 10x10 (64 inner pieces fill the word) nor on boards of more than
 /// 128 pieces (no mask walk); without the option, or with one-level functions, none. The
-/// counts are the other tests'
-/// business; this one fails if the lookup silently stops being made.
+/// counts are the other tests' business; this one fails if the lookup silently stops
+/// being made.
 #[test]
 fn mask_levels_chain_their_buckets_where_every_entry_fits_a_word() {
     use e2fleet_engine::compiled::codegen::{emit, slot_lookup_applies};
@@ -370,31 +370,25 @@ fn mask_levels_chain_their_buckets_where_every_entry_fits_a_word() {
         ("e2/official.json", 0),
     ] {
         let plan = plan(&load(rel), &OrderSpec::default());
-        let count_with = |options: &CodegenOptions| {
-            let options = CodegenOptions {
-                slots: true,
-                ..options.clone()
-            };
-            emit(&plan, &options, "")
+        let count = |options: &CodegenOptions| {
+            emit(&plan, options, "")
                 .matches(": u64 = unsafe { *NEXT")
                 .count()
         };
-        let count = |slots: bool| match slots {
-            true => count_with(&CodegenOptions::default()),
-            false => emit(&plan, &CodegenOptions::default(), "")
-                .matches(": u64 = unsafe { *NEXT")
-                .count(),
+        let slots = CodegenOptions {
+            slots: true,
+            ..CodegenOptions::default()
         };
-        assert_eq!((count(true), count(false)), (chained, 0), "{rel}");
-        let default = CodegenOptions::default();
-        assert_eq!(slot_lookup_applies(&plan, &default), chained > 0, "{rel}");
+        let plain = CodegenOptions::default();
+        assert_eq!((count(&slots), count(&plain)), (chained, 0), "{rel}");
+        assert_eq!(slot_lookup_applies(&plan, &plain), chained > 0, "{rel}");
         // a function a level long has no level before one in it, so nothing to chain
         let single = CodegenOptions {
             group: Some(1),
-            ..default
+            ..slots
         };
         assert_eq!(
-            (count_with(&single), slot_lookup_applies(&plan, &single)),
+            (count(&single), slot_lookup_applies(&plan, &single)),
             (0, false),
             "{rel}"
         );
