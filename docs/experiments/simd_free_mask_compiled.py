@@ -6,7 +6,7 @@ Writes a Rust program with one function per depth of a 16x16 row-major board (no
 fused six depths to a function like the engine's list walk, in two forms: `b` tests each
 candidate's used byte with a branch (the list walk's shape), `s` works out the bucket's
 free candidates with SSSE3 and visits the set bits (simd_free_mask.rs). The tables are
-simd_free_mask.rs's, built at start.
+simd_free_mask.rs's (and edge_tables.rs's), built at start.
 
     docs/experiments/simd_free_mask_compiled.py > /tmp/walk.rs
     rustc --edition=2021 -Copt-level=3 -Cpanic=abort -Ctarget-cpu=native /tmp/walk.rs -o /tmp/walk
@@ -26,8 +26,11 @@ GROUP = 6
 CS = 32
 ZERO = L + 1
 
-src = open(os.path.join(os.path.dirname(os.path.abspath(__file__)), 'simd_free_mask.rs')).read()
-tables = src[src.index('use std::time::Instant;'):src.index('#[inline(always)]\nfn key_at')]
+here = os.path.dirname(os.path.abspath(__file__))
+src = open(os.path.join(here, 'simd_free_mask.rs')).read()
+# the shared tables and branchy walk, then simd_free_mask.rs's bucket lanes (up to its walk)
+tables = (open(os.path.join(here, 'edge_tables.rs')).read()
+          + src[src.index('use std::arch::x86_64::*;'):src.index('fn simd_walk(')])
 out = [tables, '''
 static mut CANDS: *const u64 = core::ptr::null();
 static mut FIRST: *const u32 = core::ptr::null();
