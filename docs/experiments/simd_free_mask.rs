@@ -5,8 +5,8 @@
 //! two `pshufb`, an `or`, an `and` and a compare give one flag per candidate, `pmovmskb`
 //! makes them a mask), then visits the set bits lowest first, so the same order as the
 //! branchy walk. The "mispredict-free candidate stream" the field notes leave open. Built
-//! on the tables and branchy walk of `edge_tables.rs`, as `branchless_lanes.rs` is (row-major, no hints);
-//! not part of the build.
+//! on the tables and branchy walk of `edge_tables.rs`, as `branchless_lanes.rs` is
+//! (row-major, no hints); not part of the build.
 //!
 //! ```sh
 //! rustc --edition=2021 -O -Ctarget-cpu=native -Cpanic=abort simd_free_mask.rs -o sfm
