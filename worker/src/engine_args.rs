@@ -54,7 +54,9 @@ pub struct EngineArgs {
     /// Same as `--walk slots`.
     #[arg(long, hide = true)]
     pub slots: bool,
-    /// Also write the generated source of the compiled engine to this file.
+    /// Also write the generated source of the compiled engine to this file: the walk that
+    /// runs (with `--walk auto`, the race's winner), or, when no compiled engine is built,
+    /// the walk asked for.
     #[arg(long)]
     pub emit_source: Option<PathBuf>,
     /// Test only: build a compiled engine that miscounts at this depth (fault injection,
@@ -146,16 +148,6 @@ impl EngineArgs {
     /// Builds (or finds) what the chosen engine needs for `plan`.
     pub fn factory(&self, plan: &Arc<SearchPlan>, verbose: bool) -> Result<EngineFactory> {
         let codegen = self.codegen();
-        if let Some(path) = &self.emit_source {
-            // the source of the walk asked for (`auto`: the slot walk, where it applies)
-            let emitted = CodegenOptions {
-                slots: self.walk() != Walk::List,
-                ..codegen.clone()
-            };
-            let source = e2fleet_engine::compiled::codegen::emit(plan, &emitted, "");
-            std::fs::write(path, source)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-        }
         let build = || walk::build(plan, &codegen, &self.build_options(), self.walk());
         let built = match self.engine {
             EngineChoice::Reference => None,
@@ -170,6 +162,21 @@ impl EngineArgs {
                 }
             },
         };
+        if let Some(path) = &self.emit_source {
+            // the walk that runs; with no compiled build, the one asked for (`auto`: the
+            // walk by slots, where it applies)
+            let slots = match &built {
+                Some(b) => b.program.slots,
+                None => self.walk() != Walk::List,
+            };
+            let emitted = CodegenOptions {
+                slots,
+                ..codegen.clone()
+            };
+            let source = e2fleet_engine::compiled::codegen::emit(plan, &emitted, "");
+            std::fs::write(path, source)
+                .with_context(|| format!("cannot write {}", path.display()))?;
+        }
         if verbose && let Some(b) = &built {
             let p = &b.program;
             if p.cached {

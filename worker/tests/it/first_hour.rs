@@ -131,6 +131,39 @@ fn bench_says_which_walk_runs_and_races_once() {
     assert_eq!(again["walk_choice"]["how"], "remembered", "{again}");
     assert_eq!(again["walk"], walk.as_str());
     assert_eq!(again["engine_build"], first["engine_build"]);
+    // `--emit-source` writes the program that runs: the race's winner, not the walk by
+    // slots whatever the race said
+    let emitted = |extra: &[&str]| {
+        let file = cache.path().join("emitted.rs");
+        let mut args = vec!["bench", "--board", "bench-hard", "--seconds", "0.1"];
+        args.extend([
+            "--runs",
+            "1",
+            "--json",
+            "--engine",
+            "compiled",
+            "--cache-dir",
+        ]);
+        args.push(cache.path().to_str().unwrap());
+        args.extend(["--emit-source", file.to_str().unwrap()]);
+        args.extend(extra);
+        let report = worker_json(&args);
+        (report, std::fs::read_to_string(&file).unwrap())
+    };
+    let (_, list_source) = emitted(&["--walk", "list"]);
+    let (_, slots_source) = emitted(&["--walk", "slots"]);
+    assert_ne!(list_source, slots_source);
+    let (report, source) = emitted(&[]);
+    assert_eq!(report["walk"], walk.as_str(), "{report}");
+    let runs = if walk == "slots" {
+        &slots_source
+    } else {
+        &list_source
+    };
+    assert!(
+        source == *runs,
+        "the emitted source is not the {walk} walk's"
+    );
     let small = bench("brendan-set1-07x07");
     assert_eq!(small["walk_choice"]["how"], "raced", "{small}");
     let ratio = small["walk_choice"]["ratio"].as_f64().unwrap();
