@@ -15,7 +15,7 @@
 //! - [`spec`]: a puzzle text + order spec -> puzzle, fill order and plan, in one call.
 //! - [`search`]: the reference walker: units, budgets, cursors, continuations, prefix
 //!   enumeration and continuation splitting.
-//! - [`unit`]: work units and their exact results.
+//! - [`unit`](mod@unit): work units and their exact results.
 //! - [`verify`]: the independent board verifier and the score.
 //! - [`certificate`]: a finished job as a file anyone can audit (format, Merkle root,
 //!   the tiling check, re-run comparison).

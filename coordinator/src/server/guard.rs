@@ -5,7 +5,7 @@
 //! without a token costs a header lookup, never a body.
 //!
 //! Addresses that keep failing to authenticate (a wrong admin, worker or enrolment token)
-//! are shut out for a few seconds ([`Guard::failed`]): a shut-out address is refused before
+//! are shut out for a few seconds (`Guard::failed`): a shut-out address is refused before
 //! any token is looked up, so a stranger's guesses cost a header lookup each. Valid
 //! registrations are not limited per address (a cluster behind one NAT address starts
 //! its workers together); new identities are limited per volunteer account instead.

@@ -22,7 +22,7 @@
 //! A job that fails (or panics) before changing anything fails alone; one that fails
 //! after changing rows (a storage error, or a bug) makes the writer roll back its whole
 //! batch and answer every job in it with an error — nothing is ever half-applied (see
-//! [`run_one`] for why not a savepoint per job). Replies are sent only after the batch's
+//! `run_one` for why not a savepoint per job). Replies are sent only after the batch's
 //! `COMMIT` returned: a caller never hears "done" for a write that is not durable.
 //!
 //! Between batches the session may do upkeep ([`Session::between_batches`]: SQLite starts

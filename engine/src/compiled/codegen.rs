@@ -41,7 +41,7 @@
 //!   next cell's free mask is one load (the key walk reads the candidate, makes the key
 //!   from its colour and reads the key's mask). These walks wait on that chain rather
 //!   than on mispredicts: Brendan 6x6 to 9x9 1.05-1.09x, but an E2 clue puzzle 0.92x
-//!   ([`Chain`]). A board where some transition's entry would not fit one word (set 2
+//!   (`Chain`). A board where some transition's entry would not fit one word (set 2
 //!   10x10: 64 inner pieces) keeps its keys everywhere;
 //! - when the key's neighbour was placed by the enclosing loop of the same group, its colour
 //!   comes from that loop's candidate register instead of a board load;
@@ -304,7 +304,7 @@ pub fn slots_apply(plan: &SearchPlan, options: &CodegenOptions) -> bool {
 
 /// Whether some mask level of `plan`, built with `options` (their `slots` aside: the
 /// group decides which levels have a level before them in their function), would look
-/// its bucket up from the slot of the candidate in hand ([`Chain`]): a board of at most
+/// its bucket up from the slot of the candidate in hand (`Chain`): a board of at most
 /// 128 pieces whose levels' keys read the level before's candidate, and whose every
 /// lookup entry fits one word.
 pub fn slot_lookup_applies(plan: &SearchPlan, options: &CodegenOptions) -> bool {

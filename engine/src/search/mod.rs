@@ -7,7 +7,7 @@
 //! prefix, resume from a cursor, stop after exactly `B` nodes and hand back the exact path,
 //! all without recursion.
 //!
-//! [`prefixes`] holds what the coordinator does with the same walker: enumerating a
+//! `prefixes` holds what the coordinator does with the same walker: enumerating a
 //! job's prefixes, splitting a waiting continuation, checking a path.
 //!
 //! Hot-loop shape: one candidate load, a sentinel compare, a byte load for the used test,

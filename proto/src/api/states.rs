@@ -2,11 +2,6 @@
 //! used in JSON, in the database and in logs ([`ReportStatus::as_str`] and its `FromStr`),
 //! and one wire form (the matching `e2fleet.v2` enum, see [`crate::convert`]).
 
-use std::fmt;
-use std::str::FromStr;
-
-use serde::{Deserialize, Serialize};
-
 /// A text that names no value of the enum.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{value:?} is not a {kind}")]
@@ -17,10 +12,15 @@ pub struct UnknownState {
     pub value: String,
 }
 
+/// Declares an enum with one text form: `as_str`, `Display`, `FromStr` (an
+/// [`UnknownState`] for any other text), serde as that text, and `ALL`. The fleet's states
+/// here and the coordinator's stored states are declared with it; a crate that uses it
+/// needs `serde` (with `derive`) among its dependencies.
+#[macro_export]
 macro_rules! text_enum {
     ($(#[$doc:meta])* $name:ident, $kind:literal { $($(#[$vdoc:meta])* $variant:ident = $text:literal,)* }) => {
         $(#[$doc])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
         pub enum $name {
             $($(#[$vdoc])* #[serde(rename = $text)] $variant,)*
         }
@@ -37,18 +37,18 @@ macro_rules! text_enum {
             }
         }
 
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        impl ::std::fmt::Display for $name {
+            fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
                 f.write_str(self.as_str())
             }
         }
 
-        impl FromStr for $name {
-            type Err = UnknownState;
-            fn from_str(s: &str) -> Result<$name, UnknownState> {
+        impl ::std::str::FromStr for $name {
+            type Err = $crate::api::UnknownState;
+            fn from_str(s: &str) -> Result<$name, $crate::api::UnknownState> {
                 match s {
                     $($text => Ok($name::$variant),)*
-                    _ => Err(UnknownState { kind: $kind, value: s.chars().take(64).collect() }),
+                    _ => Err($crate::api::UnknownState { kind: $kind, value: s.chars().take(64).collect() }),
                 }
             }
         }

@@ -3,8 +3,8 @@
 //! or a malformed id becomes a [`WireError`] that names the field, never a panic.
 //!
 //! - this file: placements, results and every enum;
-//! - [`work`]: host labels, job requests, leases, specs, reports, verification;
-//! - [`status`]: the operators' read models.
+//! - `work`: host labels, job requests, leases, specs, reports, verification;
+//! - `status`: the operators' read models.
 
 mod status;
 mod work;

@@ -76,7 +76,7 @@ pub struct RunArgs {
     /// Stop after this many seconds.
     #[arg(long)]
     stop_after_seconds: Option<u64>,
-    /// While this file exists the engines pause (default: <data-dir>/pause).
+    /// While this file exists the engines pause (default: `<data-dir>/pause`).
     #[arg(long)]
     pause_file: Option<PathBuf>,
     /// Lower this process's CPU priority by this much (nice), 0 to keep it.

@@ -2,10 +2,6 @@
 //! prefix and cursor as placements, counts as numbers, states as enums), never the
 //! columns' encodings. Every backend converts at its own edge.
 
-use std::fmt;
-use std::str::FromStr;
-
-use e2fleet_proto::api::UnknownState;
 use serde::Serialize;
 
 mod metrics;
@@ -22,41 +18,7 @@ pub use work::*;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ResultId(pub i64);
 
-macro_rules! stored_enum {
-    ($(#[$doc:meta])* $name:ident, $kind:literal { $($(#[$vdoc:meta])* $variant:ident = $text:literal,)* }) => {
-        $(#[$doc])*
-        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
-        #[serde(rename_all = "snake_case")]
-        pub enum $name {
-            $($(#[$vdoc])* $variant,)*
-        }
-
-        impl $name {
-            /// The stored text.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $($name::$variant => $text,)*
-                }
-            }
-        }
-
-        impl fmt::Display for $name {
-            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(self.as_str())
-            }
-        }
-
-        impl FromStr for $name {
-            type Err = UnknownState;
-            fn from_str(s: &str) -> Result<$name, UnknownState> {
-                match s {
-                    $($text => Ok($name::$variant),)*
-                    _ => Err(UnknownState { kind: $kind, value: s.chars().take(64).collect() }),
-                }
-            }
-        }
-    };
-}
+use e2fleet_proto::text_enum as stored_enum;
 
 stored_enum!(
     /// How a unit came to be.
