@@ -2,6 +2,8 @@
 //! prefix and cursor as placements, counts as numbers, states as enums), never the
 //! columns' encodings. Every backend converts at its own edge.
 
+// the fleet's one text-enum macro, as proto declares its states with
+use e2fleet_proto::text_enum as stored_enum;
 use serde::Serialize;
 
 mod metrics;
@@ -17,8 +19,6 @@ pub use work::*;
 /// A stored result (a row number).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ResultId(pub i64);
-
-use e2fleet_proto::text_enum as stored_enum;
 
 stored_enum!(
     /// How a unit came to be.
