@@ -150,24 +150,27 @@ impl EngineArgs {
         let codegen = self.codegen();
         let build = || walk::build(plan, &codegen, &self.build_options(), self.walk());
         let built = match self.engine {
-            EngineChoice::Reference => None,
-            EngineChoice::Compiled => Some(build().context("cannot build the compiled engine")?),
+            EngineChoice::Reference => Ok(None),
+            EngineChoice::Compiled => build()
+                .map(Some)
+                .context("cannot build the compiled engine"),
             EngineChoice::Auto => match build() {
-                Ok(b) => Some(b),
+                Ok(b) => Ok(Some(b)),
                 Err(e) => {
                     if verbose {
                         eprintln!("note: using the reference engine: {e}");
                     }
-                    None
+                    Ok(None)
                 }
             },
         };
         if let Some(path) = &self.emit_source {
-            // the walk that runs; with no compiled build, the one asked for (`auto`: the
-            // walk by slots, where it applies)
+            // the walk that runs; with no compiled build (or one that failed: its source
+            // is what the user wants to read), the one asked for (`auto`: the walk by
+            // slots, where it applies)
             let slots = match &built {
-                Some(b) => b.program.slots,
-                None => self.walk() != Walk::List,
+                Ok(Some(b)) => b.program.slots,
+                _ => self.walk() != Walk::List,
             };
             let emitted = CodegenOptions {
                 slots,
@@ -177,6 +180,7 @@ impl EngineArgs {
             std::fs::write(path, source)
                 .with_context(|| format!("cannot write {}", path.display()))?;
         }
+        let built = built?;
         if verbose && let Some(b) = &built {
             let p = &b.program;
             if p.cached {
