@@ -57,6 +57,218 @@ pub struct Program {
     pub hints: &'static [(u16, u16, u8)],
     /// The fused group function starting at each depth, if a group starts there.
     pub heads: &'static [Option<Group>],
+    /// Each key's first candidate (`SENTINEL`: an empty bucket), as the list walk reads it.
+    pub first: &'static [u64],
+    /// Pruned levels (see [`refilter`]): depths `k * prune_every ..` read level `k`'s copy
+    /// of `FIRST` and `CANDS`, pruned of the pieces placed above depth
+    /// `k * prune_every - prune_lag`; 0: no level is pruned.
+    pub prune_every: usize,
+    pub prune_lag: usize,
+    /// A pruned level brought up to date fewer nodes after its last time than `prune_few`
+    /// moves its cut one depth up (fewer placements above it, so fewer bring-ups); one
+    /// brought up to date more than `prune_many` nodes after, one depth down (more
+    /// pieces pruned), as far as the level's first depth.
+    pub prune_few: u64,
+    pub prune_many: u64,
+    /// Level `k`'s copies of `FIRST` and `CANDS` (statics of the program, as long as
+    /// `first` and `cands`), or nulls for a level that is not pruned.
+    pub prune_tables: fn(usize) -> (*mut u64, *mut u64),
+}
+
+/// The bit a bucket's last candidate carries in generated programs (the list walk ends a
+/// bucket on it).
+pub const LAST: u64 = 1 << 53;
+/// Most pruned levels a program may have.
+pub const MAX_LEVELS: usize = 64;
+/// `St::seen` of a level not brought up to date in this unit (a node count never takes
+/// it: counts start at `u64::MAX` and a unit would need 2^64 nodes to wrap round to it).
+pub const UNSEEN: u64 = u64::MAX - 1;
+const NO_PIECE: u16 = u16::MAX;
+
+/// One pruned level's record (see [`refilter`]).
+struct Level {
+    /// Pieces placed above this depth are pruned (at least 1, at most the level's first
+    /// depth: it moves, see [`refilter`]).
+    cut: usize,
+    first: *mut u64,
+    cands: *mut u64,
+    /// Per piece: the starts (in `CANDS`) of the level's buckets that hold it.
+    buckets_of: Vec<Vec<u32>>,
+    /// Per bucket start: the keys whose bucket it is.
+    keys_of: std::collections::HashMap<u32, Vec<u32>>,
+    /// Per piece: pruned from the level's copies.
+    out: Vec<u8>,
+    /// Per depth above `cut`: the piece pruned for it (`NO_PIECE`: none yet).
+    path: Vec<u16>,
+    /// Per depth above `cut`: its node count when the level was last brought up to date.
+    snap: Vec<u64>,
+    /// The unit's nodes when the level was last brought up to date.
+    last: u64,
+}
+
+impl Level {
+    /// Level `k`'s record, its copies made from the program's tables (the hints' pieces
+    /// are not in any bucket: the plan leaves them out).
+    fn new(p: &Program, k: usize) -> Level {
+        let (first, cands) = (p.prune_tables)(k);
+        let cut = k * p.prune_every - p.prune_lag;
+        let from = k * p.prune_every;
+        let to = (from + p.prune_every).min(p.depths);
+        let mut tables: Vec<usize> = (from..to).map(|d| p.dkey[d][0] as usize).collect();
+        tables.sort();
+        tables.dedup();
+        let span = 1usize << (2 * p.stride_log2);
+        let mut buckets_of = vec![Vec::new(); p.pieces];
+        let mut keys_of: std::collections::HashMap<u32, Vec<u32>> = std::collections::HashMap::new();
+        unsafe {
+            std::ptr::copy_nonoverlapping(p.cands.as_ptr(), cands, p.cands.len());
+        }
+        for t in tables {
+            for key in t..(t + span).min(p.offs.len()) {
+                unsafe { *first.add(key) = p.first[key] };
+                let s = p.offs[key];
+                if p.cands[s as usize] == SENTINEL {
+                    continue;
+                }
+                let keys = keys_of.entry(s).or_default();
+                if keys.is_empty() {
+                    let mut i = s as usize;
+                    while p.cands[i] != SENTINEL {
+                        buckets_of[piece_of(p.cands[i])].push(s);
+                        i += 1;
+                    }
+                }
+                keys.push(key as u32);
+            }
+        }
+        Level {
+            cut,
+            first,
+            cands,
+            buckets_of,
+            keys_of,
+            out: vec![0; p.pieces],
+            path: vec![NO_PIECE; from],
+            snap: vec![0; from],
+            last: 0,
+        }
+    }
+
+    /// Writes bucket `s` of the level's copy again: the original's candidates whose piece
+    /// is not pruned, in order, the last flagged `LAST`; its keys' first candidates.
+    fn rebuild(&mut self, p: &Program, s: u32) {
+        let (mut i, mut o) = (s as usize, s as usize);
+        while p.cands[i] != SENTINEL {
+            let c = p.cands[i];
+            if self.out[piece_of(c)] == 0 {
+                unsafe { *self.cands.add(o) = c & !LAST };
+                o += 1;
+            }
+            i += 1;
+        }
+        let head = if o > s as usize {
+            unsafe {
+                *self.cands.add(o - 1) |= LAST;
+                *self.cands.add(s as usize)
+            }
+        } else {
+            SENTINEL
+        };
+        for &key in &self.keys_of[&s] {
+            unsafe { *self.first.add(key as usize) = head };
+        }
+    }
+}
+
+/// The pruned level depth `d` reads, if any (as the generator decides it).
+fn pruned_level(p: &Program, d: usize) -> Option<usize> {
+    if p.prune_every == 0 {
+        return None;
+    }
+    let k = d / p.prune_every;
+    (k * p.prune_every > p.prune_lag).then_some(k)
+}
+
+/// Brings pruned level `k` up to date with the board: its copies of `FIRST` and `CANDS`
+/// hold, in canonical order, the candidates of the original tables whose piece is not
+/// placed above depth `cut`. It is called at the level's first group head (by the
+/// generated code) and at any of its heads the table-driven [`scan`] enters (which reads
+/// the original tables itself), when the node count of depth `cut - 1` (`St::prune_at`)
+/// is not the one `St::seen` recorded (a new placement there, or a new unit). No
+/// level-`k` loop is running then: one runs only below such an entry, and while it runs
+/// nothing above the cut can change; so the copies may change. A pruned candidate is one
+/// the used test would refuse (its piece is on the board above the level), so the walk,
+/// its counts and its order are unchanged: only refused candidates are skipped.
+///
+/// Only the depths whose node count moved since the last call can hold another piece
+/// (a placement above them would have had to place them again), so the work is the
+/// buckets of the pieces that changed. The cut adapts: a level brought up to date often
+/// (its cut is where the walk works) moves its cut up, one rarely brought up to date
+/// moves it down ([`PRUNE_FEW`], [`PRUNE_MANY`]); either way the same candidates are
+/// walked.
+#[cold]
+#[inline(never)]
+pub fn refilter(st: &mut St, k: usize) {
+    let p = st.program;
+    if st.levels.len() <= k {
+        st.levels.resize_with(k + 1, || None);
+    }
+    let mut lv = match st.levels[k].take() {
+        Some(lv) => lv,
+        None => Level::new(p, k),
+    };
+    let count = |st: &St, t: usize| st.cells[p.dpos[t] as usize][1];
+    let progress = st.committed + (st.window - st.left);
+    let old_cut = lv.cut;
+    let mut cut = old_cut;
+    let mut from = old_cut;
+    if st.seen[k] == UNSEEN {
+        from = 0;
+    } else {
+        let gap = progress.wrapping_sub(lv.last);
+        if gap < p.prune_few && cut > 1 {
+            cut -= 1;
+        } else if gap > p.prune_many && cut < k * p.prune_every {
+            cut += 1;
+        }
+        from = from.min(cut);
+        while from > 0 && count(st, from - 1) != lv.snap[from - 1] {
+            from -= 1;
+        }
+    }
+    lv.last = progress;
+    let want = |st: &St, t: usize| if t < cut { piece_of(st.path(t)) as u16 } else { NO_PIECE };
+    let mut dirty: Vec<u32> = Vec::new();
+    let to = old_cut.max(cut);
+    for t in from..to {
+        let old = lv.path[t];
+        if old != want(st, t) && old != NO_PIECE {
+            lv.out[old as usize] = 0;
+            dirty.extend_from_slice(&lv.buckets_of[old as usize]);
+        }
+    }
+    for t in from..to {
+        let new = want(st, t);
+        if lv.path[t] != new {
+            if new != NO_PIECE {
+                lv.out[new as usize] = 1;
+                dirty.extend_from_slice(&lv.buckets_of[new as usize]);
+            }
+            lv.path[t] = new;
+        }
+        if t < cut {
+            lv.snap[t] = count(st, t);
+        }
+    }
+    dirty.sort_unstable();
+    dirty.dedup();
+    for s in dirty {
+        lv.rebuild(p, s);
+    }
+    lv.cut = cut;
+    st.prune_at[k] = p.dpos[cut - 1];
+    st.seen[k] = count(st, cut - 1);
+    st.levels[k] = Some(lv);
 }
 
 /// Where `piece` lives in the used mask: (word, bit). Pieces below the program's
@@ -119,6 +331,12 @@ pub struct St {
     sols: Vec<Vec<(u16, u16, u8)>>,
     max_sols: usize,
     program: &'static Program,
+    /// Per pruned level: the node count of the depth above its cut when it was last
+    /// brought up to date ([`refilter`]; [`UNSEEN`] at the start of every unit).
+    pub seen: [u64; MAX_LEVELS],
+    /// Per pruned level: the cell of the depth above its cut, whose node count `seen` is.
+    pub prune_at: [u16; MAX_LEVELS],
+    levels: Vec<Option<Level>>,
 }
 
 impl St {
@@ -302,7 +520,16 @@ pub fn scan(st: &mut St, d: usize, start: usize) -> bool {
         }
         if d + 1 < p.depths {
             let stop = match p.heads[d + 1] {
-                Some(group) => group(st),
+                Some(group) => {
+                    // the fused code checks its level's copies only at the level's first
+                    // head: a head entered from here is checked here
+                    if let Some(k) = pruned_level(p, d + 1) {
+                        if st.cells[st.prune_at[k] as usize][1] != st.seen[k] {
+                            refilter(st, k);
+                        }
+                    }
+                    group(st)
+                }
                 None => {
                     let b = st.bucket(d + 1);
                     scan(st, d + 1, b)
@@ -364,6 +591,7 @@ fn run_unit(
     }
     st.used = [0; 1024];
     st.umask = [0; 2];
+    st.seen = [UNSEEN; MAX_LEVELS];
     for (piece, &on) in p.init_used.iter().enumerate() {
         if on != 0 {
             st.take(piece);
@@ -473,6 +701,9 @@ pub const fn new_state(program: &'static Program) -> St {
         sols: Vec::new(),
         max_sols: 0,
         program,
+        seen: [UNSEEN; MAX_LEVELS],
+        prune_at: [0; MAX_LEVELS],
+        levels: Vec::new(),
     }
 }
 

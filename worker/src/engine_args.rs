@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
+use e2fleet_engine::compiled::codegen::Prune;
 use e2fleet_engine::compiled::walk::{self, Built, Walk};
 use e2fleet_engine::compiled::{BuildOptions, CodegenOptions, CompiledProgram};
 use e2fleet_engine::engine::{Engine, EngineKind, ReferenceEngine};
@@ -40,6 +41,12 @@ pub struct EngineArgs {
     /// 6, or a board's row of 7-10 cells on boards of at most 128 pieces).
     #[arg(long)]
     pub group: Option<usize>,
+    /// Pruned levels of the list walk (boards of more than 128 pieces): `EVERY,LAG`
+    /// (depths per level, and how far above a level's first depth its cut starts), or
+    /// `off`. Default: levels of four groups, cuts starting two groups up. Same counts
+    /// either way.
+    #[arg(long, value_parser = parse_prune)]
+    pub prune: Option<Prune>,
     /// Walk of compiled engines: `auto` builds both walks on boards a walk by slots
     /// applies to and races them on the puzzle for ~2 s (up to ~6 s when they are close),
     /// once per puzzle and machine (remembered in the cache); `list`; or `slots`. On
@@ -63,6 +70,20 @@ pub struct EngineArgs {
     /// to prove self-tests and cross-checks catch a broken build).
     #[arg(long, hide = true)]
     pub fault_depth: Option<usize>,
+}
+
+/// `--prune`: `off` or `EVERY,LAG`.
+fn parse_prune(s: &str) -> Result<Prune, String> {
+    if s == "off" {
+        return Ok(Prune::OFF);
+    }
+    let (every, lag) = s.split_once(',').ok_or("expected EVERY,LAG or off")?;
+    let number = |v: &str| v.trim().parse::<usize>().map_err(|e| format!("{v:?}: {e}"));
+    Ok(Prune {
+        every: number(every)?,
+        lag: number(lag)?,
+        ..Prune::default_for(1)
+    })
 }
 
 /// Makes engines of one kind for one plan (one per thread).
@@ -89,6 +110,7 @@ impl EngineArgs {
         CodegenOptions {
             group: self.group,
             fault_depth: self.fault_depth,
+            prune: self.prune,
             ..CodegenOptions::default()
         }
     }

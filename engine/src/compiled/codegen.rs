@@ -94,6 +94,55 @@ pub struct CodegenOptions {
     /// ([`slot_lookup_applies`]: Brendan 6x6 to 9x9 1.05-1.09x, an E2 clue puzzle 0.92x:
     /// session 17). [`super::walk`] races the two walks.
     pub slots: bool,
+    /// How the list walk prunes its tables ([`Prune`]; boards of more than 128 pieces
+    /// walked by fused groups): `None` the default, [`Prune::default_for`]; `every: 0`
+    /// none.
+    pub prune: Option<Prune>,
+}
+
+/// Pruned levels of the list walk. Depths `k * every .. (k + 1) * every` (level `k`) read
+/// their own copy of the bucket tables (`FIRST{k}`, `CANDS{k}`) from which the pieces
+/// placed above depth `k * every - lag` are left out, in canonical order; the runtime's
+/// `refilter` brings a level's copy up to date at its group heads when a node was placed
+/// at that depth since, which on a deep walk is rare (the top of the board stays put
+/// while the walk works far below it). A pruned candidate is one the used test would
+/// refuse, so the walk and its counts are unchanged; what goes is the refusals of pieces
+/// placed long before, most of them on hard boards (`docs/benchmarks.md`, session 21).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Prune {
+    /// Depths per level, rounded up to whole fusion groups; 0: nothing pruned.
+    pub every: usize,
+    /// How far above its first depth a level's cut starts.
+    pub lag: usize,
+    /// A level brought up to date fewer nodes after its last time than this moves its
+    /// cut one depth up (fewer placements above it, so fewer bring-ups)...
+    pub few: u64,
+    /// ... and one brought up to date more than this many nodes after, one depth down
+    /// (more pieces pruned), as far as the level's first depth.
+    pub many: u64,
+}
+
+impl Prune {
+    /// The default for fusion groups of `group` depths: levels of four groups, each cut
+    /// two groups above its first depth to start with; a bring-up (a few hundred to a few
+    /// thousand cycles) less often than every 50,000 nodes, and cuts moved down while
+    /// bring-ups come more than 5,000,000 nodes apart.
+    pub fn default_for(group: usize) -> Prune {
+        Prune {
+            every: 4 * group,
+            lag: 2 * group,
+            few: 50_000,
+            many: 5_000_000,
+        }
+    }
+
+    /// No pruning.
+    pub const OFF: Prune = Prune {
+        every: 0,
+        lag: 0,
+        few: 0,
+        many: 0,
+    };
 }
 
 impl Default for CodegenOptions {
@@ -104,6 +153,7 @@ impl Default for CodegenOptions {
             fault_depth: None,
             fault_hang: false,
             slots: false,
+            prune: None,
         }
     }
 }
@@ -269,6 +319,9 @@ fn push_byte_string(out: &mut String, bytes: &[u8]) {
 /// runtime's `MASK_PIECES`, which must agree.
 const MASK_PIECES: usize = 128;
 
+/// Most pruned levels a program may have: the runtime's `MAX_LEVELS`, which must agree.
+const MAX_LEVELS: usize = 64;
+
 /// The protocol version spoken by generated programs.
 pub const PROTOCOL_VERSION: u32 = 1;
 
@@ -323,9 +376,26 @@ pub fn slot_lookup_applies(plan: &SearchPlan, options: &CodegenOptions) -> bool 
 
 impl<'p> Gen<'p> {
     fn new(plan: &'p SearchPlan, options: &CodegenOptions) -> Self {
+        let group = options.group.unwrap_or_else(|| default_group(plan)).max(1);
+        let prune = options.prune.unwrap_or_else(|| Prune::default_for(group));
+        let mut prune_every = 0;
+        if plan.pieces > MASK_PIECES
+            && !(options.slots && slot_walk_applies(plan))
+            && prune.every > 0
+        {
+            // whole groups, so a group reads one level; at most the runtime's levels
+            prune_every = prune.every.div_ceil(group) * group;
+            while plan.len() / prune_every >= MAX_LEVELS {
+                prune_every += group;
+            }
+        }
         let mut g = Gen {
+            prune_every,
+            prune_lag: prune.lag,
+            prune_few: prune.few,
+            prune_many: prune.many,
             plan,
-            group: options.group.unwrap_or_else(|| default_group(plan)).max(1),
+            group,
             out: String::with_capacity(1 << 20),
             walks: Default::default(),
             split: 64,
@@ -428,6 +498,11 @@ pub fn slot_walk_applies(plan: &SearchPlan) -> bool {
 }
 
 struct Gen<'p> {
+    /// Depths per pruned level ([`Prune`]), 0 when nothing is pruned, and the cut's lag.
+    prune_every: usize,
+    prune_lag: usize,
+    prune_few: u64,
+    prune_many: u64,
     plan: &'p SearchPlan,
     group: usize,
     out: String,
@@ -556,14 +631,18 @@ impl Gen<'_> {
         let p = self.plan;
         w!(
             self,
-            "static PROGRAM: Program = Program {{ cells: {}, depths: {}, pieces: {}, stride_log2: {}, poll: {}, protocol: {PROTOCOL_VERSION}, build_key: {build_key:?}, mask_split: {}, fault_depth: {:?}, cands: &CANDS, offs: &OFFS, init_board: &INIT_BOARD, init_used: &INIT_USED, dpos: &DPOS, dkey: &DKEY, dextra: &DEXTRA, hints: &HINTS, heads: &HEADS }};",
+            "static PROGRAM: Program = Program {{ cells: {}, depths: {}, pieces: {}, stride_log2: {}, poll: {}, protocol: {PROTOCOL_VERSION}, build_key: {build_key:?}, mask_split: {}, fault_depth: {:?}, cands: &CANDS, offs: &OFFS, init_board: &INIT_BOARD, init_used: &INIT_USED, dpos: &DPOS, dkey: &DKEY, dextra: &DEXTRA, hints: &HINTS, heads: &HEADS, first: &FIRST, prune_every: {}, prune_lag: {}, prune_few: {}, prune_many: {}, prune_tables }};",
             p.cells,
             p.len(),
             p.pieces,
             self.stride_log2(),
             options.poll_interval.max(1),
             self.split,
-            options.fault_depth
+            options.fault_depth,
+            self.prune_every,
+            self.prune_lag,
+            self.prune_few,
+            self.prune_many
         );
         if options.fault_hang {
             w!(
@@ -599,6 +678,32 @@ impl Gen<'_> {
             offs.iter()
                 .map(|&o| encode_at(layout, &p.candidates, o as usize)),
         );
+        // the pruned levels' copies: zeroed statics (pages never touched cost nothing),
+        // filled by the runtime when the level is first brought up to date
+        let levels = self.pruned_levels();
+        for &k in &levels {
+            w!(
+                self,
+                "static mut FIRST{k}: [u64; {}] = [0; {}];",
+                offs.len(),
+                offs.len()
+            );
+            w!(
+                self,
+                "static mut CANDS{k}: [u64; {}] = [0; {}];",
+                p.candidates.len(),
+                p.candidates.len()
+            );
+        }
+        let arms: String = levels
+            .iter()
+            .map(|k| format!("{k} => ((&raw mut FIRST{k}).cast(), (&raw mut CANDS{k}).cast()), "))
+            .collect();
+        w!(
+            self,
+            "fn prune_tables(k: usize) -> (*mut u64, *mut u64) {{ match k {{ {arms}_ => (core::ptr::null_mut(), core::ptr::null_mut()) }} }}"
+        );
+        w!(self, "const _: () = assert!(LAST == e2fleet_rt::LAST);");
         if self.mask_words() > 0 {
             self.mask_tables(&offs);
         }
@@ -1475,6 +1580,29 @@ impl Gen<'_> {
         )
     }
 
+    /// The pruned level depth `d` reads ([`Prune`]), if any.
+    fn pruned_level(&self, d: usize) -> Option<usize> {
+        if self.prune_every == 0 {
+            return None;
+        }
+        let k = d / self.prune_every;
+        (self.prune_cut(k) >= 1).then_some(k)
+    }
+
+    /// Level `k`'s cut: the pieces placed above this depth are pruned from its tables.
+    fn prune_cut(&self, k: usize) -> usize {
+        (k * self.prune_every).saturating_sub(self.prune_lag)
+    }
+
+    /// The pruned levels of the program.
+    fn pruned_levels(&self) -> Vec<usize> {
+        let mut v: Vec<usize> = (0..self.plan.len())
+            .filter_map(|d| self.pruned_level(d))
+            .collect();
+        v.dedup();
+        v
+    }
+
     /// A level that walks its bucket's candidates in order, testing each piece's used byte.
     /// The first candidate comes from `FIRST` at the key, in parallel with the bucket's
     /// offset, so the walk into a cell waits for one load after the key, not two; the
@@ -1491,10 +1619,19 @@ impl Gen<'_> {
         let used = self.is_used(d);
         let pos = self.plan.depths[d].pos;
         let piece = self.layout.piece_expr(&format!("c{d}"));
+        // a pruned level reads its own copies (the same starts: a bucket's kept
+        // candidates are moved to its front)
+        let (first, cand) = match self.pruned_level(d) {
+            Some(k) => (
+                format!("unsafe {{ *(&raw const FIRST{k}).cast::<u64>().add(k{d}) }}"),
+                format!("unsafe {{ *(&raw const CANDS{k}).cast::<u64>().add(i{d}) }}"),
+            ),
+            None => (format!("FIRST[k{d}]"), format!("cand(i{d})")),
+        };
         // `i{d}` never passes the bucket's last candidate
         format!(
             "let k{d}: usize = {key};\n\
-             let mut c{d}: u64 = FIRST[k{d}];\n\
+             let mut c{d}: u64 = {first};\n\
              if c{d} != SENTINEL {{\n\
              let mut i{d}: usize = OFFS[k{d}] as usize;\n\
              loop {{\n\
@@ -1507,7 +1644,7 @@ impl Gen<'_> {
              {release}\n\
              }}\n\
              if c{d} & LAST != 0 {{ break; }}\n\
-             i{d} += 1; c{d} = cand(i{d});\n\
+             i{d} += 1; c{d} = {cand};\n\
              }}\n\
              }}\n"
         )
@@ -1584,9 +1721,18 @@ impl Gen<'_> {
             } else {
                 ("", "")
             };
+            // a pruned level's copies are brought up to date before its loops run, at
+            // its first head (the runtime's `scan` checks any head it enters): a node
+            // placed at the depth above its cut since the last time, or a new unit
+            let refresh = match self.pruned_level(head) {
+                Some(k) if head % self.prune_every == 0 => format!(
+                    "if unsafe {{ st.cells.get_unchecked(st.prune_at[{k}] as usize)[1] }} != st.seen[{k}] {{ e2fleet_rt::refilter(st, {k}); }}\n"
+                ),
+                _ => String::new(),
+            };
             w!(
                 self,
-                "#[inline(never)]\npub fn g{head}(st: &mut St) -> bool {{\n{entry}{body}{exit}false\n}}"
+                "#[inline(never)]\npub fn g{head}(st: &mut St) -> bool {{\n{refresh}{entry}{body}{exit}false\n}}"
             );
             head = end;
         }

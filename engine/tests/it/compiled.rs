@@ -507,6 +507,110 @@ fn list_walk_layouts_agree_in_every_order_kind() {
     }
 }
 
+/// Pruned levels of the list walk (`Prune`): each level's copy of the bucket tables
+/// without the pieces placed above its cut, brought up to date at the level's first head
+/// and wherever the cold scan enters one of its heads, its cut moving up and down as
+/// bring-ups come often or seldom. Levels of one or two groups, cuts that move every few
+/// hundred nodes, random boards of 144 and 289 pieces in row, column, comb and random
+/// (12x12 only: on 17x17 finding prefixes can take minutes) orders: budget slices down a continuation chain (every resume enters mid-group
+/// through the scan), prefixes, and one engine process running unit after unit (the
+/// levels' records outlive a unit), all agree with the reference walker to the digit.
+#[test]
+fn pruned_levels_agree_under_budgets_and_resumes() {
+    use e2fleet_engine::compiled::codegen::{Prune, emit};
+    let mut rng = Rng::new(2112);
+    for (round, (size, kind)) in [(12, 0), (12, 6), (17, 3), (12, 8), (17, 5), (12, 9)]
+        .into_iter()
+        .enumerate()
+    {
+        let inner = 9 + rng.below(4) as u8;
+        let hints = rng.below(3);
+        let (puzzle, _) = random_puzzle(&mut rng, size, size, 3, inner, hints);
+        let spec = order_of_kind(&puzzle, kind, &mut rng);
+        let plan = plan(&puzzle, &spec);
+        let group = 2 + round % 3;
+        let every = 2 * group;
+        let prune = Prune {
+            every,
+            lag: rng.below(every + 1),
+            few: 50 + rng.below(200) as u64,
+            many: 300 + rng.below(2000) as u64,
+        };
+        let what = format!("{size}x{size} {spec} group {group} {prune:?}");
+        let codegen = CodegenOptions {
+            group: Some(group),
+            poll_interval: 997,
+            prune: Some(prune),
+            ..CodegenOptions::default()
+        };
+        assert!(
+            emit(&plan, &codegen, "").contains("refilter"),
+            "{what}: no level pruned"
+        );
+        let (mut reference, mut compiled) = engines_with(&plan, &codegen, "pruned");
+        let budgets: Vec<u64> = (0..8).map(|_| 1 + rng.below(400_000) as u64).collect();
+        agree_down_a_chain((&mut reference, compiled.as_mut()), budgets, &what);
+        let depth = 1 + rng.below(2 * size);
+        agree_on_first_prefixes(
+            (&mut reference, compiled.as_mut()),
+            &plan,
+            (depth, 4),
+            &mut rng,
+            &what,
+        );
+        // a unit in the root's last subtree brings the levels up to date with a path
+        // unlike the first prefixes', and those start where the scan enters level 1 at its
+        // second head: a level's copies must be brought up to date there too
+        let mut last = Vec::new();
+        Walker::new(&plan)
+            .enumerate(&[], 1, &mut |p| last = p.to_vec())
+            .unwrap();
+        let far = Unit::prefix(last);
+        let r = reference
+            .run(&far, opts(Some(300_000)), &mut NoControl)
+            .unwrap();
+        let c = compiled
+            .run(&far, opts(Some(300_000)), &mut NoControl)
+            .unwrap();
+        assert_eq!(c, r, "{what} the last subtree");
+        agree_on_first_prefixes(
+            (&mut reference, compiled.as_mut()),
+            &plan,
+            (every + group - 1, 6),
+            &mut rng,
+            &what,
+        );
+    }
+}
+
+/// Where the list walk prunes by default: boards of more than 128 pieces walked by fused
+/// groups (not the slot walk, not the mask walk of smaller boards), and not with
+/// `Prune::OFF`.
+#[test]
+fn the_list_walk_prunes_its_levels_by_default() {
+    use e2fleet_engine::compiled::codegen::{Prune, emit};
+    let hard = plan(&load("bench/bench-hard.json"), &OrderSpec::default());
+    let prunes = |plan: &SearchPlan, codegen: &CodegenOptions| {
+        emit(plan, codegen, "").contains("refilter(st")
+    };
+    assert!(prunes(&hard, &CodegenOptions::default()));
+    let off = CodegenOptions {
+        prune: Some(Prune::OFF),
+        ..CodegenOptions::default()
+    };
+    assert!(!prunes(&hard, &off));
+    let slots = CodegenOptions {
+        slots: true,
+        ..CodegenOptions::default()
+    };
+    assert!(!prunes(&hard, &slots));
+    let small = plan(
+        &load("brendan/set1/pieces_07x07.txt"),
+        &OrderSpec::default(),
+    );
+    assert!(!prunes(&small, &CodegenOptions::default()));
+}
+
 /// `Walk::Auto` where the slot walk applies: both walks built, raced (their counts
 /// compared on the way), the decision sealed in the cache and taken from it next time; a
 /// tampered decision is raced again; the chosen build counts like the reference walker.
