@@ -45,6 +45,15 @@
 //!   10x10: 64 inner pieces) keeps its keys everywhere;
 //! - when the key's neighbour was placed by the enclosing loop of the same group, its colour
 //!   comes from that loop's candidate register instead of a board load;
+//! - on boards of more than 128 pieces the list walk's depths are cut into pruned levels
+//!   ([`Prune`]: four groups each by default): a level reads its own copy of `FIRST` and
+//!   `CANDS` without the pieces placed above its cut, which the runtime's `refilter`
+//!   brings up to date at the level's first head when a node was placed above the cut
+//!   since (on a deep walk the top of the board stays put for millions of nodes, and the
+//!   cut moves to where that holds). Most refused candidates on hard boards are pieces
+//!   placed long before (on the E2 pieces half of them over 70 levels up), and the used
+//!   test on them is one of the node's two unpredictable branches: bench-hard 1.10x, the
+//!   real E2 1.14x, bench-easy unchanged (session 21);
 //! - the board is never cleared on backtrack (a cell is only read while placed);
 //! - one countdown decrement per node covers the budget, progress and the stop flag; the
 //!   flag is read only when the countdown reaches zero, never a clock.
