@@ -254,3 +254,22 @@ impl EngineFactory {
         self.built.as_ref()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prune_reads_off_or_every_and_lag() {
+        assert_eq!(parse_prune("off").unwrap(), Prune::OFF);
+        let p = parse_prune("24,12").unwrap();
+        assert_eq!((p.every, p.lag), (24, 12));
+        assert_eq!(
+            (p.few, p.many),
+            (Prune::default_for(1).few, Prune::default_for(1).many)
+        );
+        for bad in ["", "24", "24,x", "-1,2", "on"] {
+            assert!(parse_prune(bad).is_err(), "{bad:?}");
+        }
+    }
+}
