@@ -111,10 +111,12 @@ pub struct CodegenOptions {
 
 /// Pruned levels of the list walk. Depths `k * every .. (k + 1) * every` (level `k`) read
 /// their own copy of the bucket tables (`FIRST{k}`, `CANDS{k}`) from which the pieces
-/// placed above depth `k * every - lag` are left out, in canonical order; the runtime's
-/// `refilter` brings a level's copy up to date at its group heads when a node was placed
-/// at that depth since, which on a deep walk is rare (the top of the board stays put
-/// while the walk works far below it). A pruned candidate is one the used test would
+/// placed above the level's cut are left out, in canonical order. The cut starts at
+/// depth `k * every - lag` and moves (see `few` and `many`); the runtime's `refilter`
+/// brings a level's copy up to date at its first group head (and at any head the cold
+/// `scan` enters) when a node was placed at the depth above the cut since, which on a
+/// deep walk is rare (the top of the board stays put while the walk works far below
+/// it). A pruned candidate is one the used test would
 /// refuse, so the walk and its counts are unchanged; what goes is the refusals of pieces
 /// placed long before, most of them on hard boards (`docs/benchmarks.md`, session 21).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
