@@ -417,6 +417,12 @@ impl<'p> Gen<'p> {
             shapes: Vec::new(),
             next: Vec::new(),
         };
+        // the levels' copies are statics of the program: fewer, longer levels keep them
+        // within 256 MiB (a quarter of an engine's default memory) on any plan
+        let per_level = 8 * (g.offsets_len() + plan.candidates.len());
+        while g.prune_every > 0 && (plan.len() / g.prune_every) * per_level > 256 << 20 {
+            g.prune_every += g.group;
+        }
         g.walks = g.choose_walks();
         g.split_mask();
         if options.slots && plan.pieces <= MASK_PIECES {
@@ -785,14 +791,19 @@ impl Gen<'_> {
         (plan_table / (c * c)) << (2 * self.stride_log2())
     }
 
+    /// How many entries [`Gen::offsets`] has.
+    fn offsets_len(&self) -> usize {
+        let log = self.stride_log2();
+        (self.plan.tables << (2 * log)) + 255 * (1usize << log) + 256
+    }
+
     /// The plan's bucket offsets re-laid with the power-of-two stride, padded so that any
     /// two key bytes (0..=255) index inside the array: the compiler then drops the bounds
     /// check of every lookup.
     fn offsets(&self) -> Vec<u32> {
         let (p, log) = (self.plan, self.stride_log2());
         let c = p.colours;
-        let stride = 1usize << log;
-        let mut offs = vec![0u32; (p.tables << (2 * log)) + 255 * stride + 256];
+        let mut offs = vec![0u32; self.offsets_len()];
         for t in 0..p.tables {
             for a in 0..c {
                 for b in 0..c {
