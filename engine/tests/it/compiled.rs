@@ -151,6 +151,23 @@ fn agree_on_first_prefixes(
     }
 }
 
+/// `slices` random budgets of at most `most` nodes down a continuation chain from the
+/// root, then the first `prefixes` prefixes at a random depth of up to twice the board's
+/// width (a square board), all agreeing: [`agree_down_a_chain`], [`agree_on_first_prefixes`].
+fn agree_on_slices_and_prefixes(
+    (reference, compiled): (&mut ReferenceEngine, &mut dyn Engine),
+    plan: &SearchPlan,
+    ((slices, most), prefixes): ((usize, usize), usize),
+    rng: &mut Rng,
+    what: &str,
+) {
+    let budgets: Vec<u64> = (0..slices).map(|_| 1 + rng.below(most) as u64).collect();
+    agree_down_a_chain((&mut *reference, &mut *compiled), budgets, what);
+    let size = plan.cells.isqrt();
+    let depth = 1 + rng.below(2 * size);
+    agree_on_first_prefixes((reference, compiled), plan, (depth, prefixes), rng, what);
+}
+
 #[test]
 fn known_counts_compiled() {
     for (rel, nodes, solutions) in [
@@ -493,13 +510,10 @@ fn list_walk_layouts_agree_in_every_order_kind() {
                 "{what}: the byte layout on 129-256 pieces only"
             );
             let (mut reference, mut compiled) = engines(&plan, 3 + round, "layouts");
-            let budgets: Vec<u64> = (0..6).map(|_| 1 + rng.below(300_000) as u64).collect();
-            agree_down_a_chain((&mut reference, compiled.as_mut()), budgets, &what);
-            let depth = 1 + rng.below(2 * size);
-            agree_on_first_prefixes(
+            agree_on_slices_and_prefixes(
                 (&mut reference, compiled.as_mut()),
                 &plan,
-                (depth, 3),
+                ((6, 300_000), 3),
                 &mut rng,
                 &what,
             );
@@ -548,13 +562,10 @@ fn pruned_levels_agree_under_budgets_and_resumes() {
             "{what}: no level pruned"
         );
         let (mut reference, mut compiled) = engines_with(&plan, &codegen, "pruned");
-        let budgets: Vec<u64> = (0..8).map(|_| 1 + rng.below(400_000) as u64).collect();
-        agree_down_a_chain((&mut reference, compiled.as_mut()), budgets, &what);
-        let depth = 1 + rng.below(2 * size);
-        agree_on_first_prefixes(
+        agree_on_slices_and_prefixes(
             (&mut reference, compiled.as_mut()),
             &plan,
-            (depth, 4),
+            ((8, 400_000), 4),
             &mut rng,
             &what,
         );
