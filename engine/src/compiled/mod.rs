@@ -138,10 +138,7 @@ impl CompiledProgram {
         }
         let extern_arg = format!("e2fleet_rt={}", runtime.path.display());
         let mut extra = vec!["--extern".into(), extern_arg];
-        // the program's modules compiled in parallel, and no crate-local ThinLTO pass over
-        // them (it would only cost time: nothing inlines across them)
-        extra.push(format!("-Ccodegen-units={}", codegen::MODULES));
-        extra.push("-Clto=off".into());
+        extra.extend(program_flags());
         if slots {
             // one small function per bucket: smaller code is faster code here (the hot
             // buckets outgrow the instruction cache at -O3; docs/benchmarks.md, session 11)
@@ -173,9 +170,15 @@ impl CompiledProgram {
         let cache = Cache::open(&build.cache_dir)?;
         let version = toolchain::rustc_version(&build.rustc)?;
         let runtime = runtime_library(&cache, &version, build)?;
-        // the key covers the source (without the key itself) and the runtime build
+        // the key covers the source (without the key itself), the runtime build and the
+        // program's own flags (the one flag that depends on the walk, `-Copt-level=s`,
+        // follows from the source)
         let probe = codegen::emit(plan, codegen, "");
-        let key = toolchain::cache_key(&(probe + runtime.key.as_str()), &version, build);
+        let key = toolchain::cache_key(
+            &(probe + runtime.key.as_str() + &program_flags().join(" ")),
+            &version,
+            build,
+        );
         Ok((cache, runtime, key))
     }
 
@@ -201,6 +204,20 @@ impl CompiledProgram {
             process: None,
         }
     }
+}
+
+/// The flags a generated program is built with beyond [`BuildOptions::flags`]:
+/// - its modules compiled in parallel, and no crate-local ThinLTO pass over them (it would
+///   only cost time: nothing inlines across them);
+/// - loops aligned to 32 bytes (LLVM's default for the CPU is 16 or none): on Zen 4 every
+///   board class 1.01-1.05x, the hard 16x16 boards 1.014-1.032x (docs/benchmarks.md,
+///   session 22); on Zen 5 it measured neutral (session 9).
+fn program_flags() -> Vec<String> {
+    vec![
+        format!("-Ccodegen-units={}", codegen::MODULES),
+        "-Clto=off".into(),
+        "-Cllvm-args=-align-loops=32".into(),
+    ]
 }
 
 struct RuntimeLibrary {
