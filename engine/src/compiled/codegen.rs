@@ -42,7 +42,11 @@
 //!   from its colour and reads the key's mask). These walks wait on that chain rather
 //!   than on mispredicts: Brendan 6x6 to 9x9 1.05-1.09x, but an E2 clue puzzle 0.92x
 //!   (`Chain`). A board where some transition's entry would not fit one word (set 2
-//!   10x10: 64 inner pieces) keeps its keys everywhere;
+//!   10x10: 64 inner pieces) keeps its keys everywhere. The buckets' blocks are packed
+//!   into `BYBIT` (each at the first start where its pieces' slots are free), and a
+//!   `NEXT` row has an entry per slot, so the rows are dense: 3-12 thousand entries
+//!   against 60-300 thousand with a block of its own per bucket, whose hot entries sat
+//!   one to a cache line (Brendan 9x9 1.09-1.12x, 8x8 1.02-1.04x);
 //! - when the key's neighbour was placed by the enclosing loop of the same group, its colour
 //!   comes from that loop's candidate register instead of a board load;
 //! - on boards of more than 128 pieces the list walk's depths are cut into pruned levels
@@ -576,9 +580,11 @@ struct Shape {
 }
 
 /// How a [`Shape`]'s table `NEXT{i}` is laid out. Entries `[y][slot]`: `y` the key's
-/// other colour, `slot` `BYBIT`'s slots from `lo` (`span` of them: the blocks of the
-/// shape's `from` buckets), then, for a table with a second candidate per piece
-/// (`seconds`), the same slots `B2` on (the second candidates: slot + `span`).
+/// other colour, `slot` an index into `BYBIT` from `lo` (`span` of them: from the first
+/// to the last slot that holds a candidate of the shape's `from` buckets; slots between
+/// them that are another table's keep an empty entry), then, for a table with a second
+/// candidate per piece (`seconds`), the same slots `B2` on (the second candidates: slot +
+/// `span`).
 #[derive(Clone, Debug)]
 struct NextTable {
     /// The other colours an entry row is kept for: `y - ys.start` indexes the rows.
@@ -1003,21 +1009,27 @@ impl Gen<'_> {
         let mut tables = Vec::with_capacity(self.shapes.len());
         for i in 0..self.shapes.len() {
             let sh = self.shapes[i].clone();
-            // the slots of table `from`'s buckets: a block's 64 pieces from the table's
-            // first (its window; 0 on a one-word board), slot `base / words + bit`
-            let words = self.mask_words();
-            let (seconds, low) = match self.walks.get(&sh.from) {
-                Some(&Walk::Mask { dups, window }) => (dups, window.unwrap_or(0)),
+            // the slots of table `from`'s buckets: `BYBIT`'s indexes (block plus piece)
+            // that hold one of their candidates; the packed blocks interleave, so a slot
+            // between them may be another table's, and its entry stays empty
+            let seconds = match self.walks.get(&sh.from) {
+                Some(&Walk::Mask { dups, .. }) => dups,
                 _ => unreachable!("a chain starts from a mask table"),
             };
             let from = self.table_offset(sh.from);
             let keys = (0..c).flat_map(|a| (0..c).map(move |b| from + (a << log) + b));
-            let used: Vec<usize> = keys
+            let mut used: Vec<usize> = keys
                 .filter(|&k| offs[k] != 0)
-                .map(|k| bases[k] / words)
+                .flat_map(|k| {
+                    self.bucket_pieces(offs[k] as usize)
+                        .into_iter()
+                        .map(move |g| bases[k] + crate::plan::candidate_piece(g[0]))
+                })
                 .collect();
-            let lo = used.iter().copied().min().unwrap_or(0);
-            let hi = used.iter().copied().max().map_or(0, |b| b + 64);
+            used.sort_unstable();
+            used.dedup();
+            let lo = used.first().copied().unwrap_or(0);
+            let hi = used.last().map_or(0, |&s| s + 1);
             let to = self.table_offset(sh.to);
             let ys = match sh.other {
                 Some((t, shift)) => {
@@ -1037,9 +1049,8 @@ impl Gen<'_> {
             for y in ys.clone() {
                 for half in [bybit, bybit2].iter().take(1 + usize::from(seconds)) {
                     for slot in lo..hi {
-                        let (base, bit) = (slot - slot % 64, slot % 64);
-                        let cand = half[words * base + low + bit];
-                        if cand == SENTINEL {
+                        let cand = half[slot];
+                        if cand == SENTINEL || used.binary_search(&slot).is_err() {
                             entries.push((0, 0));
                             continue;
                         }
@@ -1099,18 +1110,23 @@ impl Gen<'_> {
     }
 
     /// The tables of the mask walk, indexed like `OFFS`: `MASK` (the pieces with a
-    /// candidate in the bucket, a `u64` a word of the used mask), `BYBIT` (one block of
-    /// `64 * words` slots per distinct bucket, slot `p` holding piece `p`'s first candidate
-    /// there, else the sentinel; when some table has pieces with two candidates in a
-    /// bucket, the second ones follow, `B2` slots further) and `BLOCK` (a pointer to the
-    /// bucket's block). A set bit of the free mask is then its candidate's slot: from the
+    /// candidate in the bucket, a `u64` a word of the used mask), `BYBIT` (a block per
+    /// distinct bucket, whose slot `p` holds piece `p`'s first candidate there; blocks
+    /// overlap, packed so that no two buckets' candidates share a slot, and a slot no
+    /// bucket's piece has holds the sentinel; when some table has pieces with two
+    /// candidates in a bucket, the second ones follow, `B2` slots further) and `BLOCK` (a
+    /// pointer to the bucket's block). A set bit of the free mask is then its candidate's slot: from the
     /// mask to the candidate is one load addressed by the block and the bit, with no rank
     /// to count and no add (an index into one array costs an add before the load).
     fn mask_tables(&mut self, offs: &[u32]) {
         let words = self.mask_words();
-        let block = 64 * words;
         let mut base_of: std::collections::HashMap<u32, usize> = Default::default();
         let (mut bybit, mut bybit2) = (Vec::new(), Vec::new());
+        // the slots a block holds a candidate in: blocks are packed first fit, each at the
+        // lowest start where its pieces' slots are all free (a bucket holds few of the
+        // board's pieces, so blocks interleave and the `NEXT` rows, one entry a slot,
+        // stay dense)
+        let mut taken: Vec<bool> = Vec::new();
         let mut masks = Vec::with_capacity(offs.len());
         let mut bases = Vec::with_capacity(offs.len());
         let mut windows = Vec::with_capacity(offs.len());
@@ -1126,9 +1142,27 @@ impl Gen<'_> {
             let mask = [whole as u64, (whole >> 64) as u64];
             let mask = &mask[..words];
             let base = *base_of.entry(o).or_insert_with(|| {
-                let base = bybit.len();
-                bybit.resize(base + block, SENTINEL);
-                bybit2.resize(base + block, SENTINEL);
+                let pieces: Vec<usize> = groups
+                    .iter()
+                    .map(|g| crate::plan::candidate_piece(g[0]))
+                    .collect();
+                let free = |base: usize| {
+                    pieces
+                        .iter()
+                        .all(|&p| !taken.get(base + p).copied().unwrap_or(false))
+                };
+                let base = (0..)
+                    .find(|&b| free(b))
+                    .expect("an end past every taken slot is free");
+                let end = base + pieces.iter().max().map_or(0, |&p| p + 1);
+                if bybit.len() < end {
+                    bybit.resize(end, SENTINEL);
+                    bybit2.resize(end, SENTINEL);
+                    taken.resize(end, false);
+                }
+                for &p in &pieces {
+                    taken[base + p] = true;
+                }
                 for g in &groups {
                     let piece = crate::plan::candidate_piece(g[0]);
                     bybit[base + piece] =
@@ -1460,12 +1494,8 @@ impl Gen<'_> {
         let words = self.mask_words();
         // the slot of the candidate in hand, when the next depth looks its bucket up by it
         let next = self.chains.get(d + 1).copied().flatten();
-        // (a windowed level's block is 128 slots, of which its 64 pieces': see
-        // [`Gen::next_tables`])
-        let at = match window {
-            Some(_) => format!("(o{d} >> 1) + b{d}"),
-            None => format!("o{d} + p{d}"),
-        };
+        // the candidate's index in `BYBIT` ([`Gen::next_tables`])
+        let at = format!("o{d} + p{d}");
         let (slot, second_slot) = match next {
             Some(ch) => (
                 format!("let mut s{d}: usize = {at};\n"),
