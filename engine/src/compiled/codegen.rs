@@ -1115,9 +1115,10 @@ impl Gen<'_> {
     /// overlap, packed so that no two buckets' candidates share a slot, and a slot no
     /// bucket's piece has holds the sentinel; when some table has pieces with two
     /// candidates in a bucket, the second ones follow, `B2` slots further) and `BLOCK` (a
-    /// pointer to the bucket's block). A set bit of the free mask is then its candidate's slot: from the
-    /// mask to the candidate is one load addressed by the block and the bit, with no rank
-    /// to count and no add (an index into one array costs an add before the load).
+    /// pointer to the bucket's block). A set bit of the free mask is then its candidate's
+    /// slot: from the mask to the candidate is one load addressed by the block and the
+    /// bit, with no rank to count and no add (an index into one array costs an add before
+    /// the load).
     fn mask_tables(&mut self, offs: &[u32]) {
         let words = self.mask_words();
         let mut base_of: std::collections::HashMap<u32, usize> = Default::default();
