@@ -141,8 +141,15 @@ pub fn account(a: &AccountStatus) -> String {
         format!("earning trust ({} confirmed in a row)", a.confirmed_streak)
     };
     format!(
-        "{:<20} {:<10} {:<36} {:>4} workers  {:>8} confirmed results  {:>16} confirmed nodes  {} errors",
-        a.id, a.kind, standing, a.workers, a.confirmed_results, a.confirmed_nodes, a.errors
+        "{:<20} {:<10} {:<36} {:>4} workers  {:>16} nodes credited ({} results; {} confirmed by another party)  {} errors",
+        a.id,
+        a.kind,
+        standing,
+        a.workers,
+        a.credit_nodes,
+        a.credit_results,
+        a.confirmed_results,
+        a.errors
     )
 }
 

@@ -548,7 +548,7 @@ function dayName(day) {
   return new Date(day * 86400000).toISOString().slice(0, 10);
 }
 
-// one bar per day of the last 30, height by confirmed nodes (SVG, no script in it)
+// one bar per day of the last 30, height by credited nodes (SVG, no script in it)
 function dayBars(days, today, max) {
   const ns = "http://www.w3.org/2000/svg";
   const svg = document.createElementNS(ns, "svg");
@@ -577,8 +577,9 @@ async function statsPage() {
   const rows = s.accounts.map((a) => [
     exact(a.rank),
     el("span", { class: "host" }, a.id),
+    el("span", { class: "num" }, exact(a.credit_nodes)),
+    exact(a.credit_results),
     el("span", { class: "num" }, exact(a.confirmed_nodes)),
-    exact(a.confirmed_results),
     a.first_day != null ? dayName(a.first_day) : "–",
     a.last_day != null ? dayName(a.last_day) : "–",
     dayBars(a.days, s.today, max),
@@ -587,10 +588,10 @@ async function statsPage() {
   const totalMax = Math.max(0, ...s.days.map((d) => Number(d.nodes)));
   return [
     el("h1", {}, "Stats"),
-    el("p", { class: "muted" }, "Credit per volunteer account: nodes and results another party confirmed (the same exact result from another account or one of the operator's machines). Unconfirmed work earns nothing; the operator's own machines are not ranked."),
+    el("p", { class: "muted" }, "Credit per volunteer account: the nodes and results of its work that counts — accepted on a trusted account's word or confirmed by another party (the same exact result from another account or one of the operator's machines), or agreeing with the accepted result. A result later found wrong, or voided with its account, loses its credit. Work waiting for confirmation earns nothing yet; the operator's own machines are not ranked."),
     section("All volunteers, last 30 days", dayBars(s.days, s.today, totalMax)),
     section(`${s.accounts.length} accounts`,
-      table(["Rank", "Account", "Confirmed nodes", "Results", "First credit", "Last credit", "Last 30 days", ""], rows,
+      table(["Rank", "Account", "Credited nodes", "Results", "Confirmed by another party", "First credit", "Last credit", "Last 30 days", ""], rows,
         "No volunteer account yet. The operator makes one with: e2fleet-coordinator account add NAME")),
   ];
 }

@@ -15,7 +15,9 @@
 //!
 //! Losers are wrong: each loser's identity and account collect an error; an account
 //! quarantined by them loses every result no other party confirmed ([`Fleet::void_account`]).
-//! Volunteer results confirmed by another party earn their account trust and credit.
+//! Volunteer results confirmed by another party earn their account trust; every volunteer
+//! result that counts (accepted, on trust or confirmed, or agreeing with the accepted one)
+//! earns its account credit, given back if the result is later found wrong or voided.
 //!
 //! # History recheck
 //! A loser's past is suspect too (a liar, or a machine that computes wrong): every result
@@ -260,12 +262,22 @@ impl Fleet {
         if keep {
             tx.fold_surplus_boards(job.id, BEST_BOARDS)?;
         }
-        // volunteer results another party agreed with earn their account trust and credit
+        // a volunteer result that counts earns its account credit, once per account and
+        // unit (the accepted one first), on a trusted account's word alone too; it goes
+        // again if the result is found wrong or voided (`Tx::set_result_verdict`)
+        let accepted_first = best_results.iter().filter(|r| r.id == accepted_id);
+        let others = best_results.iter().filter(|r| r.id != accepted_id);
+        for r in accepted_first.chain(others) {
+            if !r.account_id.is_operator() {
+                tx.credit_result(r.id, now)?;
+            }
+        }
+        // volunteer results another party agreed with earn their account trust
         if parties >= 2 {
-            let mut credited = BTreeSet::new();
+            let mut confirmed = BTreeSet::new();
             for r in best_results.iter().filter(|r| !r.account_id.is_operator()) {
-                if credited.insert(r.account_id.clone()) {
-                    tx.account_confirmed(&r.account_id, r.committed, now)?;
+                if confirmed.insert(r.account_id.clone()) {
+                    tx.account_confirmed(&r.account_id, r.committed)?;
                 }
             }
         }

@@ -1,6 +1,9 @@
 //! The public stats page's read model: credit per volunteer account, as distributed.net
-//! and BOINC projects show it. Only confirmed work earns credit (a result another party
-//! agreed with, `fleet/quorum.rs`); the operator's own machines are not ranked.
+//! and BOINC projects show it. A result earns credit when it counts — accepted, on a
+//! trusted account's word or confirmed by another party, or agreeing with the accepted
+//! one — and loses it if it is later found wrong or voided (`fleet/quorum.rs`); what
+//! another party confirmed is shown beside it. The operator's own machines are not
+//! ranked.
 
 use std::collections::HashMap;
 
@@ -18,22 +21,26 @@ pub const STATS_DAYS: i64 = 30;
 pub struct DayCredit {
     /// Days since the epoch (UTC).
     pub day: i64,
-    /// Confirmed nodes.
+    /// Credited nodes.
     pub nodes: u64,
-    /// Confirmed results.
+    /// Credited results.
     pub results: u64,
 }
 
 /// One account on the stats page.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AccountStats {
-    /// 1 = most confirmed nodes.
+    /// 1 = most credit.
     pub rank: usize,
     /// The account.
     pub id: AccountId,
-    /// Confirmed nodes, ever.
+    /// Credited nodes: its results' that count, net of any later found wrong.
+    pub credit_nodes: u64,
+    /// Credited results.
+    pub credit_results: u64,
+    /// Of the credited work, nodes another party confirmed, ever.
     pub confirmed_nodes: u64,
-    /// Confirmed results, ever.
+    /// Results another party confirmed, ever.
     pub confirmed_results: u64,
     /// Its results count alone now.
     pub trusted: bool,
@@ -53,9 +60,9 @@ pub struct AccountStats {
 pub struct Stats {
     /// Today (days since the epoch, UTC).
     pub today: i64,
-    /// Volunteer accounts, most confirmed nodes first.
+    /// Volunteer accounts, most credit first.
     pub accounts: Vec<AccountStats>,
-    /// Confirmed nodes of all volunteer accounts per day, last [`STATS_DAYS`] days.
+    /// Credited nodes of all volunteer accounts per day, last [`STATS_DAYS`] days.
     pub days: Vec<DayCredit>,
 }
 
@@ -102,14 +109,16 @@ impl Fleet {
                 first_day: spans.get(&a.id).map(|s| s.0),
                 last_day: spans.get(&a.id).map(|s| s.1),
                 days: per_account.remove(&a.id).unwrap_or_default(),
+                credit_nodes: a.credit_nodes,
+                credit_results: a.credit_results,
                 confirmed_nodes: a.confirmed_nodes,
                 confirmed_results: a.confirmed_results,
                 id: a.id,
             })
             .collect();
         ranked.sort_by(|a, b| {
-            b.confirmed_nodes
-                .cmp(&a.confirmed_nodes)
+            b.credit_nodes
+                .cmp(&a.credit_nodes)
                 .then_with(|| a.id.cmp(&b.id))
         });
         for (i, a) in ranked.iter_mut().enumerate() {

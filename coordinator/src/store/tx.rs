@@ -149,8 +149,15 @@ pub trait Results {
     fn result_body(&mut self, id: ResultId) -> StoreResult<Option<UnitResult>>;
     /// The valid (not wrong) results of a unit, in arrival order.
     fn valid_results_of_unit(&mut self, unit: UnitId) -> StoreResult<Vec<ResultRecord>>;
-    /// Sets a result's verdict.
+    /// Sets a result's verdict; a result found [`ResultVerdict::Wrong`] or
+    /// [`ResultVerdict::Void`] gives back the credit it held (see [`Results::credit_result`]).
     fn set_result_verdict(&mut self, id: ResultId, verdict: ResultVerdict) -> StoreResult<()>;
+    /// Credits a volunteer's result that counts (accepted, or agreeing with the accepted
+    /// one) to its account: its nodes on the account's totals and on its line for the UTC
+    /// day of `now_ms`. Nothing happens if the result holds credit already, if another
+    /// result of the same account on the same unit does, or if it is the operator's.
+    /// Whether it was credited now.
+    fn credit_result(&mut self, id: ResultId, now_ms: i64) -> StoreResult<bool>;
     /// Accepted results of an account that no result from another account agrees with
     /// (they counted on the account's own standing).
     fn unconfirmed_accepted_of_account(
@@ -261,9 +268,9 @@ pub trait Accounts {
     fn revoke_account(&mut self, id: &AccountId, now_ms: i64) -> StoreResult<bool>;
     /// Lifts an account's quarantine and clears its errors; whether it was quarantined.
     fn release_account(&mut self, id: &AccountId) -> StoreResult<bool>;
-    /// Another account confirmed one of its results (`nodes` committed): trust and credit
-    /// (also on the account's line for the UTC day of `now_ms`).
-    fn account_confirmed(&mut self, id: &AccountId, nodes: u64, now_ms: i64) -> StoreResult<()>;
+    /// Another party confirmed one of its results (`nodes` committed): its streak towards
+    /// trust, and its confirmed results and nodes (credit is [`Results::credit_result`]'s).
+    fn account_confirmed(&mut self, id: &AccountId, nodes: u64) -> StoreResult<()>;
     /// Credit per account and day, from day `since_day` (days since the epoch, UTC).
     fn credit_days(&mut self, since_day: i64) -> StoreResult<Vec<CreditDay>>;
     /// Each credited account's first and last day of credit.

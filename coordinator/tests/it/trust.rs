@@ -472,6 +472,8 @@ async fn confirmed_work_is_credited_per_account_and_day_on_the_stats_page() {
     );
     assert_eq!(vera["confirmed_results"], 4);
     assert_eq!(vera["confirmed_nodes"], nodes[0] + nodes[1]);
+    assert_eq!(vera["credit_results"], 4);
+    assert_eq!(vera["credit_nodes"], nodes[0] + nodes[1]);
     assert_eq!(
         (vera["first_day"].as_i64(), vera["last_day"].as_i64()),
         (Some(10), Some(11))
@@ -491,5 +493,110 @@ async fn confirmed_work_is_credited_per_account_and_day_on_the_stats_page() {
     assert_eq!(days, vec![(10, nodes[0], 2), (11, nodes[1], 2)]);
     assert_eq!(accounts[1]["id"], "ivan");
     assert_eq!(accounts[1]["confirmed_nodes"], 0);
+    assert_eq!(accounts[1]["credit_nodes"], 0);
     assert_eq!(s["days"].as_array().unwrap().len(), 2);
+}
+
+/// An account's credit, confirmed part and per-day lines, from the admin API and the stats
+/// page: (credit nodes, credit results, confirmed nodes, confirmed results, the days' nodes
+/// summed).
+async fn credit_of(c: &Coordinator, name: &str) -> (u64, u64, u64, u64, u64) {
+    let a = account_json(c, name).await;
+    let (_, body) = crate::http_api::get(&c.url, "/api/stats").await;
+    let s: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let days: u64 = s["accounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["id"] == name)
+        .map(|x| {
+            x["days"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|d| d["nodes"].as_u64().unwrap())
+                .sum()
+        })
+        .unwrap_or(0);
+    let n = |k: &str| a[k].as_u64().unwrap();
+    (
+        n("credit_nodes"),
+        n("credit_results"),
+        n("confirmed_nodes"),
+        n("confirmed_results"),
+        days,
+    )
+}
+
+/// Credit follows the work that counts, as BOINC's adaptive replication grants it: a
+/// trusted volunteer's results accepted on its word alone earn credit (before, only
+/// results another party confirmed did, so a trusted account earned almost nothing); a
+/// recheck that later confirms one does not credit it twice; and a lie that was accepted
+/// alone loses its credit when it is overturned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_that_counts_is_credited_once_and_an_overturned_lie_loses_its_credit() {
+    let dir = tempfile::tempdir().unwrap();
+    let trust = TrustPolicy {
+        trust_after: 2,
+        recheck: 0.0,
+        account_quarantine_after: 100,
+        ..TrustPolicy::default()
+    };
+    let c = Coordinator::start_with(
+        &temp_db(&dir),
+        100,
+        trust,
+        Arc::new(AtomicI64::new(1_000_000)),
+    )
+    .await;
+    let mut o1 = SimWorker::register(&c.url, "operator-1", Behaviour::Honest).await;
+    let mut o2 = SimWorker::register(&c.url, "operator-2", Behaviour::Honest).await;
+    let first = c.submit(FOUR, 2, 0, 1).await;
+    let mut v = trusted_volunteer(&c, &mut o1, 2).await;
+    let (earned, results, confirmed, confirmed_results, days) = credit_of(&c, "vera").await;
+    assert_eq!((results, confirmed_results), (2, 2));
+    assert!(earned > 0 && earned == confirmed && days == earned);
+    // trusted now: two honest results count alone, and earn credit, not confirmation
+    let mut alone = 0;
+    for _ in 0..2 {
+        let l = v.lease(1).await.unwrap().remove(0);
+        let r = v.compute(&l).await;
+        assert_eq!(v.report(&l, &r).await.unwrap(), "accepted");
+        alone += r.committed;
+    }
+    assert_eq!(
+        credit_of(&c, "vera").await,
+        (earned + alone, 4, earned, 2, earned + alone)
+    );
+    // a lie accepted alone is credited for now
+    v.behaviour = Behaviour::Liar;
+    let l = v.lease(1).await.unwrap().remove(0);
+    let lie = v.compute(&l).await;
+    assert_eq!(v.report(&l, &lie).await.unwrap(), "accepted");
+    assert_eq!(
+        credit_of(&c, "vera").await,
+        (
+            earned + alone + lie.committed,
+            5,
+            earned,
+            2,
+            earned + alone + lie.committed
+        )
+    );
+    work_all(&mut [&mut o1], 200).await;
+    // caught on a job with two replicas: everything vera's word alone got accepted is run
+    // again by the operator's machines; the honest two are confirmed (credit unchanged),
+    // the old lie is overturned (its credit goes), the caught lie never counted
+    let second = c.submit(FOUR, 2, 0, 2).await;
+    let l = v.lease(1).await.unwrap().remove(0);
+    let r = v.compute(&l).await;
+    v.report(&l, &r).await.unwrap();
+    work_all(&mut [&mut o1, &mut o2], 400).await;
+    assert_exact_4x4(&c.job(&first).await);
+    assert_exact_4x4(&c.job(&second).await);
+    assert_eq!(
+        credit_of(&c, "vera").await,
+        (earned + alone, 4, earned + alone, 4, earned + alone)
+    );
+    c.stop().await;
 }

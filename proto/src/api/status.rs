@@ -363,10 +363,15 @@ pub struct AccountStatus {
     pub trusted: bool,
     /// Consecutive results another account confirmed (a wrong one restarts it).
     pub confirmed_streak: u64,
-    /// Results another account confirmed, ever (credit).
+    /// Results another party confirmed, ever (what earns trust).
     pub confirmed_results: u64,
-    /// Their nodes (credit).
+    /// Their nodes.
     pub confirmed_nodes: u64,
+    /// Results that hold credit: they count (accepted on trust or confirmed, or agreeing
+    /// with the accepted result), less those later found wrong or voided.
+    pub credit_results: u64,
+    /// Their nodes: the account's credit.
+    pub credit_nodes: u64,
     /// Wrong results of its workers.
     pub errors: u64,
     /// Refused work as a whole.

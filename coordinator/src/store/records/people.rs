@@ -15,10 +15,15 @@ pub struct AccountRecord {
     pub revoked_ms: Option<i64>,
     /// Consecutive results another account confirmed (reset by a wrong one).
     pub confirmed_streak: u64,
-    /// Results another account confirmed, ever.
+    /// Results another party confirmed, ever.
     pub confirmed_results: u64,
     /// Their nodes.
     pub confirmed_nodes: u64,
+    /// Results that hold credit: they count (accepted, on trust or confirmed, or agreeing
+    /// with the accepted result), less those later found wrong or voided.
+    pub credit_results: u64,
+    /// Their nodes: the account's credit.
+    pub credit_nodes: u64,
     /// Wrong results of its identities.
     pub errors: u64,
     /// Refused work as a whole.

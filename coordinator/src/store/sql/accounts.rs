@@ -5,11 +5,12 @@ use e2fleet_proto::api::AccountId;
 
 use super::{ConnExt, Row, SqlTx, args};
 use crate::store::tx::{Accounts, StoreResult};
-use crate::store::{AccountRecord, CreditDay, DAY_MS};
+use crate::store::{AccountRecord, CreditDay};
 
 /// The columns [`from_row`] reads, in order (`a.` prefixed).
 const COLUMNS: &str = "a.id, a.kind, a.created_ms, a.revoked_ms, a.confirmed_streak, \
-     a.confirmed_results, a.confirmed_nodes, a.errors, a.quarantined";
+     a.confirmed_results, a.confirmed_nodes, a.errors, a.quarantined, a.credit_results, \
+     a.credit_nodes";
 
 /// Reads a row of [`COLUMNS`], then the worker count if `with_workers`.
 fn from_row(r: &Row, with_workers: bool) -> StoreResult<AccountRecord> {
@@ -23,8 +24,10 @@ fn from_row(r: &Row, with_workers: bool) -> StoreResult<AccountRecord> {
         confirmed_nodes: r.get::<i64>(6)? as u64,
         errors: r.get::<i64>(7)? as u64,
         quarantined: r.get(8)?,
+        credit_results: r.get::<i64>(9)? as u64,
+        credit_nodes: r.get::<i64>(10)? as u64,
         workers: if with_workers {
-            r.get::<i64>(9)? as u64
+            r.get::<i64>(11)? as u64
         } else {
             0
         },
@@ -82,14 +85,11 @@ impl Accounts for SqlTx<'_> {
         )? == 1)
     }
 
-    fn account_confirmed(&mut self, id: &AccountId, nodes: u64, now_ms: i64) -> StoreResult<()> {
+    fn account_confirmed(&mut self, id: &AccountId, nodes: u64) -> StoreResult<()> {
         self.c
             .execute("UPDATE accounts SET confirmed_streak = confirmed_streak + 1, \
                    confirmed_results = confirmed_results + 1, confirmed_nodes = confirmed_nodes + ? \
                  WHERE id = ?", args![nodes as i64, id.as_str()])?;
-        self.c
-            .execute("INSERT INTO account_days (account_id, day, nodes, results) VALUES (?, ?, ?, 1) \
-                 ON CONFLICT (account_id, day) DO UPDATE SET nodes = account_days.nodes + excluded.nodes, results = account_days.results + 1", args![id.as_str(), now_ms.div_euclid(DAY_MS), nodes as i64])?;
         Ok(())
     }
 

@@ -27,8 +27,8 @@ use super::codec::{
 use super::{ConnExt, SqlTx, args};
 use crate::store::tx::{Archive, StoreResult};
 use crate::store::{
-    AccountNeed, ArchivePass, CertificateRow, ResultBreakdown, StoreError, UnitKind, UnitRecord,
-    UnitState,
+    AccountNeed, ArchivePass, CertificateRow, DAY_MS, ResultBreakdown, StoreError, UnitKind,
+    UnitRecord, UnitState,
 };
 
 /// A unit kind's number in the archive.
@@ -49,21 +49,31 @@ fn kind_of(code: i64) -> StoreResult<UnitKind> {
     }
 }
 
-/// One agreeing run of an archived unit: worker and engine numbers, standing.
+/// One agreeing run of an archived unit: worker and engine numbers, standing, and the day
+/// it was credited on.
 #[derive(Clone, Debug, PartialEq)]
 struct Runner {
     worker: i64,
     engine: i64,
     trusted: bool,
+    /// `Some(day)` credited on that day, `Some(None)` not credited, `None` archived before
+    /// per-result credit (`migrations/sqlite/0014_credit.sql`): [`SqlTx::restore`] works it
+    /// out as that migration does.
+    credited: Option<Option<i64>>,
 }
 
-/// `worker.engine.t|u` per run, space-separated, the accepted one first.
+/// `worker.engine.t|u.day|-` per run, space-separated, the accepted one first (rows
+/// archived before per-result credit have no fourth part).
 fn encode_runners(runners: &[Runner]) -> String {
     runners
         .iter()
         .map(|r| {
             let standing = if r.trusted { 't' } else { 'u' };
-            format!("{}.{}.{standing}", r.worker, r.engine)
+            let credited = match r.credited.flatten() {
+                Some(day) => day.to_string(),
+                None => "-".to_string(),
+            };
+            format!("{}.{}.{standing}.{credited}", r.worker, r.engine)
         })
         .collect::<Vec<_>>()
         .join(" ")
@@ -74,12 +84,22 @@ fn decode_runners(text: &str) -> StoreResult<Vec<Runner>> {
     text.split(' ')
         .map(|run| {
             let mut parts = run.split('.');
-            let (Some(w), Some(e), Some(s), None) =
-                (parts.next(), parts.next(), parts.next(), parts.next())
-            else {
+            let (Some(w), Some(e), Some(s), d, None) = (
+                parts.next(),
+                parts.next(),
+                parts.next(),
+                parts.next(),
+                parts.next(),
+            ) else {
                 return Err(bad());
             };
+            let credited = match d {
+                None => None,
+                Some("-") => Some(None),
+                Some(day) => Some(Some(day.parse().map_err(|_| bad())?)),
+            };
             Ok(Runner {
+                credited,
                 worker: w.parse().map_err(|_| bad())?,
                 engine: e.parse().map_err(|_| bad())?,
                 trusted: match s {
@@ -135,6 +155,7 @@ struct ResultRow {
     counts: Option<Value>,
     stop: Option<Vec<u8>>,
     body_kept: bool,
+    credited_day: Option<i64>,
 }
 
 impl SqlTx<'_> {
@@ -235,7 +256,7 @@ impl SqlTx<'_> {
         }
         let rows: Vec<ResultRow> = {
             self.c.map("SELECT id, verdict, worker_id, account_id, standing, engine_kind, engine_build, digest, \
-                   committed, solutions, max_depth, counts, stop, body_kept FROM results WHERE unit_id = ? ORDER BY id", args![id], |r| {
+                   committed, solutions, max_depth, counts, stop, body_kept, credited_day FROM results WHERE unit_id = ? ORDER BY id", args![id], |r| {
                 Ok(ResultRow {
                     id: r.get(0)?,
                     verdict: r.get(1)?,
@@ -251,6 +272,7 @@ impl SqlTx<'_> {
                     counts: r.get(11)?,
                     stop: r.get(12)?,
                     body_kept: r.get(13)?,
+                    credited_day: r.get(14)?,
                 })
             })?
         };
@@ -307,6 +329,7 @@ impl SqlTx<'_> {
                 worker: self.worker_num(&r.worker_id)?,
                 engine,
                 trusted: r.standing == "trusted",
+                credited: Some(r.credited_day),
             });
             self.tally(job, &r.verdict, engine, 1, r.committed)?;
         }
@@ -451,14 +474,36 @@ impl SqlTx<'_> {
                 decided_ms
             ])?;
         let digest = digest_hex(&digest);
-        for (i, run) in runners.iter().enumerate() {
-            let (worker_id, hostname, cpu_model, account_id): (String, String, String, String) =
-                self.c.first(
-                    "SELECT w.id, w.hostname, w.cpu_model, w.account_id FROM archive_workers a \
-                         JOIN workers w ON w.id = a.worker_id WHERE a.num = ?",
-                    args![run.worker],
-                    |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
-                )?;
+        let mut who: Vec<(String, String, String, String)> = Vec::with_capacity(runners.len());
+        for run in &runners {
+            who.push(self.c.first(
+                "SELECT w.id, w.hostname, w.cpu_model, w.account_id FROM archive_workers a \
+                     JOIN workers w ON w.id = a.worker_id WHERE a.num = ?",
+                args![run.worker],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)),
+            )?);
+        }
+        // archived before per-result credit: a volunteer's run held credit when another
+        // account agreed (one run per account), as the migration that added it says
+        let mut holders: Vec<&str> = Vec::new();
+        let credited: Vec<Option<i64>> = runners
+            .iter()
+            .zip(&who)
+            .map(|(run, (_, _, _, account))| match run.credited {
+                Some(day) => day,
+                None => {
+                    let confirmed = who.iter().any(|w| w.3 != *account);
+                    let first = !holders.contains(&account.as_str());
+                    (account != "operator" && confirmed && first).then(|| {
+                        holders.push(account);
+                        decided_ms.div_euclid(DAY_MS)
+                    })
+                }
+            })
+            .collect();
+        for (i, (run, (worker_id, hostname, cpu_model, account_id))) in
+            runners.iter().zip(who.iter().cloned()).enumerate()
+        {
             let (engine_kind, engine_build): (String, String) = self.c.first(
                 "SELECT kind, build FROM archive_engines WHERE num = ?",
                 args![run.engine],
@@ -471,8 +516,8 @@ impl SqlTx<'_> {
             let verdict = if i == 0 { "accepted" } else { "agree" };
             let id: i64 = self.c.one("INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, \
                        engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms, \
-                       account_id, standing, counts, stop, body_kept) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, 0) RETURNING id", args![
+                       account_id, standing, counts, stop, body_kept, credited_day) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, 0, ?) RETURNING id", args![
                     job_id,
                     unit,
                     lease,
@@ -490,7 +535,8 @@ impl SqlTx<'_> {
                     account_id,
                     if run.trusted { "trusted" } else { "untrusted" },
                     counts,
-                    stop
+                    stop,
+                    credited[i]
                 ])?;
             if i == 0 {
                 self.c.execute(
@@ -719,5 +765,40 @@ impl Archive for SqlTx<'_> {
             &[],
         )?;
         Ok(n as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn runners_round_trip_and_rows_from_before_per_result_credit_still_read() {
+        let runners = vec![
+            Runner {
+                worker: 3,
+                engine: 1,
+                trusted: true,
+                credited: Some(Some(20_791)),
+            },
+            Runner {
+                worker: 12,
+                engine: 2,
+                trusted: false,
+                credited: Some(None),
+            },
+        ];
+        let text = encode_runners(&runners);
+        assert_eq!(text, "3.1.t.20791 12.2.u.-");
+        assert_eq!(decode_runners(&text).unwrap(), runners);
+        // archived before: no fourth part, worked out on restore
+        let old = decode_runners("3.1.t 12.2.u").unwrap();
+        assert_eq!(
+            old.iter().map(|r| r.credited).collect::<Vec<_>>(),
+            [None, None]
+        );
+        for bad in ["3.1.t.x", "3.1.t.1.2", "3.1", "3.1.q"] {
+            assert!(decode_runners(bad).is_err(), "{bad}");
+        }
     }
 }

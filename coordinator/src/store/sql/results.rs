@@ -9,8 +9,8 @@ use super::units::U_COLUMNS;
 use super::{ConnExt, Row, SqlTx, args};
 use crate::store::tx::{Results, StoreResult};
 use crate::store::{
-    CertificateRow, FoundBoard, NewResult, NodesReceived, RateSample, ResultBody, ResultBreakdown,
-    ResultId, ResultMinute, ResultRecord,
+    CertificateRow, DAY_MS, FoundBoard, NewResult, NodesReceived, RateSample, ResultBody,
+    ResultBreakdown, ResultId, ResultMinute, ResultRecord,
 };
 
 /// The columns [`from_row`] reads, in order (no body: decisions compare digests).
@@ -172,11 +172,45 @@ impl Results for SqlTx<'_> {
     }
 
     fn set_result_verdict(&mut self, id: ResultId, verdict: ResultVerdict) -> StoreResult<()> {
+        if matches!(verdict, ResultVerdict::Wrong | ResultVerdict::Void) {
+            self.withdraw_credit(id)?;
+        }
         self.c.execute(
             "UPDATE results SET verdict = ? WHERE id = ?",
             args![verdict.as_str(), id.0],
         )?;
         Ok(())
+    }
+
+    fn credit_result(&mut self, id: ResultId, now_ms: i64) -> StoreResult<bool> {
+        let Some((account, nodes)): Option<(String, i64)> = self.c.map_row(
+            "SELECT r.account_id, r.committed FROM results r WHERE r.id = ? \
+               AND r.credited_day IS NULL AND r.account_id <> 'operator' \
+               AND NOT EXISTS (SELECT 1 FROM results o WHERE o.unit_id = r.unit_id \
+                   AND o.account_id = r.account_id AND o.credited_day IS NOT NULL)",
+            args![id.0],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )?
+        else {
+            return Ok(false);
+        };
+        let day = now_ms.div_euclid(DAY_MS);
+        self.c.execute(
+            "UPDATE results SET credited_day = ? WHERE id = ?",
+            args![day, id.0],
+        )?;
+        self.c.execute(
+            "UPDATE accounts SET credit_nodes = credit_nodes + ?, credit_results = credit_results + 1 \
+             WHERE id = ?",
+            args![nodes, account.as_str()],
+        )?;
+        self.c.execute(
+            "INSERT INTO account_days (account_id, day, nodes, results) VALUES (?, ?, ?, 1) \
+             ON CONFLICT (account_id, day) DO UPDATE SET nodes = account_days.nodes + excluded.nodes, \
+             results = account_days.results + 1",
+            args![account.as_str(), day, nodes],
+        )?;
+        Ok(true)
     }
 
     fn unconfirmed_accepted_of_account(
@@ -445,5 +479,41 @@ impl Results for SqlTx<'_> {
                 None => self.archived_digest(job, unit),
             })
             .collect()
+    }
+}
+
+impl SqlTx<'_> {
+    /// Takes back the credit result `id` holds, if any: from its account's totals and from
+    /// the day it was credited on (rows migrated from before per-result credit name the day
+    /// they were received, so that day's figures stop at zero).
+    fn withdraw_credit(&mut self, id: ResultId) -> StoreResult<()> {
+        let Some((account, nodes, day)): Option<(String, i64, i64)> = self.c.map_row(
+            "SELECT account_id, committed, credited_day FROM results \
+             WHERE id = ? AND credited_day IS NOT NULL",
+            args![id.0],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?
+        else {
+            return Ok(());
+        };
+        self.c.execute(
+            "UPDATE results SET credited_day = NULL WHERE id = ?",
+            args![id.0],
+        )?;
+        self.c.execute(
+            "UPDATE accounts SET \
+               credit_nodes = CASE WHEN credit_nodes > ? THEN credit_nodes - ? ELSE 0 END, \
+               credit_results = CASE WHEN credit_results > 1 THEN credit_results - 1 ELSE 0 END \
+             WHERE id = ?",
+            args![nodes, nodes, account.as_str()],
+        )?;
+        self.c.execute(
+            "UPDATE account_days SET \
+               nodes = CASE WHEN nodes > ? THEN nodes - ? ELSE 0 END, \
+               results = CASE WHEN results > 1 THEN results - 1 ELSE 0 END \
+             WHERE account_id = ? AND day = ?",
+            args![nodes, nodes, account.as_str(), day],
+        )?;
+        Ok(())
     }
 }
