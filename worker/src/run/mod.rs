@@ -311,12 +311,12 @@ async fn run_async(args: RunArgs) -> Result<()> {
         }
 
         let (queued, running) = executor.load();
-        // done when asked to stop (or at a limit) and everything finished is delivered
-        let idle = queued == 0 && running == 0 && outbox.is_empty() && rx.is_empty();
+        // done when asked to stop (or at a limit) and everything finished is delivered; at
+        // a limit the units leased last (`waiting`, handed to the engines below) run
+        // first, so `--stop-after-units N` walks and reports N units (a stop released them)
+        let idle =
+            queued == 0 && running == 0 && waiting.is_empty() && outbox.is_empty() && rx.is_empty();
         if (stopping || limit_reached) && idle {
-            if !waiting.is_empty() {
-                info!(leases = waiting.len(), "leaving unstarted leases to expire");
-            }
             break;
         }
         // a stop is bounded even when the coordinator is away: finished results are in

@@ -12,6 +12,7 @@
 //!   unharmed;
 //! - SIGTERM to a worker's whole process group (what systemd, Slurm and HTCondor do):
 //!   compiled engines keep running until the worker stops them and collects exact cursors;
+//! - a worker told to stop after N units: it walks and reports N, and holds no lease;
 //! - and the whole fleet over TLS (`--tls-cert/--tls-key`, clients with `--ca-cert`).
 
 use std::path::Path;
@@ -109,6 +110,46 @@ async fn a_job_of_tiny_units_is_not_paced_by_the_worker_loop() {
         "short units still give a per-core rate: {}",
         doc["per_core_nodes_per_s"]
     );
+}
+
+/// `--stop-after-units N` walks and reports exactly N units, then exits by itself: the
+/// units it leased last run too (they once stayed leased, to expire, when the limit came
+/// with the engines idle).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_told_to_stop_after_n_units_reports_n_and_holds_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_coordinator, url) = serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
+    let puzzle = puzzle_path("brendan/set1/pieces_06x06.txt");
+    let job = admin(
+        &url,
+        &["submit", puzzle.to_str().unwrap(), "--split-depth", "5"],
+    )["job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    for (run, n) in [(1, 30u64), (2, 7)] {
+        let mut w = worker(
+            &url,
+            &dir.path().join("w"),
+            "w",
+            &[
+                "--engine",
+                "reference",
+                "--stop-after-units",
+                &n.to_string(),
+            ],
+            false,
+        );
+        assert!(w.wait(Duration::from_secs(120)).await.success());
+        let doc = admin(&url, &["job", &job]);
+        let done = if run == 1 { n } else { 30 + n };
+        assert_eq!(
+            (units_done(&doc), doc["units"]["leased"].as_u64()),
+            (done, Some(0)),
+            "{}",
+            doc["units"]
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
