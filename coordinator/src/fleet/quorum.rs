@@ -428,6 +428,11 @@ impl Fleet {
                 tx.set_result_verdict(id, verdict)?;
             }
             tx.cancel_unit(child.id)?;
+            // a cancelled unit counts nothing: its replicas' credit goes too (the accepted
+            // result's went with its verdict above)
+            for r in tx.valid_results_of_unit(child.id)? {
+                tx.withdraw_credit(r.id)?;
+            }
             stack.extend(tx.unit_children(child.id)?);
         }
         Ok(())

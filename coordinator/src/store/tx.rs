@@ -158,6 +158,9 @@ pub trait Results {
     /// result of the same account on the same unit does, or if it is the operator's.
     /// Whether it was credited now.
     fn credit_result(&mut self, id: ResultId, now_ms: i64) -> StoreResult<bool>;
+    /// Takes back the credit result `id` holds, if any (its unit no longer counts: a
+    /// continuation cancelled with the overturned result it continued).
+    fn withdraw_credit(&mut self, id: ResultId) -> StoreResult<()>;
     /// Accepted results of an account that no result from another account agrees with
     /// (they counted on the account's own standing).
     fn unconfirmed_accepted_of_account(

@@ -600,3 +600,125 @@ async fn work_that_counts_is_credited_once_and_an_overturned_lie_loses_its_credi
     );
     c.stop().await;
 }
+
+/// Credit results of the accounts other than vera and the operator's.
+async fn others_credit(c: &Coordinator) -> u64 {
+    let mut n = 0;
+    for a in c.admin().await.accounts().await.unwrap() {
+        if a.id.as_str() != "operator" && a.id.as_str() != "vera" {
+            n += a.credit_results;
+        }
+    }
+    n
+}
+
+/// Credit is exactly the work that counts, in the database: every credited result is
+/// accepted or agreeing on a decided unit, and each account's credit is the sum of its
+/// credited results.
+async fn assert_credit_is_what_counts(db: &std::path::Path) {
+    use e2fleet_coordinator::store::testing::{database_for, scalar};
+    let db = database_for(db).await;
+    let stray = scalar(
+        &db,
+        "SELECT COUNT(*) FROM results r JOIN units u ON u.id = r.unit_id \
+         WHERE r.credited_day IS NOT NULL AND (u.state <> 'done' OR r.verdict NOT IN ('accepted', 'agree'))",
+    )
+    .await;
+    assert_eq!(stray, 0, "credited results that do not count");
+    let off = scalar(
+        &db,
+        "SELECT COUNT(*) FROM accounts a WHERE a.credit_nodes <> \
+         (SELECT COALESCE(SUM(r.committed), 0) FROM results r \
+          WHERE r.account_id = a.id AND r.credited_day IS NOT NULL) \
+         OR a.credit_results <> (SELECT COUNT(*) FROM results r \
+          WHERE r.account_id = a.id AND r.credited_day IS NOT NULL)",
+    )
+    .await;
+    assert_eq!(
+        off, 0,
+        "accounts whose credit is not their credited results"
+    );
+}
+
+/// Chains of continuations walked by a trusted volunteer (alone) and two untrusted ones
+/// that confirm each other's runs: when the trusted account is revoked, the runs it
+/// walked alone leave the totals and the continuations built on them are cancelled, and
+/// with them goes the credit of every result on them — the agreeing replicas' as well as
+/// the accepted ones' — so credit stays exactly the work that counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_continuation_takes_its_replicas_credit_with_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let trust = TrustPolicy {
+        trust_after: 2,
+        recheck: 0.0,
+        account_quarantine_after: 100,
+        ..TrustPolicy::default()
+    };
+    let c = Coordinator::start_with(
+        &temp_db(&dir),
+        100,
+        trust,
+        Arc::new(AtomicI64::new(1_000_000)),
+    )
+    .await;
+    let mut o1 = SimWorker::register(&c.url, "operator-1", Behaviour::Honest).await;
+    c.submit(FOUR, 2, 0, 1).await;
+    let mut v = trusted_volunteer(&c, &mut o1, 2).await;
+    work_all(&mut [&mut o1], 200).await;
+    let (_, it) = c.admin().await.add_account("ivan").await.unwrap();
+    let (_, ct) = c.admin().await.add_account("carol").await.unwrap();
+    let mut ivan = SimWorker::register_with(&c.url, &it, "ivan-1", "x", 2, Behaviour::Honest).await;
+    let mut carol =
+        SimWorker::register_with(&c.url, &ct, "carol-1", "x", 2, Behaviour::Honest).await;
+    // vera walks the first runs alone; ivan and carol, untrusted, confirm each other on
+    // what follows (their continuations among it), then earn trust and go on alone
+    let chains = c.submit(FOUR, 2, 300, 1).await;
+    for _ in 0..4 {
+        let l = v.lease(1).await.unwrap().remove(0);
+        let r = v.compute(&l).await;
+        assert_eq!(v.report(&l, &r).await.unwrap(), "accepted");
+    }
+    // ivan walks runs until one continues a run of vera's (a cursor: only vera's runs
+    // are decided yet); carol walks until she has agreed with it
+    let mut cont = None;
+    for _ in 0..200 {
+        let l = ivan.lease(1).await.unwrap().remove(0);
+        let r = ivan.compute(&l).await;
+        ivan.report(&l, &r).await.unwrap();
+        if !l.cursor.is_empty() {
+            cont = Some(l.unit_id);
+            break;
+        }
+    }
+    let cont = cont.expect("a continuation of vera's runs");
+    let mut agreed = false;
+    for _ in 0..200 {
+        let l = carol.lease(1).await.unwrap().remove(0);
+        let r = carol.compute(&l).await;
+        let status = carol.report(&l, &r).await.unwrap();
+        if l.unit_id == cont {
+            assert_eq!(status, "replica", "carol agrees with ivan's accepted run");
+            agreed = true;
+            break;
+        }
+    }
+    assert!(agreed, "carol reached the continuation");
+    work_all(&mut [&mut ivan, &mut carol], 2_000).await;
+    assert_exact_4x4(&c.job(&chains).await);
+    let before = others_credit(&c).await;
+    assert!(
+        before > 0,
+        "ivan and carol earned credit confirming each other"
+    );
+    assert_credit_is_what_counts(&temp_db(&dir)).await;
+    c.admin().await.revoke_account("vera").await.unwrap();
+    assert!(
+        others_credit(&c).await < before,
+        "results on continuations of vera's runs lost their credit"
+    );
+    assert_credit_is_what_counts(&temp_db(&dir)).await;
+    work_all(&mut [&mut o1, &mut ivan, &mut carol], 2_000).await;
+    assert_exact_4x4(&c.job(&chains).await);
+    assert_credit_is_what_counts(&temp_db(&dir)).await;
+    c.stop().await;
+}

@@ -213,6 +213,40 @@ impl Results for SqlTx<'_> {
         Ok(true)
     }
 
+    // from the account's totals and from the day it was credited on (rows migrated from
+    // before per-result credit name the day they were received, so that day's figures
+    // stop at zero)
+    fn withdraw_credit(&mut self, id: ResultId) -> StoreResult<()> {
+        let Some((account, nodes, day)): Option<(String, i64, i64)> = self.c.map_row(
+            "SELECT account_id, committed, credited_day FROM results \
+             WHERE id = ? AND credited_day IS NOT NULL",
+            args![id.0],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )?
+        else {
+            return Ok(());
+        };
+        self.c.execute(
+            "UPDATE results SET credited_day = NULL WHERE id = ?",
+            args![id.0],
+        )?;
+        self.c.execute(
+            "UPDATE accounts SET \
+               credit_nodes = CASE WHEN credit_nodes > ? THEN credit_nodes - ? ELSE 0 END, \
+               credit_results = CASE WHEN credit_results > 1 THEN credit_results - 1 ELSE 0 END \
+             WHERE id = ?",
+            args![nodes, nodes, account.as_str()],
+        )?;
+        self.c.execute(
+            "UPDATE account_days SET \
+               nodes = CASE WHEN nodes > ? THEN nodes - ? ELSE 0 END, \
+               results = CASE WHEN results > 1 THEN results - 1 ELSE 0 END \
+             WHERE account_id = ? AND day = ?",
+            args![nodes, nodes, account.as_str(), day],
+        )?;
+        Ok(())
+    }
+
     fn unconfirmed_accepted_of_account(
         &mut self,
         account: &AccountId,
@@ -479,41 +513,5 @@ impl Results for SqlTx<'_> {
                 None => self.archived_digest(job, unit),
             })
             .collect()
-    }
-}
-
-impl SqlTx<'_> {
-    /// Takes back the credit result `id` holds, if any: from its account's totals and from
-    /// the day it was credited on (rows migrated from before per-result credit name the day
-    /// they were received, so that day's figures stop at zero).
-    fn withdraw_credit(&mut self, id: ResultId) -> StoreResult<()> {
-        let Some((account, nodes, day)): Option<(String, i64, i64)> = self.c.map_row(
-            "SELECT account_id, committed, credited_day FROM results \
-             WHERE id = ? AND credited_day IS NOT NULL",
-            args![id.0],
-            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-        )?
-        else {
-            return Ok(());
-        };
-        self.c.execute(
-            "UPDATE results SET credited_day = NULL WHERE id = ?",
-            args![id.0],
-        )?;
-        self.c.execute(
-            "UPDATE accounts SET \
-               credit_nodes = CASE WHEN credit_nodes > ? THEN credit_nodes - ? ELSE 0 END, \
-               credit_results = CASE WHEN credit_results > 1 THEN credit_results - 1 ELSE 0 END \
-             WHERE id = ?",
-            args![nodes, nodes, account.as_str()],
-        )?;
-        self.c.execute(
-            "UPDATE account_days SET \
-               nodes = CASE WHEN nodes > ? THEN nodes - ? ELSE 0 END, \
-               results = CASE WHEN results > 1 THEN results - 1 ELSE 0 END \
-             WHERE account_id = ? AND day = ?",
-            args![nodes, nodes, account.as_str(), day],
-        )?;
-        Ok(())
     }
 }
