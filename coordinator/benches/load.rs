@@ -17,6 +17,10 @@
 //! bytes per unit and the units/s of that tenth: storage and speed over a long campaign;
 //! `--db FILE` keeps the database there; `--archive-after-s N` archives units decided N s
 //! ago, as `serve` does by default after an hour)
+//! cargo bench -p e2fleet-coordinator --bench load -- --workers 1000 --think-ms 400 --seconds 20 --volunteers 50
+//! (`--volunteers N`: the workers enrol with N volunteer accounts, round robin, trusted
+//! from their first result (`trust_after` 0, 5% drawn for a recheck by another account):
+//! every accepted result takes the volunteer path, credit included)
 //! cargo bench -p e2fleet-coordinator --bench load -- --db postgres://postgres@127.0.0.1/postgres --coordinators 2
 //! (`--db postgres://SERVER/DB`: on a fresh database of that PostgreSQL server;
 //! `--coordinators N`: N coordinators on it, each with its own port, writer connection
@@ -186,6 +190,7 @@ async fn run() {
     let campaign = arg("--campaign", 0);
     // `--archive-after-s N`: the detail window, as `serve --archive-after-s` (0: no archive)
     let archive_after_s = arg("--archive-after-s", 0);
+    let volunteers = arg("--volunteers", 0) as usize;
     let mut fleets = Vec::new();
     let mut urls = Vec::new();
     for _ in 1..coordinators {
@@ -194,7 +199,7 @@ async fn run() {
             .spawn(async move {
                 let fleet = Arc::new(Fleet::new(
                     Store::connect(&db).await.unwrap(),
-                    bench_config(archive_after_s),
+                    bench_config(archive_after_s, volunteers > 0),
                     system_clock(),
                 ));
                 let url = serve(fleet.clone()).await;
@@ -205,12 +210,12 @@ async fn run() {
         fleets.push(fleet);
         urls.push(url);
     }
-    let (fleet, url, job_id, units, depth) = coordinator
+    let (fleet, url, job_id, units, depth, enrol) = coordinator
         .spawn(async move {
             let store = Store::connect(&db).await.unwrap();
             let fleet = Arc::new(Fleet::new(
                 store,
-                bench_config(archive_after_s),
+                bench_config(archive_after_s, volunteers > 0),
                 system_clock(),
             ));
             let puzzle_path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -234,8 +239,12 @@ async fn run() {
                 fleet.submit_job(request.clone()).await.unwrap();
             }
             let (job_id, units, depth) = (created.job_id, created.units, created.split_depth);
+            let mut enrol = Vec::new();
+            for k in 0..volunteers {
+                enrol.push(fleet.add_account(&format!("vol-{k}")).await.unwrap().1);
+            }
             let url = serve(fleet.clone()).await;
-            (fleet, url, job_id, units, depth)
+            (fleet, url, job_id, units, depth, enrol)
         })
         .await
         .unwrap();
@@ -276,10 +285,15 @@ async fn run() {
         let mut batch = Vec::new();
         for &i in chunk {
             let mut client = WorkerServiceClient::new(pool[i % pool.len()].clone());
+            let enroll_token = if enrol.is_empty() {
+                "enroll-load-bench-0123".to_string()
+            } else {
+                enrol[i % enrol.len()].clone()
+            };
             batch.push(tokio::spawn(async move {
                 client
                     .register_worker(v2::RegisterWorkerRequest {
-                        enroll_token: "enroll-load-bench-0123".into(),
+                        enroll_token,
                         host: Some(v2::HostInfo {
                             hostname: format!("sim-{i}"),
                             engine_kind: v2::EngineKind::Reference.into(),
@@ -435,11 +449,19 @@ async fn run() {
 }
 
 /// The fleet settings of every coordinator in the bench.
-fn bench_config(archive_after_s: u64) -> FleetConfig {
+fn bench_config(archive_after_s: u64, volunteers: bool) -> FleetConfig {
     FleetConfig {
         lease: Duration::from_secs(300),
         quarantine_after: 3,
-        trust: Default::default(),
+        // volunteers trusted from the start: the accepted-alone path, with its rechecks
+        trust: if volunteers {
+            e2fleet_coordinator::fleet::TrustPolicy {
+                trust_after: 0,
+                ..Default::default()
+            }
+        } else {
+            Default::default()
+        },
         archive_after: (archive_after_s > 0).then(|| Duration::from_secs(archive_after_s)),
         enroll_token: "enroll-load-bench-0123".into(),
         admin_token: "admin-load-bench-0123".into(),
