@@ -14,7 +14,7 @@ use e2fleet_engine::search::{NoControl, RunOptions, Walker};
 use e2fleet_coordinator::store::testing::{database_for, scalar};
 
 use crate::harness::*;
-use crate::trust::{trusted_volunteer, work_all};
+use crate::trust::{credit_of, trusted_volunteer, work_all};
 
 const FIVE: &str = "brendan/set1/pieces_05x05.txt";
 
@@ -113,21 +113,6 @@ async fn a_voided_account_that_ran_whole_chains_counts_each_result_out_once() {
     void_chains(false).await;
 }
 
-/// vera's credit: (nodes, results), then its confirmed part (nodes, results).
-async fn vera_credit(c: &Coordinator) -> (u64, u64, u64, u64) {
-    let accounts = c.admin().await.accounts().await.unwrap();
-    let v = accounts
-        .into_iter()
-        .find(|a| a.id.as_str() == "vera")
-        .unwrap();
-    (
-        v.credit_nodes,
-        v.credit_results,
-        v.confirmed_nodes,
-        v.confirmed_results,
-    )
-}
-
 async fn void_chains(archive: bool) {
     let dir = tempfile::tempdir().unwrap();
     let db = temp_db(&dir);
@@ -165,7 +150,7 @@ async fn void_chains(archive: bool) {
     };
 
     // its results that counted alone earned credit, which the archive keeps with them
-    let (nodes, results, confirmed, confirmed_results) = vera_credit(&c).await;
+    let (nodes, results, confirmed, confirmed_results, _) = credit_of(&c, "vera").await;
     assert_eq!(confirmed_results, 2, "the results that earned its trust");
     assert!(
         results > confirmed_results && nodes > confirmed,
@@ -176,7 +161,11 @@ async fn void_chains(archive: bool) {
     // archive and leaves the totals, with the continuations created from it, and so does
     // its credit
     c.admin().await.revoke_account("vera").await.unwrap();
-    assert_eq!(vera_credit(&c).await, (confirmed, 2, confirmed, 2));
+    let (nodes, results, confirmed_nodes, confirmed_results, _) = credit_of(&c, "vera").await;
+    assert_eq!(
+        (nodes, results, confirmed_nodes, confirmed_results),
+        (confirmed, 2, confirmed, 2)
+    );
     let voided = c.job(&chains).await;
     assert_eq!(
         voided["state"], "running",

@@ -327,25 +327,39 @@ pub async fn trusted_volunteer(c: &Coordinator, op: &mut SimWorker, trust_after:
     v
 }
 
-/// A trusted volunteer's lie that no recheck drew still comes out: caught lying once
-/// anywhere (here on a job with two replicas), everything its account got accepted alone
-/// is run again by another party, and the old lie is overturned.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_liar_caught_once_has_its_whole_unconfirmed_past_run_again() {
-    let dir = tempfile::tempdir().unwrap();
+/// A coordinator whose volunteers earn trust after 2 confirmed results, are never drawn
+/// for a recheck and are never quarantined here (100 errors).
+async fn start_never_rechecking(dir: &tempfile::TempDir) -> Coordinator {
     let trust = TrustPolicy {
         trust_after: 2,
         recheck: 0.0,
         account_quarantine_after: 100,
         ..TrustPolicy::default()
     };
-    let c = Coordinator::start_with(
-        &temp_db(&dir),
+    Coordinator::start_with(
+        &temp_db(dir),
         100,
         trust,
         Arc::new(AtomicI64::new(1_000_000)),
     )
-    .await;
+    .await
+}
+
+/// `w` leases one unit, walks it and reports it: the lease, the result and the status.
+async fn walk_one(w: &mut SimWorker) -> (v2::Lease, e2fleet_engine::UnitResult, String) {
+    let l = w.lease(1).await.unwrap().remove(0);
+    let r = w.compute(&l).await;
+    let status = w.report(&l, &r).await.unwrap();
+    (l, r, status)
+}
+
+/// A trusted volunteer's lie that no recheck drew still comes out: caught lying once
+/// anywhere (here on a job with two replicas), everything its account got accepted alone
+/// is run again by another party, and the old lie is overturned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_liar_caught_once_has_its_whole_unconfirmed_past_run_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = start_never_rechecking(&dir).await;
     let mut o1 = SimWorker::register(&c.url, "operator-1", Behaviour::Honest).await;
     let mut o2 = SimWorker::register(&c.url, "operator-2", Behaviour::Honest).await;
     let first = c.submit(FOUR, 2, 0, 1).await;
@@ -500,7 +514,7 @@ async fn confirmed_work_is_credited_per_account_and_day_on_the_stats_page() {
 /// An account's credit, confirmed part and per-day lines, from the admin API and the stats
 /// page: (credit nodes, credit results, confirmed nodes, confirmed results, the days' nodes
 /// summed).
-async fn credit_of(c: &Coordinator, name: &str) -> (u64, u64, u64, u64, u64) {
+pub async fn credit_of(c: &Coordinator, name: &str) -> (u64, u64, u64, u64, u64) {
     let a = account_json(c, name).await;
     let (_, body) = crate::http_api::get(&c.url, "/api/stats").await;
     let s: serde_json::Value = serde_json::from_str(&body).unwrap();
@@ -536,19 +550,7 @@ async fn credit_of(c: &Coordinator, name: &str) -> (u64, u64, u64, u64, u64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn work_that_counts_is_credited_once_and_an_overturned_lie_loses_its_credit() {
     let dir = tempfile::tempdir().unwrap();
-    let trust = TrustPolicy {
-        trust_after: 2,
-        recheck: 0.0,
-        account_quarantine_after: 100,
-        ..TrustPolicy::default()
-    };
-    let c = Coordinator::start_with(
-        &temp_db(&dir),
-        100,
-        trust,
-        Arc::new(AtomicI64::new(1_000_000)),
-    )
-    .await;
+    let c = start_never_rechecking(&dir).await;
     let mut o1 = SimWorker::register(&c.url, "operator-1", Behaviour::Honest).await;
     let mut o2 = SimWorker::register(&c.url, "operator-2", Behaviour::Honest).await;
     let first = c.submit(FOUR, 2, 0, 1).await;
@@ -559,9 +561,8 @@ async fn work_that_counts_is_credited_once_and_an_overturned_lie_loses_its_credi
     // trusted now: two honest results count alone, and earn credit, not confirmation
     let mut alone = 0;
     for _ in 0..2 {
-        let l = v.lease(1).await.unwrap().remove(0);
-        let r = v.compute(&l).await;
-        assert_eq!(v.report(&l, &r).await.unwrap(), "accepted");
+        let (_, r, status) = walk_one(&mut v).await;
+        assert_eq!(status, "accepted");
         alone += r.committed;
     }
     assert_eq!(
@@ -570,9 +571,8 @@ async fn work_that_counts_is_credited_once_and_an_overturned_lie_loses_its_credi
     );
     // a lie accepted alone is credited for now
     v.behaviour = Behaviour::Liar;
-    let l = v.lease(1).await.unwrap().remove(0);
-    let lie = v.compute(&l).await;
-    assert_eq!(v.report(&l, &lie).await.unwrap(), "accepted");
+    let (_, lie, status) = walk_one(&mut v).await;
+    assert_eq!(status, "accepted");
     assert_eq!(
         credit_of(&c, "vera").await,
         (
@@ -648,19 +648,7 @@ async fn assert_credit_is_what_counts(db: &std::path::Path) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_continuation_takes_its_replicas_credit_with_it() {
     let dir = tempfile::tempdir().unwrap();
-    let trust = TrustPolicy {
-        trust_after: 2,
-        recheck: 0.0,
-        account_quarantine_after: 100,
-        ..TrustPolicy::default()
-    };
-    let c = Coordinator::start_with(
-        &temp_db(&dir),
-        100,
-        trust,
-        Arc::new(AtomicI64::new(1_000_000)),
-    )
-    .await;
+    let c = start_never_rechecking(&dir).await;
     let mut o1 = SimWorker::register(&c.url, "operator-1", Behaviour::Honest).await;
     c.submit(FOUR, 2, 0, 1).await;
     let mut v = trusted_volunteer(&c, &mut o1, 2).await;
@@ -674,17 +662,13 @@ async fn a_cancelled_continuation_takes_its_replicas_credit_with_it() {
     // what follows (their continuations among it), then earn trust and go on alone
     let chains = c.submit(FOUR, 2, 300, 1).await;
     for _ in 0..4 {
-        let l = v.lease(1).await.unwrap().remove(0);
-        let r = v.compute(&l).await;
-        assert_eq!(v.report(&l, &r).await.unwrap(), "accepted");
+        assert_eq!(walk_one(&mut v).await.2, "accepted");
     }
     // ivan walks runs until one continues a run of vera's (a cursor: only vera's runs
     // are decided yet); carol walks until she has agreed with it
     let mut cont = None;
     for _ in 0..200 {
-        let l = ivan.lease(1).await.unwrap().remove(0);
-        let r = ivan.compute(&l).await;
-        ivan.report(&l, &r).await.unwrap();
+        let (l, ..) = walk_one(&mut ivan).await;
         if !l.cursor.is_empty() {
             cont = Some(l.unit_id);
             break;
@@ -693,9 +677,7 @@ async fn a_cancelled_continuation_takes_its_replicas_credit_with_it() {
     let cont = cont.expect("a continuation of vera's runs");
     let mut agreed = false;
     for _ in 0..200 {
-        let l = carol.lease(1).await.unwrap().remove(0);
-        let r = carol.compute(&l).await;
-        let status = carol.report(&l, &r).await.unwrap();
+        let (l, _, status) = walk_one(&mut carol).await;
         if l.unit_id == cont {
             assert_eq!(status, "replica", "carol agrees with ivan's accepted run");
             agreed = true;

@@ -48,6 +48,18 @@ fn submit_6x6(url: &str, budget: &str, extra: &[&str]) -> String {
     admin(url, &args)["job_id"].as_str().unwrap().to_string()
 }
 
+/// Submits Brendan 6x6 split at depth 5: 2,466 tiny units (~28 k nodes each).
+fn submit_tiny_units(url: &str) -> String {
+    let puzzle = puzzle_path("brendan/set1/pieces_06x06.txt");
+    admin(
+        url,
+        &["submit", puzzle.to_str().unwrap(), "--split-depth", "5"],
+    )["job_id"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
 /// Starts a worker process with one engine thread.
 fn worker(url: &str, data: &Path, host: &str, extra: &[&str], own_group: bool) -> Proc {
     worker_with(url, data, host, 1, extra, own_group)
@@ -79,14 +91,7 @@ fn assert_exact(doc: &serde_json::Value) {
 async fn a_job_of_tiny_units_is_not_paced_by_the_worker_loop() {
     let dir = tempfile::tempdir().unwrap();
     let (_coordinator, url) = serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
-    let puzzle = puzzle_path("brendan/set1/pieces_06x06.txt");
-    let job = admin(
-        &url,
-        &["submit", puzzle.to_str().unwrap(), "--split-depth", "5"],
-    )["job_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let job = submit_tiny_units(&url);
     let started = Instant::now();
     let _worker = worker(
         &url,
@@ -119,14 +124,7 @@ async fn a_job_of_tiny_units_is_not_paced_by_the_worker_loop() {
 async fn a_worker_told_to_stop_after_n_units_reports_n_and_holds_none() {
     let dir = tempfile::tempdir().unwrap();
     let (_coordinator, url) = serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
-    let puzzle = puzzle_path("brendan/set1/pieces_06x06.txt");
-    let job = admin(
-        &url,
-        &["submit", puzzle.to_str().unwrap(), "--split-depth", "5"],
-    )["job_id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let job = submit_tiny_units(&url);
     for (run, n) in [(1, 30u64), (2, 7)] {
         let mut w = worker(
             &url,
