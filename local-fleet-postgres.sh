@@ -102,7 +102,7 @@ job_id=$(echo "$job" | sed -E 's/.*"job_id":"([^"]+)".*/\1/')
 echo "submitted $puzzle to A as job $job_id"
 for side in a b; do
   url=$a; [ "$side" = b ] && url=$b
-  "$bin/e2fleet-worker" run --coordinator "$url" --threads "$threads" --nice 0 \
+  E2FLEET_ON_BATTERY=${E2FLEET_ON_BATTERY:-run} "$bin/e2fleet-worker" run --coordinator "$url" --threads "$threads" --nice 0 \
     --data-dir "$work/worker-$side" --hostname "worker-$side" \
     --cache-dir "${XDG_CACHE_HOME:-$HOME/.cache}/e2fleet/engines" >"$work/worker-$side.log" 2>&1 &
   pids+=($!)

@@ -78,7 +78,8 @@ job_id=$(echo "$job" | sed -E 's/.*"job_id":"([^"]+)".*/\1/')
 echo "submitted $puzzle as job $job_id: $job"
 
 read -ra worker_flags <<<"${E2FLEET_WORKER_FLAGS:-}"
-"$bin/e2fleet-worker" run ${E2FLEET_THREADS:+--threads "$E2FLEET_THREADS"} "${worker_flags[@]}" \
+# a demo asked for now runs on a laptop's battery too (a volunteer's worker pauses there)
+E2FLEET_ON_BATTERY=${E2FLEET_ON_BATTERY:-run} "$bin/e2fleet-worker" run ${E2FLEET_THREADS:+--threads "$E2FLEET_THREADS"} "${worker_flags[@]}" \
   --data-dir "$work/worker" --hostname local-worker --nice 0 \
   --cache-dir "${XDG_CACHE_HOME:-$HOME/.cache}/e2fleet/engines" >"$work/worker.log" 2>&1 &
 worker_pid=$!

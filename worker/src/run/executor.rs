@@ -142,6 +142,34 @@ impl Executor {
         dropped
     }
 
+    /// Gives every held unit back without stopping the threads: running units stop at
+    /// their exact cursor and report it (paused ones too); queued ones are dropped and
+    /// returned, for the caller to release.
+    pub fn give_back(&self) -> Vec<LeaseId> {
+        let dropped: Vec<LeaseId> = self
+            .shared
+            .queue
+            .lock()
+            .expect("queue")
+            .drain(..)
+            .map(|t| t.lease.lease_id)
+            .collect();
+        let running: Vec<LeaseId> = self
+            .shared
+            .running
+            .lock()
+            .expect("running")
+            .keys()
+            .copied()
+            .collect();
+        self.shared
+            .stop_leases
+            .lock()
+            .expect("stop set")
+            .extend(running);
+        dropped
+    }
+
     /// Pauses or resumes the engines (a paused engine holds its place in the tree).
     pub fn set_paused(&self, paused: bool) {
         self.shared.paused.store(paused, Ordering::SeqCst);
@@ -208,26 +236,37 @@ fn engine_thread(shared: Arc<Shared>, results: UnboundedSender<Outcome>) {
         let started = Instant::now();
         let lease_id = lease.lease_id;
         let shared_c = shared.clone();
+        // time spent paused is not engine time: the per-core rate is of time walking
+        let mut paused_for = Duration::ZERO;
+        let paused_total = &mut paused_for;
         let mut control = move |committed: u64| {
             progress.store(committed, Ordering::Relaxed);
-            while shared_c.paused.load(Ordering::SeqCst)
-                && !shared_c.stop_all.load(Ordering::SeqCst)
-            {
-                std::thread::sleep(Duration::from_millis(200));
+            let stop = || {
+                shared_c.stop_all.load(Ordering::SeqCst)
+                    || shared_c
+                        .stop_leases
+                        .lock()
+                        .expect("stop set")
+                        .contains(&lease_id)
+            };
+            if shared_c.paused.load(Ordering::SeqCst) {
+                let since = Instant::now();
+                // a paused engine still stops when told to (a stop, a cancelled job, a
+                // pause long enough to give the unit back)
+                while shared_c.paused.load(Ordering::SeqCst) && !stop() {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                *paused_total += since.elapsed();
             }
-            shared_c.stop_all.load(Ordering::SeqCst)
-                || shared_c
-                    .stop_leases
-                    .lock()
-                    .expect("stop set")
-                    .contains(&lease_id)
+            stop()
         };
         let options = RunOptions {
             budget: lease.budget,
             max_solutions: REPORT_MAX_SOLUTIONS,
         };
         let outcome = engine.run(&lease.unit, options, &mut control);
-        let elapsed = started.elapsed();
+        drop(control);
+        let elapsed = started.elapsed().saturating_sub(paused_for);
         shared
             .running
             .lock()
@@ -266,5 +305,92 @@ fn engine_thread(shared: Arc<Shared>, results: UnboundedSender<Outcome>) {
                 });
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+    use e2fleet_engine::order::FillOrder;
+    use e2fleet_engine::plan::SearchPlan;
+    use e2fleet_engine::unit::Unit;
+    use e2fleet_proto::api::UnitId;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        engine: crate::engine_args::EngineArgs,
+    }
+
+    /// The reference engine on Brendan set 1 6x6, from the root with `budget`.
+    fn task(budget: u64) -> Task {
+        let text = e2fleet_engine::suite::builtin_puzzle("brendan-set1-06x06").unwrap();
+        let puzzle = e2fleet_engine::formats::parse_str(
+            text,
+            &e2fleet_engine::suite::builtin_label("brendan-set1-06x06", text),
+            &e2fleet_engine::formats::LoadOptions::default(),
+        )
+        .unwrap();
+        let plan = Arc::new(SearchPlan::new(&puzzle, &FillOrder::row_major(&puzzle)));
+        let flags = Flags::parse_from(["t", "--engine", "reference"]);
+        Task {
+            lease: Lease {
+                lease_id: LeaseId::random(),
+                unit_id: UnitId(1),
+                job_id: JobId::random(),
+                unit: Unit::root(),
+                budget: Some(budget),
+                deadline_ms: 0,
+            },
+            engine: Arc::new(flags.engine.factory(&plan, false).unwrap()),
+        }
+    }
+
+    fn done(outcome: Outcome) -> Box<Entry> {
+        match outcome {
+            Outcome::Done(entry) => entry,
+            Outcome::Failed { error, .. } => panic!("{error}"),
+        }
+    }
+
+    #[test]
+    fn paused_time_is_not_engine_time_and_a_paused_unit_can_be_given_back() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let executor = Executor::start(1, tx);
+        // the whole 6x6 tree (69 M nodes) does not fit: the engine is paused in it
+        executor.set_paused(true);
+        executor.push(task(1_000_000_000));
+        let queued = task(1_000);
+        let queued_id = queued.lease.lease_id;
+        executor.push(queued);
+        let paused = Instant::now();
+        while executor.load().1 == 0 {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        std::thread::sleep(Duration::from_millis(1500));
+        assert!(rx.try_recv().is_err(), "a paused engine goes nowhere");
+        // given back while paused: the queued unit comes back, the running one reports
+        // where it stands, at once
+        assert_eq!(executor.give_back(), vec![queued_id]);
+        let given = Instant::now();
+        let entry = loop {
+            if let Ok(outcome) = rx.try_recv() {
+                break done(outcome);
+            }
+            assert!(
+                given.elapsed() < Duration::from_secs(10),
+                "a paused engine did not stop when its unit was given back"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let waited = paused.elapsed().as_secs_f64();
+        assert!(!entry.result.finished(), "stopped at a cursor");
+        assert!(
+            entry.engine_seconds < waited - 1.0,
+            "engine time {} s counts the pause ({waited:.2} s in all)",
+            entry.engine_seconds
+        );
+        executor.join();
     }
 }

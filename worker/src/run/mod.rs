@@ -17,12 +17,15 @@
 //! - [`link`]: identity, registration and backoff around [`crate::link::Coordinator`];
 //! - [`jobs`]: verification of this class, job specs, engine builds and self-tests;
 //! - [`executor`]: the engine threads; [`journal`]: results on disk until acknowledged;
+//! - [`pause`]: when the engines pause (the pause file, SIGUSR1, battery, other programs'
+//!   CPU use), and giving the held units back after a long pause;
 //! - [`signals`]: signals, niceness and the status line.
 
 mod executor;
 mod jobs;
 pub mod journal;
 pub mod link;
+pub mod pause;
 mod signals;
 
 use std::collections::HashMap;
@@ -45,6 +48,7 @@ use executor::{Executor, Outcome, Task};
 use jobs::{JobEngine, Prepared, prepare_job, verify_class};
 use journal::{Entry, Journal};
 use link::Link;
+use pause::{Conditions, OnBattery, Reason};
 use signals::PAUSED;
 
 /// How long a stopping worker keeps trying to deliver finished results before it exits
@@ -79,6 +83,22 @@ pub struct RunArgs {
     /// While this file exists the engines pause (default: `<data-dir>/pause`).
     #[arg(long)]
     pause_file: Option<PathBuf>,
+    /// On battery: pause the engines until the machine is plugged in again, or run.
+    #[arg(long, value_enum, env = "E2FLEET_ON_BATTERY", default_value = "pause")]
+    on_battery: OnBattery,
+    /// Pause while other programs use more than this percentage of the machine's CPU time,
+    /// averaged over 10 s (this worker's engines and compiles do not count; Linux). Off
+    /// unless set.
+    #[arg(long, env = "E2FLEET_MAX_OTHER_CPU", value_parser = clap::value_parser!(u8).range(1..=100))]
+    max_other_cpu: Option<u8>,
+    /// After this many seconds paused, give the held units back: running ones stop at their
+    /// exact cursor and report it (the coordinator leases the rest elsewhere), unstarted
+    /// ones are released, and nothing more is leased until the pause ends.
+    #[arg(long, env = "E2FLEET_GIVE_BACK_AFTER", default_value_t = 900)]
+    give_back_after: u64,
+    /// Test only: where Linux's power supplies are read.
+    #[arg(long, hide = true, default_value = "/sys/class/power_supply")]
+    power_supply_dir: PathBuf,
     /// Lower this process's CPU priority by this much (nice), 0 to keep it.
     #[arg(long, default_value_t = 10)]
     nice: u8,
@@ -218,10 +238,15 @@ async fn run_async(args: RunArgs) -> Result<()> {
     let stop_signals = Arc::new(AtomicU8::new(0));
     signals::spawn_handler(stop_signals.clone());
 
-    let pause_file = args
-        .pause_file
-        .clone()
-        .unwrap_or_else(|| args.data_dir.join("pause"));
+    let mut conditions = Conditions::new(
+        args.pause_file
+            .clone()
+            .unwrap_or_else(|| args.data_dir.join("pause")),
+        args.on_battery,
+        args.max_other_cpu,
+        args.power_supply_dir.clone(),
+    )?;
+    let give_back_after = Duration::from_secs(args.give_back_after);
     let started = Instant::now();
     let mut jobs: HashMap<JobId, JobEngine> = HashMap::new();
     let mut units_taken = 0u64;
@@ -236,7 +261,12 @@ async fn run_async(args: RunArgs) -> Result<()> {
     }
     let mut stopping = false;
     let mut stop_started = Instant::now();
-    let mut paused = false;
+    let mut pause: Option<Reason> = None;
+    let mut paused_since = Instant::now();
+    let mut given_back = false;
+    // no lease call before this (an empty answer says how long to wait); the loop itself
+    // wakes at least every second, so a pause or a give-back is never late
+    let mut lease_after = Instant::now();
     // leases whose job engine is not ready yet (spec not fetched, coordinator away):
     // kept and heartbeated, never dropped
     let mut waiting: Vec<Lease> = Vec::new();
@@ -262,16 +292,44 @@ async fn run_async(args: RunArgs) -> Result<()> {
                 warn!(code = ?s.code(), "could not release unstarted leases; they will expire");
             }
         }
-        let now_paused = pause_file.exists()
-            || stop_signals.load(Ordering::SeqCst) == 0 && PAUSED.load(Ordering::SeqCst);
-        if now_paused != paused {
-            paused = now_paused;
-            executor.set_paused(paused);
-            info!(
-                paused,
-                "engines {}",
-                if paused { "paused" } else { "resumed" }
-            );
+        let now = conditions
+            .reason(stop_signals.load(Ordering::SeqCst) == 0 && PAUSED.load(Ordering::SeqCst));
+        if now.is_some() != pause.is_some() {
+            executor.set_paused(now.is_some());
+            paused_since = Instant::now();
+            given_back = false;
+        }
+        // a line when the reason changes (not when a busy machine's percentage moves)
+        let kind = |r: Option<Reason>| r.map(|r| std::mem::discriminant(&r));
+        if kind(now) != kind(pause) {
+            match now {
+                Some(reason) => info!(paused = true, "engines paused: {reason}"),
+                None => info!(paused = false, "engines resumed"),
+            }
+        }
+        pause = now;
+        let paused = pause.is_some();
+        // a long pause gives the held units back, so a job's last units never wait on a
+        // machine that is not computing
+        if paused && !given_back && !stopping && paused_since.elapsed() >= give_back_after {
+            given_back = true;
+            let mut released = executor.give_back();
+            released.extend(waiting.drain(..).map(|l| l.lease_id));
+            let (_, running) = executor.load();
+            if running > 0 || !released.is_empty() {
+                info!(
+                    running,
+                    released = released.len(),
+                    "paused for {} s: giving the held units back (running ones report their exact cursors)",
+                    give_back_after.as_secs()
+                );
+            }
+            if !released.is_empty()
+                && link.up()
+                && let Err(s) = link.api.release(&released).await
+            {
+                warn!(code = ?s.code(), "could not release unstarted leases; they will expire");
+            }
         }
 
         // collect finished results: journal first, then send
@@ -391,7 +449,13 @@ async fn run_async(args: RunArgs) -> Result<()> {
             .map_or(u64::MAX, |n| n.saturating_sub(units_taken));
         let want = want.min(remaining.min(64) as usize);
         let mut retry_after = Duration::from_millis(200);
-        if want > 0 && !stopping && !limit_reached && !paused && link.up() {
+        if want > 0
+            && !stopping
+            && !limit_reached
+            && !paused
+            && link.up()
+            && Instant::now() >= lease_after
+        {
             match link.api.lease(want, engine_args.kind()).await {
                 Ok((leases, wait)) => {
                     link.ok();
@@ -421,13 +485,18 @@ async fn run_async(args: RunArgs) -> Result<()> {
                     }
                 }
             }
+            lease_after = Instant::now() + retry_after;
         }
 
         {
             let (q, r) = executor.load();
             console.status(format!(
                 "{} | {r}/{} engines busy, {} queued | {units_reported} units reported | {:.1} M placements/s per core | {}",
-                if paused { "paused" } else if stopping { "stopping" } else { "running" },
+                match pause {
+                    Some(reason) => format!("paused ({reason})"),
+                    None if stopping => "stopping".to_string(),
+                    None => "running".to_string(),
+                },
                 executor.threads(),
                 q + waiting.len(),
                 executor.per_core_rate() / 1e6,
@@ -435,14 +504,16 @@ async fn run_async(args: RunArgs) -> Result<()> {
             ));
         }
 
-        // wait for a result, the retry time or a short tick
+        // wait for a result, the retry time or a short tick (at most a second: the pause
+        // conditions and the heartbeat are checked up here)
         let wait = if link.up() {
             retry_after
         } else {
             link.next_try
                 .saturating_duration_since(Instant::now())
                 .min(retry_after.max(Duration::from_millis(200)))
-        };
+        }
+        .min(Duration::from_secs(1));
         tokio::select! {
             Some(outcome) = rx.recv() => {
                 collect(outcome, &journal, &mut outbox, args.fault_misreport)?;

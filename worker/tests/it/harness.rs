@@ -225,6 +225,9 @@ pub fn worker_as(
         .arg(shared_cache())
         .args(extra)
         .env("RUST_LOG", "info")
+        // a developer's unplugged laptop must not pause every test's workers (a test of
+        // the battery pause says `--on-battery pause`, which wins over this)
+        .env("E2FLEET_ON_BATTERY", "run")
         .stdout(Stdio::null())
         .stderr(log);
     if own_group {

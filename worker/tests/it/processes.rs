@@ -13,6 +13,8 @@
 //! - SIGTERM to a worker's whole process group (what systemd, Slurm and HTCondor do):
 //!   compiled engines keep running until the worker stops them and collects exact cursors;
 //! - a worker told to stop after N units: it walks and reports N, and holds no lease;
+//! - a laptop on battery: it computes nothing until plugged in; and a pause longer than
+//!   `--give-back-after`: the held units come back at their exact cursors;
 //! - and the whole fleet over TLS (`--tls-cert/--tls-key`, clients with `--ca-cert`).
 
 use std::path::Path;
@@ -148,6 +150,138 @@ async fn a_worker_told_to_stop_after_n_units_reports_n_and_holds_none() {
             doc["units"]
         );
     }
+}
+
+/// Waits until the worker's log (`<data_dir>.log`) has `line` (bounded).
+async fn wait_log(data: &Path, line: &str, limit: Duration) -> String {
+    let start = Instant::now();
+    loop {
+        let log = std::fs::read_to_string(data.with_extension("log")).unwrap_or_default();
+        if log.contains(line) {
+            return log;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "no \"{line}\" in the worker's log in {limit:?}:\n{log}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// One of Linux's power supplies in `dir` (as under `/sys/class/power_supply`).
+fn power_supply(dir: &Path, name: &str, files: &[(&str, &str)]) {
+    std::fs::create_dir_all(dir.join(name)).unwrap();
+    for (file, value) in files {
+        std::fs::write(dir.join(name).join(file), format!("{value}\n")).unwrap();
+    }
+}
+
+/// A laptop unplugged (its power supplies in a folder of the test's): the worker joins
+/// and leases nothing while on battery, says why, and computes the job exactly once it
+/// is plugged in.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_on_battery_computes_nothing_until_plugged_in() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_coordinator, url) = serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
+    let job = submit_6x6(&url, "2000000", &[]);
+    let power = dir.path().join("power");
+    power_supply(&power, "AC", &[("type", "Mains"), ("online", "0")]);
+    power_supply(
+        &power,
+        "BAT0",
+        &[("type", "Battery"), ("status", "Discharging")],
+    );
+    let data = dir.path().join("laptop");
+    let _worker = worker(
+        &url,
+        &data,
+        "laptop",
+        &[
+            "--engine",
+            "reference",
+            "--on-battery",
+            "pause",
+            "--power-supply-dir",
+            power.to_str().unwrap(),
+        ],
+        false,
+    );
+    wait_log(&data, "engines paused: on battery", Duration::from_secs(60)).await;
+    // a few of the loop's rounds on battery: still nothing leased
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let doc = admin(&url, &["job", &job]);
+    assert_eq!(
+        (units_done(&doc), doc["units"]["leased"].as_u64()),
+        (0, Some(0)),
+        "{}",
+        doc["units"]
+    );
+    power_supply(&power, "AC", &[("online", "1")]);
+    let doc = wait_complete(&url, &job, Duration::from_secs(120)).await;
+    assert_exact(&doc);
+    wait_log(&data, "engines resumed", Duration::from_secs(5)).await;
+}
+
+/// A pause longer than `--give-back-after` hands the held units back without losing or
+/// repeating a node: the running one stops at its exact cursor and reports it (the rest
+/// is leased again as a continuation), the queued one is released, nothing is leased
+/// while paused, and the job still ends on its exact total after the pause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_pause_gives_the_held_units_back_at_their_exact_cursors() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_coordinator, url) = serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
+    let job = submit_6x6(&url, "20000000", &[]);
+    let data = dir.path().join("w");
+    let mut w = worker(
+        &url,
+        &data,
+        "w",
+        &["--engine", "reference", "--give-back-after", "1"],
+        false,
+    );
+    let started = Instant::now();
+    while admin(&url, &["job", &job])["units"]["leased"].as_u64() == Some(0) {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "nothing leased"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    std::fs::write(data.join("pause"), "").unwrap();
+    wait_log(
+        &data,
+        "engines paused: the pause file exists",
+        Duration::from_secs(10),
+    )
+    .await;
+    wait_log(&data, "giving the held units back", Duration::from_secs(10)).await;
+    let started = Instant::now();
+    let doc = loop {
+        let doc = admin(&url, &["job", &job]);
+        if doc["units"]["leased"].as_u64() == Some(0) {
+            break doc;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "units still held after the give-back: {}",
+            doc["units"]
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(w.alive(), "a paused worker stays up");
+    assert_ne!(
+        doc["state"], "complete",
+        "the pause came too late to test anything"
+    );
+    // paused: nothing more is leased
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        admin(&url, &["job", &job])["units"]["leased"].as_u64(),
+        Some(0)
+    );
+    std::fs::remove_file(data.join("pause")).unwrap();
+    let doc = wait_complete(&url, &job, Duration::from_secs(120)).await;
+    assert_exact(&doc);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
