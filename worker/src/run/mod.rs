@@ -210,8 +210,28 @@ async fn run_async(args: RunArgs) -> Result<()> {
         crate::host::host_info(args.hostname.as_deref(), &args.engine),
         args.data_dir.join("identity.json"),
     );
+    let mut conditions = Conditions::new(
+        args.pause_file
+            .clone()
+            .unwrap_or_else(|| args.data_dir.join("pause")),
+        args.on_battery,
+        args.max_other_cpu,
+        args.power_supply_dir.clone(),
+    )?;
     join(&mut link).await?;
     let console = signals::Console::new(args.log_format == LogFormat::Text);
+    // the verification units are computing too: not on battery, not while paused (no
+    // signal handler yet: Ctrl-C ends the worker at once here, and it holds nothing)
+    let mut waited = false;
+    while let Some(reason) = conditions.reason(false) {
+        if !waited {
+            console.say(&format!(
+                "paused ({reason}): this machine's verification waits"
+            ));
+            waited = true;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 
     let mut engine_args = args.engine.clone();
     // compiled engines live with the identity unless told otherwise
@@ -238,14 +258,6 @@ async fn run_async(args: RunArgs) -> Result<()> {
     let stop_signals = Arc::new(AtomicU8::new(0));
     signals::spawn_handler(stop_signals.clone());
 
-    let mut conditions = Conditions::new(
-        args.pause_file
-            .clone()
-            .unwrap_or_else(|| args.data_dir.join("pause")),
-        args.on_battery,
-        args.max_other_cpu,
-        args.power_supply_dir.clone(),
-    )?;
     let give_back_after = Duration::from_secs(args.give_back_after);
     let started = Instant::now();
     let mut jobs: HashMap<JobId, JobEngine> = HashMap::new();

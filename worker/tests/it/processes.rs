@@ -176,9 +176,9 @@ fn power_supply(dir: &Path, name: &str, files: &[(&str, &str)]) {
     }
 }
 
-/// A laptop unplugged (its power supplies in a folder of the test's): the worker joins
-/// and leases nothing while on battery, says why, and computes the job exactly once it
-/// is plugged in.
+/// A laptop unplugged (its power supplies in a folder of the test's): the worker joins,
+/// says why it waits, runs nothing (not even its verification units) and leases nothing
+/// while on battery, and computes the job exactly once it is plugged in.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_worker_on_battery_computes_nothing_until_plugged_in() {
     let dir = tempfile::tempdir().unwrap();
@@ -206,7 +206,12 @@ async fn a_worker_on_battery_computes_nothing_until_plugged_in() {
         ],
         false,
     );
-    wait_log(&data, "engines paused: on battery", Duration::from_secs(60)).await;
+    wait_log(
+        &data,
+        "paused (on battery): this machine's verification waits",
+        Duration::from_secs(60),
+    )
+    .await;
     // a few of the loop's rounds on battery: still nothing leased
     tokio::time::sleep(Duration::from_secs(2)).await;
     let doc = admin(&url, &["job", &job]);
@@ -216,10 +221,11 @@ async fn a_worker_on_battery_computes_nothing_until_plugged_in() {
         "{}",
         doc["units"]
     );
+    let log = std::fs::read_to_string(data.with_extension("log")).unwrap();
+    assert!(!log.contains("running verification units"), "{log}");
     power_supply(&power, "AC", &[("online", "1")]);
     let doc = wait_complete(&url, &job, Duration::from_secs(120)).await;
     assert_exact(&doc);
-    wait_log(&data, "engines resumed", Duration::from_secs(5)).await;
 }
 
 /// A pause longer than `--give-back-after` hands the held units back without losing or
