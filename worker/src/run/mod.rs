@@ -48,7 +48,7 @@ use executor::{Executor, Outcome, Task};
 use jobs::{JobEngine, Prepared, prepare_job, verify_class};
 use journal::{Entry, Journal};
 use link::Link;
-use pause::{Conditions, OnBattery, Reason};
+use pause::{Conditions, Hours, OnBattery, Reason};
 use signals::PAUSED;
 
 /// How long a stopping worker keeps trying to deliver finished results before it exits
@@ -91,6 +91,10 @@ pub struct RunArgs {
     /// unless set.
     #[arg(long, env = "E2FLEET_MAX_OTHER_CPU", value_parser = clap::value_parser!(u8).range(1..=100))]
     max_other_cpu: Option<u8>,
+    /// Run only in this daily window of local time, e.g. 19:00-07:00 (across midnight) or
+    /// 09:00-17:00; outside it the engines pause. Off unless set.
+    #[arg(long, env = "E2FLEET_RUN_HOURS")]
+    run_hours: Option<Hours>,
     /// After this many seconds paused, give the held units back: running ones stop at their
     /// exact cursor and report it (the coordinator leases the rest elsewhere), unstarted
     /// ones are released, and nothing more is leased until the pause ends.
@@ -216,6 +220,7 @@ async fn run_async(args: RunArgs) -> Result<()> {
             .unwrap_or_else(|| args.data_dir.join("pause")),
         args.on_battery,
         args.max_other_cpu,
+        args.run_hours,
         args.power_supply_dir.clone(),
     )?;
     join(&mut link).await?;

@@ -8,7 +8,9 @@
 //!   `/sys/class/power_supply`, macOS asks `pmset`);
 //! - other programs use more than `--max-other-cpu` percent of the machine's CPU time
 //!   (off unless set; Linux, from `/proc`), averaged over [`CPU_WINDOW`]. The worker's own
-//!   process tree (its engines, and the rustc building an engine) does not count.
+//!   process tree (its engines, and the rustc building an engine) does not count;
+//! - the local time is outside `--run-hours` (a daily window such as `19:00-07:00`; off
+//!   unless set).
 //!
 //! A paused engine holds its place in the tree, and its time does not count as engine time
 //! (the per-core rate is of time walking). A pause longer than `--give-back-after` gives
@@ -19,6 +21,7 @@
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+use std::str::FromStr;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
@@ -40,6 +43,8 @@ pub enum Reason {
     Battery,
     /// Other programs use this percentage of the machine's CPU time.
     Busy(u32),
+    /// The local time is outside the window the engines may run in.
+    Hours(Hours),
 }
 
 impl fmt::Display for Reason {
@@ -49,6 +54,7 @@ impl fmt::Display for Reason {
             Reason::Signal => write!(f, "SIGUSR1 (SIGUSR2 resumes)"),
             Reason::Battery => write!(f, "on battery"),
             Reason::Busy(pct) => write!(f, "other programs use {pct}% of the CPU"),
+            Reason::Hours(h) => write!(f, "outside the hours set, {h}"),
         }
     }
 }
@@ -62,6 +68,64 @@ pub enum OnBattery {
     Run,
 }
 
+/// A daily window of local time the engines may run in: `19:00-07:00` (across midnight)
+/// or `09:30-17:00`; minutes of the day, the end excluded.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hours {
+    from: u16,
+    to: u16,
+}
+
+impl Hours {
+    /// Whether the minute of the day `m` (0..1440) is inside.
+    pub fn contains(&self, m: u16) -> bool {
+        if self.from < self.to {
+            self.from <= m && m < self.to
+        } else {
+            m >= self.from || m < self.to
+        }
+    }
+
+    /// Whether the machine's local time now is inside (its time zone: `TZ`, else the
+    /// system's). A time zone that cannot be read counts as UTC.
+    pub fn now_inside(&self) -> bool {
+        let now = jiff::Zoned::now();
+        self.contains(now.hour() as u16 * 60 + now.minute() as u16)
+    }
+}
+
+impl FromStr for Hours {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Hours, String> {
+        let minute = |t: &str| -> Option<u16> {
+            let (h, m) = t.trim().split_once(':')?;
+            let (h, m): (u16, u16) = (h.parse().ok()?, m.parse().ok()?);
+            (h < 24 && m < 60 && !t.trim().starts_with('+')).then_some(h * 60 + m)
+        };
+        let bad = || "hours are a daily window HH:MM-HH:MM, e.g. 19:00-07:00".to_string();
+        let (a, b) = s.split_once('-').ok_or_else(bad)?;
+        let (from, to) = (minute(a).ok_or_else(bad)?, minute(b).ok_or_else(bad)?);
+        if from == to {
+            return Err("an empty window (leave --run-hours out to run at any hour)".to_string());
+        }
+        Ok(Hours { from, to })
+    }
+}
+
+impl fmt::Display for Hours {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{:02}:{:02}-{:02}:{:02}",
+            self.from / 60,
+            self.from % 60,
+            self.to / 60,
+            self.to % 60
+        )
+    }
+}
+
 /// The conditions the loop polls.
 pub struct Conditions {
     file: PathBuf,
@@ -70,6 +134,8 @@ pub struct Conditions {
     next_power: Instant,
     battery: bool,
     cpu: Option<CpuWatch>,
+    hours: Option<Hours>,
+    outside: bool,
 }
 
 impl Conditions {
@@ -80,6 +146,7 @@ impl Conditions {
         file: PathBuf,
         on_battery: OnBattery,
         max_other_cpu: Option<u8>,
+        hours: Option<Hours>,
         power_supply_dir: PathBuf,
     ) -> Result<Conditions> {
         let cpu = match max_other_cpu {
@@ -93,23 +160,28 @@ impl Conditions {
             next_power: Instant::now(),
             battery: false,
             cpu,
+            hours,
+            outside: false,
         })
     }
 
     /// Why the engines should pause now, if they should. `signalled`: SIGUSR1 is in force.
     pub fn reason(&mut self, signalled: bool) -> Option<Reason> {
         let now = Instant::now();
-        if self.on_battery == OnBattery::Pause && now >= self.next_power {
+        if now >= self.next_power {
             self.next_power = now + POWER_EVERY;
-            self.battery = self.power.on_battery();
+            self.battery = self.on_battery == OnBattery::Pause && self.power.on_battery();
+            self.outside = self.hours.is_some_and(|h| !h.now_inside());
         }
         let busy = self.cpu.as_mut().and_then(|c| c.poll(now));
         if self.file.exists() {
             Some(Reason::File)
         } else if signalled {
             Some(Reason::Signal)
-        } else if self.on_battery == OnBattery::Pause && self.battery {
+        } else if self.battery {
             Some(Reason::Battery)
+        } else if let (true, Some(h)) = (self.outside, self.hours) {
+            Some(Reason::Hours(h))
         } else {
             busy.map(Reason::Busy)
         }
@@ -442,19 +514,79 @@ mod tests {
     }
 
     #[test]
+    fn hours_are_a_daily_window_that_may_cross_midnight() {
+        let night: Hours = "19:00-07:00".parse().unwrap();
+        let day: Hours = "09:30-17:00".parse().unwrap();
+        let at = |h: u16, m: u16| h * 60 + m;
+        assert!(night.contains(at(19, 0)) && night.contains(at(23, 59)));
+        assert!(night.contains(at(0, 0)) && night.contains(at(6, 59)));
+        assert!(!night.contains(at(7, 0)) && !night.contains(at(12, 0)));
+        assert!(!night.contains(at(18, 59)));
+        assert!(day.contains(at(9, 30)) && day.contains(at(16, 59)));
+        assert!(!day.contains(at(9, 29)) && !day.contains(at(17, 0)));
+        assert_eq!(night.to_string(), "19:00-07:00");
+        assert_eq!(
+            " 9:05 - 17:00".parse::<Hours>().unwrap().to_string(),
+            "09:05-17:00"
+        );
+        for bad in [
+            "",
+            "19-07",
+            "19:00",
+            "24:00-07:00",
+            "19:60-07:00",
+            "07:00-07:00",
+            "a:b-c:d",
+        ] {
+            assert!(bad.parse::<Hours>().is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
     fn the_first_reason_in_force_is_named() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("pause");
         let power = dir.path().join("power");
         supply(&power, "AC", &[("type", "Mains"), ("online", "0")]);
-        let mut c = Conditions::new(file.clone(), OnBattery::Pause, None, power.clone()).unwrap();
+        let mut c =
+            Conditions::new(file.clone(), OnBattery::Pause, None, None, power.clone()).unwrap();
         assert_eq!(c.reason(false), Some(Reason::Battery));
         assert_eq!(c.reason(true), Some(Reason::Signal));
         std::fs::write(&file, "").unwrap();
         assert_eq!(c.reason(true), Some(Reason::File));
-        let mut run = Conditions::new(file.clone(), OnBattery::Run, None, power).unwrap();
+        let mut run =
+            Conditions::new(file.clone(), OnBattery::Run, None, None, power.clone()).unwrap();
         std::fs::remove_file(&file).unwrap();
         assert_eq!(run.reason(false), None);
-        assert!(Conditions::new(file, OnBattery::Run, Some(0), dir.path().into()).is_err());
+        assert!(
+            Conditions::new(
+                file.clone(),
+                OnBattery::Run,
+                Some(0),
+                None,
+                dir.path().into()
+            )
+            .is_err()
+        );
+        // a window that has just ended, and one that has just begun
+        let now = jiff::Zoned::now();
+        let m = now.hour() as u16 * 60 + now.minute() as u16;
+        let window = |from: u16, to: u16| -> Hours {
+            let t = |x: u16| format!("{:02}:{:02}", x % 1440 / 60, x % 60);
+            format!("{}-{}", t(from), t(to)).parse().unwrap()
+        };
+        let ended = window(m + 1440 - 120, m + 1440 - 60);
+        let mut off = Conditions::new(
+            file.clone(),
+            OnBattery::Run,
+            None,
+            Some(ended),
+            power.clone(),
+        )
+        .unwrap();
+        assert_eq!(off.reason(false), Some(Reason::Hours(ended)));
+        let begun = window(m + 1440 - 1, m + 120);
+        let mut on = Conditions::new(file, OnBattery::Run, None, Some(begun), power).unwrap();
+        assert_eq!(on.reason(false), None);
     }
 }
