@@ -126,18 +126,22 @@ impl Executor {
             .insert(lease_id);
     }
 
-    /// Stops everything: running units stop at once and report their exact cursor;
-    /// queued ones are dropped (their leases expire and are re-run elsewhere).
-    pub fn stop_all(&self) -> Vec<LeaseId> {
-        self.shared.stop_all.store(true, Ordering::SeqCst);
-        let dropped: Vec<LeaseId> = self
-            .shared
+    /// Empties the queue; the leases of the units it held.
+    fn drain_queue(&self) -> Vec<LeaseId> {
+        self.shared
             .queue
             .lock()
             .expect("queue")
             .drain(..)
             .map(|t| t.lease.lease_id)
-            .collect();
+            .collect()
+    }
+
+    /// Stops everything: running units stop at once and report their exact cursor;
+    /// queued ones are dropped (their leases expire and are re-run elsewhere).
+    pub fn stop_all(&self) -> Vec<LeaseId> {
+        self.shared.stop_all.store(true, Ordering::SeqCst);
+        let dropped = self.drain_queue();
         self.shared.ready.notify_all();
         dropped
     }
@@ -146,14 +150,7 @@ impl Executor {
     /// their exact cursor and report it (paused ones too); queued ones are dropped and
     /// returned, for the caller to release.
     pub fn give_back(&self) -> Vec<LeaseId> {
-        let dropped: Vec<LeaseId> = self
-            .shared
-            .queue
-            .lock()
-            .expect("queue")
-            .drain(..)
-            .map(|t| t.lease.lease_id)
-            .collect();
+        let dropped = self.drain_queue();
         let running: Vec<LeaseId> = self
             .shared
             .running
