@@ -231,6 +231,7 @@ impl Coordinator {
         held: &[(LeaseId, u64)],
         per_core_rate: f64,
         threads: u32,
+        paused: &str,
     ) -> Result<Vec<LeaseId>, Status> {
         let r = self
             .client
@@ -245,6 +246,7 @@ impl Coordinator {
                         .collect(),
                     per_core_nodes_per_s: per_core_rate,
                     threads,
+                    paused: paused.to_string(),
                 }),
             )
             .await?

@@ -3,10 +3,10 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use e2fleet_proto::api::Verdict;
 use e2fleet_proto::api::status::{
     AccountStatus, FleetStatus, JobStatus, VerificationMatrix, WorkerStatus,
 };
+use e2fleet_proto::api::{Verdict, WorkerState};
 
 use crate::outln;
 
@@ -153,20 +153,31 @@ pub fn account(a: &AccountStatus) -> String {
     )
 }
 
-/// One worker as a line.
+/// One worker as a line (a paused one, seen lately, says why at the end).
 pub fn worker(w: &WorkerStatus) -> String {
+    let seen = matches!(w.state, WorkerState::Online | WorkerState::Idle);
+    let paused = seen && !w.paused.is_empty();
     format!(
-        "{}  {:<16} {:<20} {:<12} {:<28} cores {:>3}  {:>8} units  {} errors  {:.1} M/s per core  {}",
+        "{}  {:<16} {:<20} {:<12} {:<28} cores {:>3}  {:>8} units  {} errors  {:.1} M/s per core  {}{}",
         w.id,
         w.account,
         w.host.hostname,
-        w.state,
+        if paused {
+            "paused".to_string()
+        } else {
+            w.state.to_string()
+        },
         w.host.cpu_model,
         w.host.cores,
         w.units_done,
         w.errors,
         w.per_core_rate / 1e6,
         w.engine_build,
+        if paused {
+            format!("  (paused: {})", w.paused)
+        } else {
+            String::new()
+        },
     )
 }
 

@@ -484,7 +484,10 @@ async function workersPage() {
   const workers = await api("/api/workers");
   const rows = workers.map((w) => [
     el("span", { class: "host" }, w.hostname),
-    badge(w.state),
+    // a worker seen lately whose engines are paused says why (the pause file, on battery...)
+    w.paused && (w.state === "online" || w.state === "idle")
+      ? el("span", { title: "paused: " + w.paused }, badge("paused"), " ", el("span", { class: "note" }, w.paused))
+      : badge(w.state),
     w.cpu_model,
     exact(w.cores),
     `${w.arch} / ${w.os}`,
@@ -504,7 +507,7 @@ async function workersPage() {
     section(`${workers.length} registered`,
       table(["Host", "State", "CPU", "Cores", "Arch / OS", "rustc", "Engine", "Per-core", "Threads", "Units done", "Errors", "Last seen", ""], rows,
         "No worker has registered yet. Start one with: e2fleet-worker run --coordinator URL --token TOKEN"),
-      el("p", { class: "note" }, "Per-core is the worker's own engine-thread speed (its last heartbeat). A quarantined host gets no leases until an operator releases it.")),
+      el("p", { class: "note" }, "Per-core is the worker's own engine-thread speed (its last heartbeat). A paused worker says why (its owner's pause file, on battery, outside its hours, other programs busy); after a long pause it hands its units back. A quarantined host gets no leases until an operator releases it.")),
   ];
 }
 

@@ -10,7 +10,7 @@ use e2fleet_engine::search::Walker;
 use e2fleet_proto::api::{JobId, Lease, LeaseId};
 use tracing::{info, instrument, warn};
 
-use super::policy::{MAX_LEASES_PER_CALL, MAX_LEASES_PER_REQUEST, lease_cap};
+use super::policy::{MAX_LEASES_PER_CALL, MAX_LEASES_PER_REQUEST, MAX_PAUSED_CHARS, lease_cap};
 use super::{Fleet, FleetError, LeasedUnit};
 use crate::store::{
     LeaseRecord, LeaseState, Leasing, NewUnit, StoreError, Tx, UnitKind, UnitRecord, WorkerRecord,
@@ -75,7 +75,7 @@ impl Fleet {
             expire(tx, now)?;
             self.last_expiry_ms.store(now, Ordering::Relaxed);
         }
-        let quarantined = tx.worker_seen(worker.id, now, None, engine)?;
+        let quarantined = tx.worker_seen(worker.id, now, None, engine, None)?;
         if quarantined.is_none_or(|q| q) {
             return Ok(Vec::new());
         }
@@ -239,6 +239,7 @@ impl Fleet {
         lease_ids: &[LeaseId],
         rate: f64,
         threads: u32,
+        paused: &str,
     ) -> Result<(i64, Vec<LeaseId>), FleetError> {
         let now = self.now();
         let deadline = now + self.config.lease.as_millis() as i64;
@@ -249,6 +250,8 @@ impl Fleet {
             .copied()
             .collect();
         let rate = rate.is_finite().then_some((rate.max(0.0), threads));
+        // a label only (it decides nothing), and bounded: a client cannot grow a row
+        let paused: String = paused.chars().take(MAX_PAUSED_CHARS).collect();
         self.store
             .write(move |tx| {
                 let mut stop = Vec::new();
@@ -257,7 +260,7 @@ impl Fleet {
                         stop.push(id);
                     }
                 }
-                tx.worker_seen(worker_id, now, rate, None)?;
+                tx.worker_seen(worker_id, now, rate, None, Some(&paused))?;
                 Ok((deadline, stop))
             })
             .await

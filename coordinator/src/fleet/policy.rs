@@ -30,6 +30,9 @@ pub const MAX_LEASES_PER_REQUEST: usize = 256;
 /// Most leases one heartbeat or release may name (the rest are ignored).
 pub const MAX_LEASES_PER_CALL: usize = 1024;
 
+/// Characters kept of the pause reason a heartbeat gives (a label for the dashboard).
+pub const MAX_PAUSED_CHARS: usize = 120;
+
 /// How long a count of leases out per job is reused, ms (see `sharing`).
 pub const SHARES_EVERY_MS: i64 = 500;
 

@@ -200,6 +200,7 @@ impl Fleet {
             units_done: 0,
             errors: 0,
             quarantined: false,
+            paused: String::new(),
             leases_held: 0,
         };
         let fresh = previous.is_none().then(|| record.clone());

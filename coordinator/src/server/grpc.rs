@@ -185,7 +185,7 @@ impl WorkerService for WorkerApi {
         let ids = lease_ids(&ids)?;
         let (deadline, stop) = self
             .0
-            .heartbeat(&worker, &ids, r.per_core_nodes_per_s, r.threads)
+            .heartbeat(&worker, &ids, r.per_core_nodes_per_s, r.threads, &r.paused)
             .await
             .map_err(status_of)?;
         Ok(Response::new(v2::HeartbeatResponse {

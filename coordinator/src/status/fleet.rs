@@ -42,6 +42,7 @@ fn worker_status(w: WorkerRecord, state: WorkerState) -> WorkerStatus {
         last_seen_ms: w.last_seen_ms,
         per_core_rate: w.per_core_rate,
         threads: w.threads,
+        paused: w.paused,
         units_done: w.units_done,
         errors: w.errors,
         quarantined: w.quarantined,

@@ -244,6 +244,7 @@ pub trait Workers {
         now_ms: i64,
         rate: Option<(f64, u32)>,
         engine: Option<(e2fleet_engine::engine::EngineKind, &str)>,
+        paused: Option<&str>,
     ) -> StoreResult<Option<bool>>;
     /// Counts a unit decided by a worker's result.
     fn worker_unit_done(&mut self, id: WorkerId) -> StoreResult<()>;

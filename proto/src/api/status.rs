@@ -336,6 +336,10 @@ pub struct WorkerStatus {
     pub per_core_rate: f64,
     /// Engine threads from its last heartbeat.
     pub threads: u32,
+    /// Why its engines are paused, from its last heartbeat (the pause file, on battery,
+    /// ...); empty while they run.
+    #[serde(default)]
+    pub paused: String,
     /// Units whose result it had accepted.
     pub units_done: u64,
     /// Wrong results counted against it.

@@ -269,6 +269,9 @@ async fn run_async(args: RunArgs) -> Result<()> {
     let mut units_taken = 0u64;
     let mut units_reported = 0u64;
     let mut last_heartbeat = Instant::now();
+    // a pause that starts or ends is told at once (the dashboard shows it), not at the
+    // next heartbeat
+    let mut tell_pause = false;
     let mut outbox: Vec<Entry> = journal.pending()?;
     if !outbox.is_empty() {
         info!(
@@ -319,6 +322,7 @@ async fn run_async(args: RunArgs) -> Result<()> {
         // a line when the reason changes (not when a busy machine's percentage moves)
         let kind = |r: Option<Reason>| r.map(|r| std::mem::discriminant(&r));
         if kind(now) != kind(pause) {
+            tell_pause = true;
             match now {
                 Some(reason) => info!(paused = true, "engines paused: {reason}"),
                 None => info!(paused = false, "engines resumed"),
@@ -411,18 +415,24 @@ async fn run_async(args: RunArgs) -> Result<()> {
 
         // heartbeat well within the lease
         let heartbeat_every = (link.lease / 3).max(Duration::from_secs(1));
-        if link.up() && last_heartbeat.elapsed() >= heartbeat_every {
+        if link.up() && (tell_pause || last_heartbeat.elapsed() >= heartbeat_every) {
             let mut held = executor.held();
             held.extend(waiting.iter().map(|l| (l.lease_id, 0)));
             let threads = if paused { 0 } else { executor.threads() as u32 };
             match link
                 .api
-                .heartbeat(&held, executor.per_core_rate(), threads)
+                .heartbeat(
+                    &held,
+                    executor.per_core_rate(),
+                    threads,
+                    &pause.map(|r| r.to_string()).unwrap_or_default(),
+                )
                 .await
             {
                 Ok(stop) => {
                     link.ok();
                     last_heartbeat = Instant::now();
+                    tell_pause = false;
                     for id in stop {
                         info!(lease_id = %id, "coordinator asked to stop a lease");
                         executor.stop_lease(id);

@@ -231,7 +231,8 @@ async fn a_worker_on_battery_computes_nothing_until_plugged_in() {
 /// A pause longer than `--give-back-after` hands the held units back without losing or
 /// repeating a node: the running one stops at its exact cursor and reports it (the rest
 /// is leased again as a continuation), the queued one is released, nothing is leased
-/// while paused, and the job still ends on its exact total after the pause.
+/// while paused (the operator's `workers` says why), and the job still ends on its exact
+/// total after the pause.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_pause_gives_the_held_units_back_at_their_exact_cursors() {
     let dir = tempfile::tempdir().unwrap();
@@ -279,6 +280,14 @@ async fn a_long_pause_gives_the_held_units_back_at_their_exact_cursors() {
         doc["state"], "complete",
         "the pause came too late to test anything"
     );
+    // the operator sees why (`workers`, the dashboard)
+    let paused_as = || {
+        admin(&url, &["workers"])[0]["paused"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(paused_as(), "the pause file exists");
     // paused: nothing more is leased
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
@@ -288,6 +297,7 @@ async fn a_long_pause_gives_the_held_units_back_at_their_exact_cursors() {
     std::fs::remove_file(data.join("pause")).unwrap();
     let doc = wait_complete(&url, &job, Duration::from_secs(120)).await;
     assert_exact(&doc);
+    assert_eq!(paused_as(), "");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

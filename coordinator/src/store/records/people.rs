@@ -68,6 +68,9 @@ pub struct WorkerRecord {
     pub errors: u64,
     /// Refused work.
     pub quarantined: bool,
+    /// Why its engines are paused, from its last heartbeat; empty while they run (and
+    /// from each registration until its first heartbeat).
+    pub paused: String,
     /// Active leases it holds (filled by [`crate::store::Workers::list_workers`] only).
     pub leases_held: u64,
 }

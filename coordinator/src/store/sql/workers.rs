@@ -12,7 +12,7 @@ use crate::store::tx::{StoreResult, Workers};
 const COLUMNS: &str = "w.id, w.token_hash, w.hostname, w.cpu_model, w.cores, w.arch, w.os, \
      w.rustc_version, w.worker_version, w.target_features, w.engine_kind, w.engine_build, w.class_id, \
      w.registered_ms, w.last_seen_ms, w.per_core_rate, w.threads, w.units_done, w.errors, w.quarantined, \
-     w.account_id";
+     w.account_id, w.paused";
 
 /// Reads a row of [`COLUMNS`], then `leases_held` if `with_leases`.
 fn from_row(r: &Row, with_leases: bool) -> StoreResult<WorkerRecord> {
@@ -43,8 +43,9 @@ fn from_row(r: &Row, with_leases: bool) -> StoreResult<WorkerRecord> {
         units_done: r.get::<i64>(17)? as u64,
         errors: r.get::<i64>(18)? as u64,
         quarantined: r.get(19)?,
+        paused: r.get(21)?,
         leases_held: if with_leases {
-            r.get::<i64>(21)? as u64
+            r.get::<i64>(22)? as u64
         } else {
             0
         },
@@ -60,7 +61,8 @@ impl Workers for SqlTx<'_> {
              ON CONFLICT(id) DO UPDATE SET token_hash = excluded.token_hash, hostname = excluded.hostname, cpu_model = excluded.cpu_model, \
                cores = excluded.cores, arch = excluded.arch, os = excluded.os, rustc_version = excluded.rustc_version, \
                worker_version = excluded.worker_version, last_seen_ms = excluded.last_seen_ms, engine_kind = excluded.engine_kind, \
-               engine_build = excluded.engine_build, target_features = excluded.target_features, class_id = excluded.class_id", args![
+               engine_build = excluded.engine_build, target_features = excluded.target_features, class_id = excluded.class_id, \
+               paused = ''", args![
             w.id.to_string(),
             w.token_hash,
             h.hostname,
@@ -111,15 +113,17 @@ impl Workers for SqlTx<'_> {
         now_ms: i64,
         rate: Option<(f64, u32)>,
         engine: Option<(EngineKind, &str)>,
+        paused: Option<&str>,
     ) -> StoreResult<Option<bool>> {
         self.c.map_row("UPDATE workers SET last_seen_ms = ?, per_core_rate = COALESCE(?, per_core_rate), threads = COALESCE(?, threads), \
-               engine_kind = COALESCE(?, engine_kind), engine_build = COALESCE(?, engine_build) WHERE id = ? \
+               engine_kind = COALESCE(?, engine_kind), engine_build = COALESCE(?, engine_build), paused = COALESCE(?, paused) WHERE id = ? \
              RETURNING quarantined", args![
                 now_ms,
                 rate.map(|r| r.0),
                 rate.map(|r| r.1 as i64),
                 engine.map(|e| e.0.as_str()),
                 engine.map(|e| e.1),
+                paused,
                 id.to_string()
             ], |r| r.get(0))
     }
