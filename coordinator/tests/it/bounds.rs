@@ -154,7 +154,7 @@ async fn requests_without_a_token_are_refused_before_their_bodies_are_read() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn long_labels_and_verification_floods_are_refused() {
+async fn long_labels_paused_reasons_and_verification_floods_are_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let c = Coordinator::start(&temp_db(&dir), 3).await;
     // every string a worker says about itself is a label of at most 256 bytes
@@ -173,6 +173,18 @@ async fn long_labels_and_verification_floods_are_refused() {
     // verification submissions are rate-limited per identity (a burst of 10, then 1/s):
     // a flood is refused before any of it is judged
     let mut w = SimWorker::register(&c.url, "w", Behaviour::Honest).await;
+    // why a worker is paused is a label too, and kept to 120 characters
+    for paused in ["p".repeat(10_000), "on battery".to_string(), String::new()] {
+        w.client
+            .heartbeat(w.req(v2::HeartbeatRequest {
+                paused: paused.clone(),
+                ..Default::default()
+            }))
+            .await
+            .unwrap();
+        let shown = c.workers().await[0]["paused"].as_str().unwrap().to_string();
+        assert_eq!(shown, paused.chars().take(120).collect::<String>());
+    }
     let mut refused = 0;
     for _ in 0..30 {
         let r = w
