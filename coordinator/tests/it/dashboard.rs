@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicI64;
 
 use crate::harness::*;
+use e2fleet_proto::v2;
 
 fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -151,6 +152,14 @@ async fn pages_load_and_show_a_running_job_moving() {
     let mut odd = SimWorker::register_as(&c.url, "odd-host", "CPU Odd", Behaviour::Honest).await;
     assert!(odd.verify("", &["clue1-budget"]).await.class_flagged);
     w.verify("", &[]).await;
+    // a worker whose engines are paused says why, on the workers page
+    odd.client
+        .heartbeat(odd.req(v2::HeartbeatRequest {
+            paused: "on battery".into(),
+            ..Default::default()
+        }))
+        .await
+        .unwrap();
     for path in ["/", "/jobs", "/workers", "/verification", "/stats"] {
         let url = format!("{}{path}", c.url);
         let dom = tokio::task::spawn_blocking({
@@ -160,6 +169,12 @@ async fn pages_load_and_show_a_running_job_moving() {
         .await
         .unwrap();
         assert!(dom.contains("browser-host") || path != "/workers", "{dom}");
+        if path == "/workers" {
+            assert!(
+                dom.contains("badge-paused") && dom.contains("on battery"),
+                "{dom}"
+            );
+        }
         if path == "/stats" {
             assert!(dom.contains("No volunteer account yet"), "{dom}");
         }
