@@ -17,8 +17,8 @@
 //! - [`link`]: identity, registration and backoff around [`crate::link::Coordinator`];
 //! - [`jobs`]: verification of this class, job specs, engine builds and self-tests;
 //! - [`executor`]: the engine threads; [`journal`]: results on disk until acknowledged;
-//! - [`pause`]: when the engines pause (the pause file, SIGUSR1, battery, other programs'
-//!   CPU use), and giving the held units back after a long pause;
+//! - [`pause`]: when the engines pause (the pause file, SIGUSR1, battery, the hours set,
+//!   other programs' CPU use), and giving the held units back after a long pause;
 //! - [`signals`]: signals, niceness and the status line.
 
 mod executor;
