@@ -187,8 +187,17 @@ pub fn fleet(f: &FleetStatus) -> String {
     let w = &f.workers;
     let _ = writeln!(
         out,
-        "workers: {} ({} online, {} idle, {} offline, {} quarantined)",
-        w.total, w.online, w.idle, w.offline, w.quarantined
+        "workers: {} ({} online, {} idle, {} offline, {} quarantined){}",
+        w.total,
+        w.online,
+        w.idle,
+        w.offline,
+        w.quarantined,
+        if w.paused > 0 {
+            format!("; {} of them paused", w.paused)
+        } else {
+            String::new()
+        }
     );
     let a = &f.aggregate_nodes_per_s;
     let _ = writeln!(

@@ -383,7 +383,8 @@ async function fleetPage() {
         "one engine thread: median of nodes / engine second over results of the last hour",
         { id: "per-core-rate", "data-value": pc.overall }),
       card("Workers", `${exact(w.online)} online`,
-        `${exact(w.idle || 0)} idle · ${exact(w.offline)} offline · ${exact(w.quarantined)} quarantined`, { id: "workers-card" }),
+        `${exact(w.idle || 0)} idle · ${exact(w.offline)} offline · ${exact(w.quarantined)} quarantined` +
+          (w.paused ? ` · ${exact(w.paused)} of them paused` : ""), { id: "workers-card" }),
       card("Units, last minute", `${exact(u.completed)} completed`, `${exact(u.leased)} leased · ${exact(u.expired)} leases expired`),
       card("Wrong results", exact(fleet.wrong_results), "results outvoted or failing verification (all time)",
         { class: fleet.wrong_results > 0 ? "card warn" : "card" })),

@@ -56,6 +56,12 @@ pub async fn metrics(State(fleet): State<Arc<Fleet>>) -> Response {
             ("{state=\"quarantined\"}".into(), w.quarantined as f64),
         ],
     );
+    out.metric(
+        "e2fleet_workers_paused",
+        "Online or idle workers whose engines are paused (by their owner, on battery, outside their hours, ...).",
+        "gauge",
+        &[(String::new(), w.paused as f64)],
+    );
     let agg = &status.aggregate_nodes_per_s;
     out.metric(
         "e2fleet_aggregate_nodes_per_second",

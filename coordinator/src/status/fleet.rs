@@ -60,7 +60,13 @@ impl Fleet {
             .read(move |tx| {
                 let mut workers = WorkerCounts::default();
                 for w in tx.list_workers()? {
-                    workers.add(worker_state(&w, now, lease_ms));
+                    let state = worker_state(&w, now, lease_ms);
+                    workers.add(state);
+                    if !w.paused.is_empty()
+                        && matches!(state, WorkerState::Online | WorkerState::Idle)
+                    {
+                        workers.paused += 1;
+                    }
                 }
                 let samples = tx.rate_samples(None, now - HISTORY_MS)?;
                 let received = tx.nodes_since(None, now - RATE_WINDOW_MS)?;

@@ -175,6 +175,9 @@ async fn pages_load_and_show_a_running_job_moving() {
                 "{dom}"
             );
         }
+        if path == "/" {
+            assert!(dom.contains("1 of them paused"), "{dom}");
+        }
         if path == "/stats" {
             assert!(dom.contains("No volunteer account yet"), "{dom}");
         }

@@ -143,6 +143,7 @@ async fn every_endpoint_answers_with_a_running_job() {
         &format!("e2fleet_store_info{{store=\"{store}\"}} 1"),
         "e2fleet_upkeep_leader",
         "e2fleet_workers{state=\"idle\"} 1",
+        "e2fleet_workers_paused 0",
         "e2fleet_aggregate_nodes_per_second{kind=\"verified\"}",
         "e2fleet_per_core_nodes_per_second{group=\"all\"}",
         "e2fleet_units_last_minute{event=\"completed\"}",

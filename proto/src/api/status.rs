@@ -210,6 +210,10 @@ pub struct WorkerCounts {
     pub offline: u64,
     /// Refused work after wrong results.
     pub quarantined: u64,
+    /// Of the online and idle ones, those whose engines are paused (by their owner, on
+    /// battery, outside their hours, ...): a subset, not a state of its own.
+    #[serde(default)]
+    pub paused: u64,
 }
 
 impl WorkerCounts {

@@ -194,6 +194,7 @@ impl From<&FleetStatus> for v2::FleetStatusResponse {
                 idle: w.idle,
                 offline: w.offline,
                 quarantined: w.quarantined,
+                paused: w.paused,
             }),
             aggregate_raw_nodes_per_s: f.aggregate_nodes_per_s.raw,
             aggregate_verified_nodes_per_s: f.aggregate_nodes_per_s.verified,
@@ -237,6 +238,7 @@ impl From<&v2::FleetStatusResponse> for FleetStatus {
                 idle: w.idle,
                 offline: w.offline,
                 quarantined: w.quarantined,
+                paused: w.paused,
             },
             aggregate_nodes_per_s: AggregateRate {
                 what: AGGREGATE_WHAT.into(),

@@ -288,6 +288,7 @@ async fn a_long_pause_gives_the_held_units_back_at_their_exact_cursors() {
             .to_string()
     };
     assert_eq!(paused_as(), "the pause file exists");
+    assert_eq!(admin(&url, &["fleet"])["workers"]["paused"], 1);
     // paused: nothing more is leased
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(
@@ -298,6 +299,7 @@ async fn a_long_pause_gives_the_held_units_back_at_their_exact_cursors() {
     let doc = wait_complete(&url, &job, Duration::from_secs(120)).await;
     assert_exact(&doc);
     assert_eq!(paused_as(), "");
+    assert_eq!(admin(&url, &["fleet"])["workers"]["paused"], 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
