@@ -6,11 +6,11 @@
 //! - SIGUSR1 was received (until SIGUSR2);
 //! - the machine runs on battery (`--on-battery pause`, the default; Linux reads
 //!   `/sys/class/power_supply`, macOS asks `pmset`);
+//! - the local time is outside `--run-hours` (a daily window such as `19:00-07:00`; off
+//!   unless set);
 //! - other programs use more than `--max-other-cpu` percent of the machine's CPU time
 //!   (off unless set; Linux, from `/proc`), averaged over [`CPU_WINDOW`]. The worker's own
-//!   process tree (its engines, and the rustc building an engine) does not count;
-//! - the local time is outside `--run-hours` (a daily window such as `19:00-07:00`; off
-//!   unless set).
+//!   process tree (its engines, and the rustc building an engine) does not count.
 //!
 //! A paused engine holds its place in the tree, and its time does not count as engine time
 //! (the per-core rate is of time walking). A pause longer than `--give-back-after` gives
@@ -27,7 +27,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use clap::ValueEnum;
 
-/// How often the power source is read.
+/// How often the power source and the clock are read.
 const POWER_EVERY: Duration = Duration::from_secs(2);
 /// The window other programs' CPU use is averaged over.
 pub const CPU_WINDOW: Duration = Duration::from_secs(10);
