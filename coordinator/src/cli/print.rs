@@ -3,10 +3,10 @@
 use std::fmt::Write;
 use std::time::Duration;
 
+use e2fleet_proto::api::Verdict;
 use e2fleet_proto::api::status::{
     AccountStatus, FleetStatus, JobStatus, VerificationMatrix, WorkerStatus,
 };
-use e2fleet_proto::api::{Verdict, WorkerState};
 
 use crate::outln;
 
@@ -155,14 +155,13 @@ pub fn account(a: &AccountStatus) -> String {
 
 /// One worker as a line (a paused one, seen lately, says why at the end).
 pub fn worker(w: &WorkerStatus) -> String {
-    let seen = matches!(w.state, WorkerState::Online | WorkerState::Idle);
-    let paused = seen && !w.paused.is_empty();
+    let paused = w.paused_now();
     format!(
         "{}  {:<16} {:<20} {:<12} {:<28} cores {:>3}  {:>8} units  {} errors  {:.1} M/s per core  {}{}",
         w.id,
         w.account,
         w.host.hostname,
-        if paused {
+        if paused.is_some() {
             "paused".to_string()
         } else {
             w.state.to_string()
@@ -173,11 +172,7 @@ pub fn worker(w: &WorkerStatus) -> String {
         w.errors,
         w.per_core_rate / 1e6,
         w.engine_build,
-        if paused {
-            format!("  (paused: {})", w.paused)
-        } else {
-            String::new()
-        },
+        paused.map_or(String::new(), |p| format!("  (paused: {p})")),
     )
 }
 

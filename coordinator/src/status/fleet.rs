@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use e2fleet_proto::api::WorkerState;
 use e2fleet_proto::api::status::{
     AGGREGATE_WHAT, AggregateRate, FleetStatus, MinuteSample, PER_CORE_WHAT, PerCoreRates,
-    RateGroup, UnitEvents, WorkerCounts, WorkerStatus,
+    RateGroup, UnitEvents, WorkerCounts, WorkerStatus, paused_now,
 };
 
 use super::{RATE_WINDOW_MS, worker_state};
@@ -62,9 +62,7 @@ impl Fleet {
                 for w in tx.list_workers()? {
                     let state = worker_state(&w, now, lease_ms);
                     workers.add(state);
-                    if !w.paused.is_empty()
-                        && matches!(state, WorkerState::Online | WorkerState::Idle)
-                    {
+                    if paused_now(state, &w.paused).is_some() {
                         workers.paused += 1;
                     }
                 }

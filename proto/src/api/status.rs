@@ -356,6 +356,21 @@ pub struct WorkerStatus {
     pub state: WorkerState,
 }
 
+impl WorkerStatus {
+    /// Why its engines are paused, when it was seen lately (online or idle) and said so
+    /// in its last heartbeat; an offline worker's last word is not shown as a pause.
+    pub fn paused_now(&self) -> Option<&str> {
+        paused_now(self.state, &self.paused)
+    }
+}
+
+/// The pause reason a worker in `state` whose last heartbeat said `paused` shows: the
+/// one rule the worker list, the fleet counts and the CLI share.
+pub fn paused_now(state: WorkerState, paused: &str) -> Option<&str> {
+    (matches!(state, WorkerState::Online | WorkerState::Idle) && !paused.is_empty())
+        .then_some(paused)
+}
+
 /// An account: who an enrolment token belongs to, its trust and its credit.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AccountStatus {

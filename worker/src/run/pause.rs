@@ -130,7 +130,7 @@ impl fmt::Display for Hours {
 pub struct Conditions {
     file: PathBuf,
     on_battery: OnBattery,
-    power: PowerSource,
+    power_supply_dir: PathBuf,
     next_power: Instant,
     battery: bool,
     cpu: Option<CpuWatch>,
@@ -156,7 +156,7 @@ impl Conditions {
         Ok(Conditions {
             file,
             on_battery,
-            power: PowerSource::new(power_supply_dir),
+            power_supply_dir,
             next_power: Instant::now(),
             battery: false,
             cpu,
@@ -170,7 +170,8 @@ impl Conditions {
         let now = Instant::now();
         if now >= self.next_power {
             self.next_power = now + POWER_EVERY;
-            self.battery = self.on_battery == OnBattery::Pause && self.power.on_battery();
+            self.battery =
+                self.on_battery == OnBattery::Pause && on_battery(&self.power_supply_dir);
             self.outside = self.hours.is_some_and(|h| !h.now_inside());
         }
         let busy = self.cpu.as_mut().and_then(|c| c.poll(now));
@@ -188,29 +189,19 @@ impl Conditions {
     }
 }
 
-/// Where the machine's power comes from.
-struct PowerSource {
-    dir: PathBuf,
-}
-
-impl PowerSource {
-    fn new(dir: PathBuf) -> PowerSource {
-        PowerSource { dir }
+/// True when the machine runs on battery (macOS: `pmset`; elsewhere Linux's power
+/// supplies under `power_supply_dir`). Anything unreadable counts as mains: a worker never
+/// pauses on a guess.
+fn on_battery(power_supply_dir: &Path) -> bool {
+    if cfg!(target_os = "macos") {
+        return std::process::Command::new("pmset")
+            .args(["-g", "batt"])
+            .output()
+            .ok()
+            .filter(|o| o.status.success())
+            .is_some_and(|o| pmset_on_battery(&String::from_utf8_lossy(&o.stdout)));
     }
-
-    /// True when the machine runs on battery. Anything unreadable counts as mains: a
-    /// worker never pauses on a guess.
-    fn on_battery(&self) -> bool {
-        if cfg!(target_os = "macos") {
-            return std::process::Command::new("pmset")
-                .args(["-g", "batt"])
-                .output()
-                .ok()
-                .filter(|o| o.status.success())
-                .is_some_and(|o| pmset_on_battery(&String::from_utf8_lossy(&o.stdout)));
-        }
-        sysfs_on_battery(&self.dir)
-    }
+    sysfs_on_battery(power_supply_dir)
 }
 
 /// Linux's power supplies, the way systemd's `on_ac_power` reads them: on mains when any
@@ -236,10 +227,14 @@ pub fn sysfs_on_battery(dir: &Path) -> bool {
             if read(&p, "status") == "Discharging" {
                 discharging += 1;
             }
-        } else if !read(&p, "online").is_empty() {
-            supplies += 1;
-            if read(&p, "online") != "0" {
-                online += 1;
+        } else {
+            match read(&p, "online").as_str() {
+                "" => {}
+                "0" => supplies += 1,
+                _ => {
+                    supplies += 1;
+                    online += 1;
+                }
             }
         }
     }
