@@ -223,17 +223,22 @@ async fn run_async(args: RunArgs) -> Result<()> {
         args.run_hours,
         args.power_supply_dir.clone(),
     )?;
+    // 0 = running, 1 = stopping (report cursors), signals past that exit at once; until
+    // the main loop holds units a stop signal exits at once (`signals::HOLDING`), and
+    // SIGUSR1/SIGUSR2 pause and resume from here on
+    let stop_signals = Arc::new(AtomicU8::new(0));
+    signals::spawn_handler(stop_signals.clone());
     join(&mut link).await?;
     let console = signals::Console::new(args.log_format == LogFormat::Text);
-    // the verification units are computing too: not on battery, not while paused (no
-    // signal handler yet: Ctrl-C ends the worker at once here, and it holds nothing)
-    let mut waited = false;
-    while let Some(reason) = conditions.reason(false) {
-        if !waited {
+    // the verification units are computing too: not on battery, not while paused
+    let mut waiting_for = None;
+    while let Some(reason) = conditions.reason(PAUSED.load(Ordering::SeqCst)) {
+        // a line when the reason changes (not when a busy machine's percentage moves)
+        if waiting_for != Some(std::mem::discriminant(&reason)) {
             console.say(&format!(
                 "paused ({reason}): this machine's verification waits"
             ));
-            waited = true;
+            waiting_for = Some(std::mem::discriminant(&reason));
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -259,9 +264,7 @@ async fn run_async(args: RunArgs) -> Result<()> {
     let executor = Executor::start(threads, tx);
     info!(threads, coordinator = %args.coordinator, "worker started");
 
-    // 0 = running, 1 = stopping (report cursors), signals past that exit at once
-    let stop_signals = Arc::new(AtomicU8::new(0));
-    signals::spawn_handler(stop_signals.clone());
+    signals::HOLDING.store(true, Ordering::SeqCst);
 
     let give_back_after = Duration::from_secs(args.give_back_after);
     let started = Instant::now();

@@ -11,6 +11,12 @@ use tracing::info;
 /// Paused by SIGUSR1 (resumed by SIGUSR2).
 pub static PAUSED: AtomicBool = AtomicBool::new(false);
 
+/// Whether the worker holds anything a stop must report (set when its main loop starts):
+/// before that (joining, waiting out a pause, verifying this machine) a stop signal ends
+/// the worker at once, as it always did, while SIGUSR1 and SIGUSR2 pause and resume from
+/// the first moment rather than killing it (their default action).
+pub static HOLDING: AtomicBool = AtomicBool::new(false);
+
 /// Lowers this process's CPU priority by `n` (0 keeps it).
 pub fn set_nice(n: u8) {
     if n == 0 {
@@ -68,8 +74,9 @@ impl Console {
     }
 }
 
-/// Counts stop signals into `signals` (the first stops, a second exits at once) and
-/// handles pause/resume.
+/// Counts stop signals into `signals` (the first stops, a second exits at once; before
+/// the worker holds anything, see [`HOLDING`], the first exits) and handles pause/resume.
+/// Started before anything else the worker does.
 pub fn spawn_handler(signals: Arc<AtomicU8>) {
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
@@ -87,6 +94,10 @@ pub fn spawn_handler(signals: Arc<AtomicU8>) {
                 _ = int.recv() => {}
                 _ = usr1.recv() => { PAUSED.store(true, Ordering::SeqCst); continue; }
                 _ = usr2.recv() => { PAUSED.store(false, Ordering::SeqCst); continue; }
+            }
+            if !HOLDING.load(Ordering::SeqCst) {
+                eprintln!("e2fleet-worker: stopped (no unit held yet)");
+                std::process::exit(130);
             }
             if signals.fetch_add(1, Ordering::SeqCst) >= 1 {
                 eprintln!(

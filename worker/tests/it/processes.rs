@@ -13,8 +13,10 @@
 //! - SIGTERM to a worker's whole process group (what systemd, Slurm and HTCondor do):
 //!   compiled engines keep running until the worker stops them and collects exact cursors;
 //! - a worker told to stop after N units: it walks and reports N, and holds no lease;
-//! - a laptop on battery: it computes nothing until plugged in; and a pause longer than
-//!   `--give-back-after`: the held units come back at their exact cursors;
+//! - a laptop on battery: it computes nothing until plugged in (nor, paused by SIGUSR1
+//!   before it holds anything, until SIGUSR2); a stop signal before then ends it at once;
+//!   and a pause longer than `--give-back-after`: the held units come back at their exact
+//!   cursors;
 //! - and the whole fleet over TLS (`--tls-cert/--tls-key`, clients with `--ca-cert`).
 
 use std::path::Path;
@@ -192,7 +194,7 @@ async fn a_worker_on_battery_computes_nothing_until_plugged_in() {
         &[("type", "Battery"), ("status", "Discharging")],
     );
     let data = dir.path().join("laptop");
-    let _worker = worker(
+    let mut worker = worker(
         &url,
         &data,
         "laptop",
@@ -223,9 +225,57 @@ async fn a_worker_on_battery_computes_nothing_until_plugged_in() {
     );
     let log = std::fs::read_to_string(data.with_extension("log")).unwrap();
     assert!(!log.contains("running verification units"), "{log}");
+    // SIGUSR1 before the worker holds anything pauses it (its default action would end
+    // the process): plugged in, it still waits, until SIGUSR2
+    worker.signal("-USR1");
+    wait_log(
+        &data,
+        "paused (SIGUSR1 (SIGUSR2 resumes)): this machine's verification waits",
+        Duration::from_secs(10),
+    )
+    .await;
     power_supply(&power, "AC", &[("online", "1")]);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(worker.alive(), "SIGUSR1 ended the waiting worker");
+    let doc = admin(&url, &["job", &job]);
+    assert_eq!(
+        (units_done(&doc), doc["units"]["leased"].as_u64()),
+        (0, Some(0)),
+        "plugged in but paused by SIGUSR1: {}",
+        doc["units"]
+    );
+    worker.signal("-USR2");
     let doc = wait_complete(&url, &job, Duration::from_secs(120)).await;
     assert_exact(&doc);
+}
+
+/// Before it holds a unit (here: still joining a coordinator that is not there), a
+/// worker ends at once on a stop signal, with the status a stop by signal has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_signal_before_anything_is_held_ends_the_worker_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let data = dir.path().join("w");
+    let mut w = worker(
+        &format!("http://127.0.0.1:{port}"),
+        &data,
+        "w",
+        &["--engine", "reference"],
+        false,
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    // pause and resume are not fatal while joining
+    w.signal("-USR1");
+    w.signal("-USR2");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(w.alive(), "SIGUSR1/SIGUSR2 ended a joining worker");
+    w.signal("-TERM");
+    let status = w.wait(Duration::from_secs(10)).await;
+    assert_eq!(status.code(), Some(130), "{status:?}");
 }
 
 /// A pause longer than `--give-back-after` hands the held units back without losing or
