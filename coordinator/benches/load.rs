@@ -241,7 +241,7 @@ async fn run() {
             let (job_id, units, depth) = (created.job_id, created.units, created.split_depth);
             let mut enrol = Vec::new();
             for k in 0..volunteers {
-                enrol.push(fleet.add_account(&format!("vol-{k}")).await.unwrap().1);
+                enrol.push(fleet.add_account(&format!("vol-{k}"), "").await.unwrap().1);
             }
             let url = serve(fleet.clone()).await;
             (fleet, url, job_id, units, depth, enrol)

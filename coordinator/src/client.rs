@@ -191,18 +191,49 @@ impl Operator {
 
     /// Issues a volunteer account; (its name, its enrolment token).
     pub async fn add_account(&mut self, name: &str) -> Result<(String, String), ClientError> {
+        self.add_account_in(name, None).await
+    }
+
+    /// Issues a volunteer account in `team` (if any); (its name, its enrolment token).
+    pub async fn add_account_in(
+        &mut self,
+        name: &str,
+        team: Option<&str>,
+    ) -> Result<(String, String), ClientError> {
         let r = self
             .client
             .add_account(authed(
                 &self.token,
                 v2::AddAccountRequest {
                     name: name.to_string(),
+                    team: team.unwrap_or_default().to_string(),
                 },
             ))
             .await
             .map_err(|s| self.failed(s))?
             .into_inner();
         Ok((r.account, r.enroll_token))
+    }
+
+    /// Puts a volunteer account in `team`, or in none; the team's accounts after it.
+    pub async fn set_account_team(
+        &mut self,
+        name: &str,
+        team: Option<&str>,
+    ) -> Result<u64, ClientError> {
+        let r = self
+            .client
+            .set_account_team(authed(
+                &self.token,
+                v2::SetAccountTeamRequest {
+                    name: name.to_string(),
+                    team: team.unwrap_or_default().to_string(),
+                },
+            ))
+            .await
+            .map_err(|s| self.failed(s))?
+            .into_inner();
+        Ok(r.members)
     }
 
     /// Every account.

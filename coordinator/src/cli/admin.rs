@@ -73,17 +73,46 @@ async fn submit(args: SubmitArgs) -> Result<()> {
 
 async fn account(action: AccountCommand) -> Result<()> {
     match action {
-        AccountCommand::Add { name, admin } => {
-            let (account, token) = connect(&admin).await?.add_account(&name).await?;
+        AccountCommand::Add { name, team, admin } => {
+            let (account, token) = connect(&admin)
+                .await?
+                .add_account_in(&name, team.as_deref())
+                .await?;
             if admin.json {
                 outln!(
                     "{}",
-                    serde_json::json!({"account": account, "token": token})
+                    serde_json::json!({"account": account, "token": token, "team": team})
                 );
             } else {
+                let team = team.map(|t| format!(" in team {t}")).unwrap_or_default();
                 outln!(
-                    "account {account} added; its volunteers' workers enrol with this token (shown once, keep it):\n{token}"
+                    "account {account} added{team}; its volunteers' workers enrol with this token (shown once, keep it):\n{token}"
                 );
+            }
+        }
+        AccountCommand::Team {
+            name,
+            team,
+            none: _,
+            admin,
+        } => {
+            let members = connect(&admin)
+                .await?
+                .set_account_team(&name, team.as_deref())
+                .await?;
+            if admin.json {
+                outln!(
+                    "{}",
+                    serde_json::json!({"account": name, "team": team, "members": members})
+                );
+            } else {
+                match team {
+                    // the count shows a misspelt name at once (a team of one)
+                    Some(t) => {
+                        outln!("account {name} is in team {t}, which has {members} account(s)")
+                    }
+                    None => outln!("account {name} is in no team"),
+                }
             }
         }
         AccountCommand::List(admin) => {

@@ -111,11 +111,28 @@ pub enum AccountCommand {
     Add {
         /// Its name: 1-64 letters, digits, '.', '_' or '-'.
         name: String,
+        /// Its team (the same rule): the stats page adds a team's credit up.
+        #[arg(long)]
+        team: Option<String>,
         #[command(flatten)]
         admin: AdminArgs,
     },
-    /// Every account with its trust, credit and workers.
+    /// Every account with its trust, credit, team and workers.
     List(AdminArgs),
+    /// Put a volunteer account in a team (a team is there while an account is in it),
+    /// or with --none take it out of its team. Its credit goes with it.
+    Team {
+        /// The account.
+        name: String,
+        /// The team: 1-64 letters, digits, '.', '_' or '-'.
+        #[arg(required_unless_present = "none", conflicts_with = "none")]
+        team: Option<String>,
+        /// Take the account out of its team.
+        #[arg(long)]
+        none: bool,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// Revoke an account: its workers get no work, its unconfirmed results stop counting.
     Revoke {
         /// The account.

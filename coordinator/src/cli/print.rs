@@ -140,8 +140,13 @@ pub fn account(a: &AccountStatus) -> String {
     } else {
         format!("earning trust ({} confirmed in a row)", a.confirmed_streak)
     };
+    let team = a
+        .team
+        .as_ref()
+        .map(|t| format!("  team {t}"))
+        .unwrap_or_default();
     format!(
-        "{:<20} {:<10} {:<36} {:>4} workers  {:>16} nodes credited ({} results; {} confirmed by another party)  {} errors",
+        "{:<20} {:<10} {:<36} {:>4} workers  {:>16} nodes credited ({} results; {} confirmed by another party)  {} errors{team}",
         a.id,
         a.kind,
         standing,

@@ -581,6 +581,7 @@ async function statsPage() {
   const rows = s.accounts.map((a) => [
     exact(a.rank),
     el("span", { class: "host" }, a.id),
+    a.team != null ? el("span", { class: "host" }, a.team) : el("span", { class: "muted" }, "–"),
     el("span", { class: "num" }, exact(a.credit_nodes)),
     exact(a.credit_results),
     el("span", { class: "num" }, exact(a.confirmed_nodes)),
@@ -589,13 +590,28 @@ async function statsPage() {
     dayBars(a.days, s.today, max),
     a.inactive ? badge("inactive") : a.trusted ? badge("trusted") : badge("confirming"),
   ]);
+  const teams = s.teams || [];
+  const teamMax = Math.max(0, ...teams.flatMap((t) => t.days.map((d) => Number(d.nodes))));
+  const teamRows = teams.map((t) => [
+    exact(t.rank),
+    el("span", { class: "host" }, t.id),
+    exact(t.accounts),
+    el("span", { class: "num" }, exact(t.credit_nodes)),
+    exact(t.credit_results),
+    el("span", { class: "num" }, exact(t.confirmed_nodes)),
+    dayBars(t.days, s.today, teamMax),
+  ]);
   const totalMax = Math.max(0, ...s.days.map((d) => Number(d.nodes)));
   return [
     el("h1", {}, "Stats"),
     el("p", { class: "muted" }, "Credit per volunteer account: the nodes and results of its work that counts — accepted on a trusted account's word or confirmed by another party (the same exact result from another account or one of the operator's machines), or agreeing with the accepted result. A result later found wrong, or voided with its account, loses its credit. Work waiting for confirmation earns nothing yet; the operator's own machines are not ranked."),
     section("All volunteers, last 30 days", dayBars(s.days, s.today, totalMax)),
+    section(`${teams.length} teams`,
+      table(["Rank", "Team", "Accounts", "Credited nodes", "Results", "Confirmed by another party", "Last 30 days"], teamRows,
+        "No team yet. The operator puts an account in one with: e2fleet-coordinator account team NAME TEAM"),
+      el("p", { class: "note" }, "A team's figures are its accounts' added up; an account that changes team takes its credit along.")),
     section(`${s.accounts.length} accounts`,
-      table(["Rank", "Account", "Credited nodes", "Results", "Confirmed by another party", "First credit", "Last credit", "Last 30 days", ""], rows,
+      table(["Rank", "Account", "Team", "Credited nodes", "Results", "Confirmed by another party", "First credit", "Last credit", "Last 30 days", ""], rows,
         "No volunteer account yet. The operator makes one with: e2fleet-coordinator account add NAME")),
   ];
 }

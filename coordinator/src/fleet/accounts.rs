@@ -11,17 +11,34 @@ use e2fleet_proto::api::status::AccountStatus;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use e2fleet_proto::api::{AccountId, AccountKind, ResultVerdict, UnitId, WorkerId};
+use e2fleet_proto::api::{AccountId, AccountKind, ResultVerdict, TeamId, UnitId, WorkerId};
 use tracing::{info, warn};
 
 use super::registration::{random_token, sha256_hex};
+
+/// A team's name as the operator gave it: `None` when empty.
+fn team_of(name: &str) -> Result<Option<TeamId>, FleetError> {
+    if name.is_empty() {
+        return Ok(None);
+    }
+    name.parse().map(Some).map_err(|_| {
+        FleetError::InvalidArgument(format!(
+            "team name {name:?}: 1-64 letters, digits, '.', '_' or '-'"
+        ))
+    })
+}
 use super::{Fleet, FleetError};
 use crate::store::{AccountRecord, Tx, UnitState};
 
 impl Fleet {
-    /// Issues a volunteer account; returns its enrolment token (shown once: only its hash
-    /// is stored).
-    pub async fn add_account(&self, name: &str) -> Result<(AccountId, String), FleetError> {
+    /// Issues a volunteer account, in `team` unless that is empty; returns its enrolment
+    /// token (shown once: only its hash is stored).
+    pub async fn add_account(
+        &self,
+        name: &str,
+        team: &str,
+    ) -> Result<(AccountId, String), FleetError> {
+        let team = team_of(team)?;
         let id: AccountId = name.parse().map_err(|_| {
             FleetError::InvalidArgument(format!(
                 "account name {name:?}: 1-64 letters, digits, '.', '_' or '-'"
@@ -46,6 +63,7 @@ impl Fleet {
             errors: 0,
             quarantined: false,
             workers: 0,
+            team,
         };
         let hash = sha256_hex(token.as_bytes());
         let name = id.clone();
@@ -83,8 +101,30 @@ impl Fleet {
                 errors: a.errors,
                 quarantined: a.quarantined,
                 workers: a.workers,
+                team: a.team,
             })
             .collect())
+    }
+
+    /// Puts a volunteer account in `team`, or, with `team` empty, in none; returns the
+    /// team's accounts after the change (0 for none). A team is there while an account is
+    /// in it; the stats page adds its accounts' credit up.
+    pub async fn set_account_team(&self, name: &str, team: &str) -> Result<u64, FleetError> {
+        let id: AccountId = name
+            .parse()
+            .map_err(|_| FleetError::NotFound(format!("account {name}")))?;
+        let team = team_of(team)?;
+        let (account, to) = (id.clone(), team.clone());
+        let members = self
+            .store
+            .write(move |tx| Ok::<_, FleetError>(tx.set_account_team(&account, to.as_ref())?))
+            .await?
+            .ok_or_else(|| FleetError::NotFound(format!("volunteer account {id}")))?;
+        match &team {
+            Some(t) => info!(account = %id, team = %t, members, "account joined a team"),
+            None => info!(account = %id, "account left its team"),
+        }
+        Ok(members)
     }
 
     /// Revokes a volunteer account: its workers get no more work and its results that no

@@ -431,9 +431,10 @@ impl OperatorService for OperatorApi {
         request: Request<v2::AddAccountRequest>,
     ) -> Result<Response<v2::AddAccountResponse>, Status> {
         self.admin(&request)?;
+        let r = request.get_ref();
         let (account, token) = self
             .0
-            .add_account(&request.get_ref().name)
+            .add_account(&r.name, &r.team)
             .await
             .map_err(status_of)?;
         Ok(Response::new(v2::AddAccountResponse {
@@ -452,6 +453,21 @@ impl OperatorService for OperatorApi {
         Ok(Response::new(v2::ListAccountsResponse {
             accounts: accounts.iter().map(Into::into).collect(),
         }))
+    }
+
+    #[instrument(skip_all)]
+    async fn set_account_team(
+        &self,
+        request: Request<v2::SetAccountTeamRequest>,
+    ) -> Result<Response<v2::SetAccountTeamResponse>, Status> {
+        self.admin(&request)?;
+        let r = request.get_ref();
+        let members = self
+            .0
+            .set_account_team(&r.name, &r.team)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v2::SetAccountTeamResponse { members }))
     }
 
     #[instrument(skip_all)]

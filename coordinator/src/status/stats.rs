@@ -3,11 +3,12 @@
 //! trusted account's word or confirmed by another party, or agreeing with the accepted
 //! one — and loses it if it is later found wrong or voided (`fleet/quorum.rs`); what
 //! another party confirmed is shown beside it. The operator's own machines are not
-//! ranked.
+//! ranked. Teams are ranked too, each by its accounts' credit (an account that changes
+//! team takes its credit along, so a team's figures are always its accounts' sum).
 
 use std::collections::HashMap;
 
-use e2fleet_proto::api::{AccountId, AccountKind};
+use e2fleet_proto::api::{AccountId, AccountKind, TeamId};
 use serde::Serialize;
 
 use crate::fleet::{Fleet, FleetError};
@@ -53,6 +54,27 @@ pub struct AccountStats {
     /// Credit per day over the last [`STATS_DAYS`] days, oldest first, days without any
     /// left out.
     pub days: Vec<DayCredit>,
+    /// Its team, if it is in one.
+    pub team: Option<TeamId>,
+}
+
+/// One team on the stats page: its accounts' figures added up.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TeamStats {
+    /// 1 = most credit.
+    pub rank: usize,
+    /// The team.
+    pub id: TeamId,
+    /// Its volunteer accounts.
+    pub accounts: u64,
+    /// Its accounts' credited nodes.
+    pub credit_nodes: u64,
+    /// Their credited results.
+    pub credit_results: u64,
+    /// Of the credited work, nodes another party confirmed.
+    pub confirmed_nodes: u64,
+    /// Its accounts' credit per day over the last [`STATS_DAYS`] days, oldest first.
+    pub days: Vec<DayCredit>,
 }
 
 /// The stats page.
@@ -62,6 +84,8 @@ pub struct Stats {
     pub today: i64,
     /// Volunteer accounts, most credit first.
     pub accounts: Vec<AccountStats>,
+    /// Teams, most credit first.
+    pub teams: Vec<TeamStats>,
     /// Credited nodes of all volunteer accounts per day, last [`STATS_DAYS`] days.
     pub days: Vec<DayCredit>,
 }
@@ -114,6 +138,7 @@ impl Fleet {
                 confirmed_nodes: a.confirmed_nodes,
                 confirmed_results: a.confirmed_results,
                 id: a.id,
+                team: a.team,
             })
             .collect();
         ranked.sort_by(|a, b| {
@@ -126,8 +151,54 @@ impl Fleet {
         }
         Ok(Stats {
             today,
+            teams: teams_of(&ranked),
             accounts: ranked,
             days: total.into_values().collect(),
         })
     }
+}
+
+/// The teams of `accounts`, most credit first: each its accounts' figures added up.
+fn teams_of(accounts: &[AccountStats]) -> Vec<TeamStats> {
+    let mut teams: std::collections::BTreeMap<&TeamId, TeamStats> = Default::default();
+    for a in accounts {
+        let Some(id) = &a.team else { continue };
+        let t = teams.entry(id).or_insert_with(|| TeamStats {
+            rank: 0,
+            id: id.clone(),
+            accounts: 0,
+            credit_nodes: 0,
+            credit_results: 0,
+            confirmed_nodes: 0,
+            days: Vec::new(),
+        });
+        t.accounts += 1;
+        t.credit_nodes += a.credit_nodes;
+        t.credit_results += a.credit_results;
+        t.confirmed_nodes += a.confirmed_nodes;
+        t.days.extend(a.days.iter().cloned());
+    }
+    let mut ranked: Vec<TeamStats> = teams
+        .into_values()
+        .map(|mut t| {
+            let mut days: std::collections::BTreeMap<i64, DayCredit> = Default::default();
+            for d in t.days.drain(..) {
+                let e = days.entry(d.day).or_insert(DayCredit {
+                    day: d.day,
+                    nodes: 0,
+                    results: 0,
+                });
+                e.nodes += d.nodes;
+                e.results += d.results;
+            }
+            t.days = days.into_values().collect();
+            t
+        })
+        .collect();
+    // ties by name (the map's order, kept by a stable sort)
+    ranked.sort_by_key(|t| std::cmp::Reverse(t.credit_nodes));
+    for (i, t) in ranked.iter_mut().enumerate() {
+        t.rank = i + 1;
+    }
+    ranked
 }

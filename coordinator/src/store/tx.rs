@@ -9,7 +9,8 @@
 use e2fleet_engine::UnitResult;
 use e2fleet_engine::suite::SuiteExpected;
 use e2fleet_proto::api::{
-    AccountId, HostInfo, JobId, JobState, LeaseId, ResultVerdict, UnitCounts, UnitId, WorkerId,
+    AccountId, HostInfo, JobId, JobState, LeaseId, ResultVerdict, TeamId, UnitCounts, UnitId,
+    WorkerId,
 };
 
 use super::StoreError;
@@ -268,6 +269,13 @@ pub trait Accounts {
     fn account_by_token_hash(&mut self, hash: &str) -> StoreResult<Option<AccountRecord>>;
     /// Every account with its number of worker identities.
     fn list_accounts(&mut self) -> StoreResult<Vec<AccountRecord>>;
+    /// Puts a volunteer account in `team` (`None`: in none); the team's accounts after
+    /// the change (0 for none), or `None` when there is no such volunteer account.
+    fn set_account_team(
+        &mut self,
+        id: &AccountId,
+        team: Option<&TeamId>,
+    ) -> StoreResult<Option<u64>>;
     /// Revokes an account; whether it was active.
     fn revoke_account(&mut self, id: &AccountId, now_ms: i64) -> StoreResult<bool>;
     /// Lifts an account's quarantine and clears its errors; whether it was quarantined.

@@ -160,6 +160,12 @@ async fn pages_load_and_show_a_running_job_moving() {
         }))
         .await
         .unwrap();
+    // a volunteer account in a team, for the stats page
+    c.admin()
+        .await
+        .add_account_in("tess", Some("night-owls"))
+        .await
+        .unwrap();
     for path in ["/", "/jobs", "/workers", "/verification", "/stats"] {
         let url = format!("{}{path}", c.url);
         let dom = tokio::task::spawn_blocking({
@@ -179,7 +185,12 @@ async fn pages_load_and_show_a_running_job_moving() {
             assert!(dom.contains("1 of them paused"), "{dom}");
         }
         if path == "/stats" {
-            assert!(dom.contains("No volunteer account yet"), "{dom}");
+            // the team's row and the account's team
+            assert!(
+                dom.contains("1 teams") && dom.contains("1 accounts"),
+                "{dom}"
+            );
+            assert_eq!(dom.matches(">night-owls<").count(), 2, "{dom}");
         }
         if path == "/verification" {
             assert!(

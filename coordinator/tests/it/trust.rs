@@ -451,7 +451,21 @@ async fn confirmed_work_is_credited_per_account_and_day_on_the_stats_page() {
     let clock = Arc::new(AtomicI64::new(10 * 86_400_000 + 1_000));
     let c = Coordinator::start_with(&temp_db(&dir), 100, trust, clock).await;
     let (_, token) = c.admin().await.add_account("vera").await.unwrap();
-    let (_, idle) = c.admin().await.add_account("ivan").await.unwrap();
+    let (_, idle) = c
+        .admin()
+        .await
+        .add_account_in("ivan", Some("lab"))
+        .await
+        .unwrap();
+    // vera joins ivan's team later: her credit goes with her
+    assert_eq!(
+        c.admin()
+            .await
+            .set_account_team("vera", Some("lab"))
+            .await
+            .unwrap(),
+        2
+    );
     let mut v = SimWorker::register_with(&c.url, &token, "vera-1", "x", 2, Behaviour::Honest).await;
     let _i = SimWorker::register_with(&c.url, &idle, "ivan-1", "x", 2, Behaviour::Honest).await;
     let mut op = SimWorker::register(&c.url, "operator-1", Behaviour::Honest).await;
@@ -509,6 +523,78 @@ async fn confirmed_work_is_credited_per_account_and_day_on_the_stats_page() {
     assert_eq!(accounts[1]["confirmed_nodes"], 0);
     assert_eq!(accounts[1]["credit_nodes"], 0);
     assert_eq!(s["days"].as_array().unwrap().len(), 2);
+    // the team: its accounts' figures added up, per day too
+    assert_eq!(
+        (vera["team"].as_str(), accounts[1]["team"].as_str()),
+        (Some("lab"), Some("lab"))
+    );
+    let teams = s["teams"].as_array().unwrap();
+    assert_eq!(teams.len(), 1, "{s}");
+    let lab = &teams[0];
+    assert_eq!(
+        (
+            lab["rank"].as_u64(),
+            lab["id"].as_str(),
+            lab["accounts"].as_u64()
+        ),
+        (Some(1), Some("lab"), Some(2))
+    );
+    assert_eq!(lab["credit_nodes"], nodes[0] + nodes[1]);
+    assert_eq!(lab["credit_results"], 4);
+    assert_eq!(lab["confirmed_nodes"], nodes[0] + nodes[1]);
+    assert_eq!(lab["days"], vera["days"]);
+
+    // vera founds her own team: the credit moves with her, and the teams rank by it
+    let mut admin = c.admin().await;
+    assert_eq!(
+        admin
+            .set_account_team("vera", Some("vera-solo"))
+            .await
+            .unwrap(),
+        1
+    );
+    let (_, body) = crate::http_api::get(&c.url, "/api/stats").await;
+    let s: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let teams: Vec<(String, u64, u64)> = s["teams"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| {
+            (
+                t["id"].as_str().unwrap().to_string(),
+                t["accounts"].as_u64().unwrap(),
+                t["credit_nodes"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        teams,
+        vec![
+            ("vera-solo".to_string(), 1, nodes[0] + nodes[1]),
+            ("lab".to_string(), 1, 0)
+        ]
+    );
+    // out of any team; and what the operator cannot do
+    assert_eq!(admin.set_account_team("vera", None).await.unwrap(), 0);
+    let listed = admin.accounts().await.unwrap();
+    let team_of = |n: &str| {
+        listed
+            .iter()
+            .find(|a| a.id.as_str() == n)
+            .unwrap()
+            .team
+            .clone()
+    };
+    assert_eq!(team_of("vera"), None);
+    assert_eq!(team_of("ivan").map(|t| t.to_string()), Some("lab".into()));
+    for (account, team, why) in [
+        ("nobody", Some("lab"), "volunteer account nobody"),
+        ("operator", Some("lab"), "volunteer account operator"),
+        ("vera", Some("no spaces"), "team name \"no spaces\""),
+    ] {
+        let e = admin.set_account_team(account, team).await.unwrap_err();
+        assert!(e.to_string().contains(why), "{account} {team:?}: {e}");
+    }
 }
 
 /// An account's credit, confirmed part and per-day lines, from the admin API and the stats

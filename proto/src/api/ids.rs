@@ -121,6 +121,38 @@ impl FromStr for AccountId {
     }
 }
 
+/// A team: volunteer accounts whose credit the stats page also shows together, as
+/// BOINC's and distributed.net's teams. A name of 1-64 letters, digits, `.`, `_` or `-`,
+/// given by the operator; a team is there while an account is in it. A label: nothing
+/// that decides trust or work reads it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct TeamId(String);
+
+impl TeamId {
+    /// The name.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for TeamId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl FromStr for TeamId {
+    type Err = BadId;
+    fn from_str(s: &str) -> Result<TeamId, BadId> {
+        // the same rule as an account's name
+        match s.parse::<AccountId>() {
+            Ok(_) => Ok(TeamId(s.to_string())),
+            Err(_) => Err(BadId::new("team", s)),
+        }
+    }
+}
+
 /// A unit of a job (prefix, or prefix and cursor).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(transparent)]

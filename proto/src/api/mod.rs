@@ -12,7 +12,7 @@ pub mod states;
 pub mod status;
 pub mod work;
 
-pub use ids::{AccountId, BadId, JobId, LeaseId, UnitId, WorkerId};
+pub use ids::{AccountId, BadId, JobId, LeaseId, TeamId, UnitId, WorkerId};
 pub use states::{
     AccountKind, JobState, ReportStatus, ResultVerdict, UnknownState, Verdict, WorkerState,
 };

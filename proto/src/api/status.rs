@@ -13,7 +13,7 @@ use e2fleet_engine::Placement;
 use e2fleet_engine::engine::EngineKind;
 use serde::{Deserialize, Serialize};
 
-use super::ids::{AccountId, JobId, WorkerId};
+use super::ids::{AccountId, JobId, TeamId, WorkerId};
 use super::states::{AccountKind, JobState, ResultVerdict, Verdict, WorkerState};
 use super::work::HostInfo;
 
@@ -401,6 +401,8 @@ pub struct AccountStatus {
     pub quarantined: bool,
     /// Its worker identities.
     pub workers: u64,
+    /// Its team, if it is in one.
+    pub team: Option<TeamId>,
 }
 
 /// A suite unit's exact expected result, in short.

@@ -476,6 +476,7 @@ impl From<&AccountStatus> for v2::AccountStatus {
             errors: a.errors,
             quarantined: a.quarantined,
             workers: a.workers,
+            team: a.team.as_ref().map(ToString::to_string).unwrap_or_default(),
         }
     }
 }
@@ -497,6 +498,10 @@ impl TryFrom<&v2::AccountStatus> for AccountStatus {
             errors: a.errors,
             quarantined: a.quarantined,
             workers: a.workers,
+            team: match a.team.as_str() {
+                "" => None,
+                t => Some(id_from_wire(t)?),
+            },
         })
     }
 }

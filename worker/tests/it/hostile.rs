@@ -107,7 +107,7 @@ async fn misreporting_workers_of_one_volunteer_account_cannot_move_a_total() {
         "127.0.0.1:0",
         &["--account-quarantine-after", "2"],
     );
-    let token = admin(&url, &["account", "add", "mallory"])["token"]
+    let token = admin(&url, &["account", "add", "mallory", "--team", "red"])["token"]
         .as_str()
         .unwrap()
         .to_string();
@@ -174,6 +174,23 @@ async fn misreporting_workers_of_one_volunteer_account_cannot_move_a_total() {
         .find(|a| a["id"] == "mallory")
         .unwrap();
     assert_eq!(mallory["quarantined"], true, "{mallory}");
+    // her team is the operator's label: it changes by the CLI, and moves nothing
+    assert_eq!(mallory["team"], "red", "{mallory}");
+    let moved = admin(&url, &["account", "team", "mallory", "blue"]);
+    assert_eq!(
+        (&moved["team"], &moved["members"]),
+        (&"blue".into(), &1.into())
+    );
+    let out = admin(&url, &["account", "team", "mallory", "--none"]);
+    assert_eq!(out["members"], 0);
+    assert!(
+        admin(&url, &["account", "list"])
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|a| a["team"].is_null()),
+        "no team left"
+    );
     let workers = admin(&url, &["workers"]);
     for w in workers.as_array().unwrap() {
         if w["account"] == "operator" {

@@ -1,6 +1,6 @@
 //! Accounts and worker identities.
 
-use e2fleet_proto::api::{AccountId, AccountKind, HostInfo, WorkerId};
+use e2fleet_proto::api::{AccountId, AccountKind, HostInfo, TeamId, WorkerId};
 
 /// A stored account.
 #[derive(Clone, Debug, PartialEq)]
@@ -30,6 +30,8 @@ pub struct AccountRecord {
     pub quarantined: bool,
     /// Its worker identities (filled by [`crate::store::Accounts::list_accounts`] only).
     pub workers: u64,
+    /// Its team, if it is in one (a label for the stats page).
+    pub team: Option<TeamId>,
 }
 
 impl AccountRecord {

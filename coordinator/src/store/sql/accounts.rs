@@ -1,7 +1,7 @@
 //! Accounts (`migrations/sqlite/0005_accounts_and_trust.sql`): who enrolment tokens belong to,
 //! and the trust and credit their results earned.
 
-use e2fleet_proto::api::AccountId;
+use e2fleet_proto::api::{AccountId, TeamId};
 
 use super::{ConnExt, Row, SqlTx, args};
 use crate::store::tx::{Accounts, StoreResult};
@@ -10,7 +10,7 @@ use crate::store::{AccountRecord, CreditDay};
 /// The columns [`from_row`] reads, in order (`a.` prefixed).
 const COLUMNS: &str = "a.id, a.kind, a.created_ms, a.revoked_ms, a.confirmed_streak, \
      a.confirmed_results, a.confirmed_nodes, a.errors, a.quarantined, a.credit_results, \
-     a.credit_nodes";
+     a.credit_nodes, a.team";
 
 /// Reads a row of [`COLUMNS`], then the worker count if `with_workers`.
 fn from_row(r: &Row, with_workers: bool) -> StoreResult<AccountRecord> {
@@ -26,8 +26,12 @@ fn from_row(r: &Row, with_workers: bool) -> StoreResult<AccountRecord> {
         quarantined: r.get(8)?,
         credit_results: r.get::<i64>(9)? as u64,
         credit_nodes: r.get::<i64>(10)? as u64,
+        team: match r.get::<Option<String>>(11)? {
+            Some(_) => Some(r.parsed(11)?),
+            None => None,
+        },
         workers: if with_workers {
-            r.get::<i64>(11)? as u64
+            r.get::<i64>(12)? as u64
         } else {
             0
         },
@@ -37,10 +41,38 @@ fn from_row(r: &Row, with_workers: bool) -> StoreResult<AccountRecord> {
 impl Accounts for SqlTx<'_> {
     fn insert_account(&mut self, a: &AccountRecord, token_hash: &str) -> StoreResult<()> {
         self.c.execute(
-            "INSERT INTO accounts (id, kind, token_hash, created_ms) VALUES (?, ?, ?, ?)",
-            args![a.id.as_str(), a.kind.as_str(), token_hash, a.created_ms],
+            "INSERT INTO accounts (id, kind, token_hash, created_ms, team) VALUES (?, ?, ?, ?, ?)",
+            args![
+                a.id.as_str(),
+                a.kind.as_str(),
+                token_hash,
+                a.created_ms,
+                a.team.as_ref().map(|t| t.as_str().to_string())
+            ],
         )?;
         Ok(())
+    }
+
+    fn set_account_team(
+        &mut self,
+        id: &AccountId,
+        team: Option<&TeamId>,
+    ) -> StoreResult<Option<u64>> {
+        let name = team.map(|t| t.as_str().to_string());
+        if self.c.execute(
+            "UPDATE accounts SET team = ? WHERE id = ? AND kind = 'volunteer'",
+            args![name.clone(), id.as_str()],
+        )? != 1
+        {
+            return Ok(None);
+        }
+        let Some(name) = name else {
+            return Ok(Some(0));
+        };
+        let n: i64 = self
+            .c
+            .one("SELECT COUNT(*) FROM accounts WHERE team = ?", args![name])?;
+        Ok(Some(n as u64))
     }
 
     fn account(&mut self, id: &AccountId) -> StoreResult<Option<AccountRecord>> {
