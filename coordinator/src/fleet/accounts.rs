@@ -1,6 +1,7 @@
 //! Accounts: an enrolment token belongs to one. The operator's own token is the
 //! `operator` account (trusted); volunteer accounts are issued by the operator
-//! (`e2fleet-coordinator account add NAME`), listed, revoked and released here.
+//! (`e2fleet-coordinator account add NAME`), listed, put in teams (a label the stats page
+//! adds credit up by; it decides nothing), revoked and released here.
 //!
 //! Revoking or quarantining an account *voids* it: its workers get no more work, and every
 //! result of it that no other party confirmed stops counting — pending ones are set
@@ -15,6 +16,8 @@ use e2fleet_proto::api::{AccountId, AccountKind, ResultVerdict, TeamId, UnitId, 
 use tracing::{info, warn};
 
 use super::registration::{random_token, sha256_hex};
+use super::{Fleet, FleetError};
+use crate::store::{AccountRecord, Tx, UnitState};
 
 /// A team's name as the operator gave it: `None` when empty.
 fn team_of(name: &str) -> Result<Option<TeamId>, FleetError> {
@@ -27,8 +30,6 @@ fn team_of(name: &str) -> Result<Option<TeamId>, FleetError> {
         ))
     })
 }
-use super::{Fleet, FleetError};
-use crate::store::{AccountRecord, Tx, UnitState};
 
 impl Fleet {
     /// Issues a volunteer account, in `team` unless that is empty; returns its enrolment
