@@ -485,8 +485,9 @@ async function workersPage() {
   const workers = await api("/api/workers");
   const rows = workers.map((w) => [
     el("span", { class: "host" }, w.hostname),
-    // a worker seen lately whose engines are paused says why (the pause file, on battery...)
-    w.paused && (w.state === "online" || w.state === "idle")
+    // a worker seen lately whose engines are paused says why (the pause file, on battery...);
+    // the API gives the reason only while the worker is seen lately
+    w.paused
       ? el("span", { title: "paused: " + w.paused }, badge("paused"), " ", el("span", { class: "note" }, w.paused))
       : badge(w.state),
     w.cpu_model,

@@ -31,6 +31,8 @@ fn grouped_medians(samples: &[RateSample], key: impl Fn(&RateSample) -> String) 
         .collect()
 }
 
+/// A worker as the operator API and the dashboard show it: its pause reason only while
+/// it is seen lately ([`paused_now`]), so every reader shows the same.
 fn worker_status(w: WorkerRecord, state: WorkerState) -> WorkerStatus {
     WorkerStatus {
         id: w.id,
@@ -42,7 +44,7 @@ fn worker_status(w: WorkerRecord, state: WorkerState) -> WorkerStatus {
         last_seen_ms: w.last_seen_ms,
         per_core_rate: w.per_core_rate,
         threads: w.threads,
-        paused: w.paused,
+        paused: paused_now(state, &w.paused).unwrap_or_default().to_string(),
         units_done: w.units_done,
         errors: w.errors,
         quarantined: w.quarantined,

@@ -211,6 +211,34 @@ async fn pages_load_and_show_a_running_job_moving() {
             assert!(dom.contains("Aggregate fleet speed") && dom.contains("Per-core speed"));
         }
     }
+    // an hour later every worker is offline: its last word is no pause any more, in the
+    // API and so on the page
+    clock.fetch_add(3_600_000, std::sync::atomic::Ordering::SeqCst);
+    let (_, body) = crate::http_api::get(&c.url, "/api/workers").await;
+    let workers: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let odd: Vec<(&serde_json::Value, &serde_json::Value)> = workers
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|w| w["hostname"] == "odd-host")
+        .map(|w| (&w["state"], &w["paused"]))
+        .collect();
+    assert!(!odd.is_empty(), "{workers}");
+    for (state, paused) in odd {
+        assert_eq!(
+            (state.as_str(), paused.as_str()),
+            (Some("offline"), Some("")),
+            "{workers}"
+        );
+    }
+    let url = format!("{}/workers", c.url);
+    let dom = tokio::task::spawn_blocking({
+        let (b, p) = (browser.clone(), profile.clone());
+        move || dump_dom(&b, &p, &url)
+    })
+    .await
+    .unwrap();
+    assert!(!dom.contains("badge-paused"), "{dom}");
     c.stop().await;
 }
 
