@@ -188,6 +188,19 @@ impl Coordinator {
         Ok(AuditOutcome::from(&r))
     }
 
+    /// Puts this worker's volunteer account in `team` (empty: in none); the team's
+    /// accounts after the change.
+    pub async fn set_team(&mut self, team: &str) -> Result<u64, Status> {
+        let r = self
+            .client
+            .set_team(self.req(v2::SetTeamRequest {
+                team: team.to_string(),
+            }))
+            .await?
+            .into_inner();
+        Ok(r.members)
+    }
+
     /// A job's puzzle, order and self-tests.
     pub async fn job_spec(&mut self, job: JobId) -> Result<JobSpec, Status> {
         let r = self

@@ -24,6 +24,7 @@ mod host;
 mod link;
 mod run;
 mod solve;
+mod team;
 mod verify;
 
 use clap::{Parser, Subcommand};
@@ -51,6 +52,9 @@ enum Command {
     Verify(verify::VerifyArgs),
     /// Check a job's certificate: its structure, and a sample of units re-run here.
     Audit(audit::AuditArgs),
+    /// Put your volunteer account in a team (or, with --none, in none), with the identity
+    /// of a worker that has joined: the stats page ranks teams by their accounts' credit.
+    Team(team::TeamArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -61,6 +65,7 @@ fn main() -> std::process::ExitCode {
         Command::Run(args) => run::run(args),
         Command::Verify(args) => verify::run(args),
         Command::Audit(args) => audit::run(args),
+        Command::Team(args) => team::run(args),
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -128,6 +128,29 @@ impl Fleet {
         Ok(members)
     }
 
+    /// Puts the account of `worker` in `team` (empty: in none), as its volunteer asked
+    /// from a worker (`e2fleet-worker team`): the same as the operator's `account team`,
+    /// for a volunteer account only, and a few times a minute at most.
+    pub async fn set_own_team(
+        &self,
+        worker: &crate::store::WorkerRecord,
+        team: &str,
+    ) -> Result<u64, FleetError> {
+        let account = &worker.account_id;
+        if account.is_operator() {
+            return Err(FleetError::FailedPrecondition(
+                "the operator's own machines are in no team (only volunteer accounts are ranked)"
+                    .into(),
+            ));
+        }
+        if self.team_change_limits.check_key(account).is_err() {
+            return Err(FleetError::TooMany(format!(
+                "account {account} changes team too often; retry in a minute"
+            )));
+        }
+        self.set_account_team(account.as_str(), team).await
+    }
+
     /// Revokes a volunteer account: its workers get no more work and its results that no
     /// other party confirmed stop counting.
     pub async fn revoke_account(self: &Arc<Self>, name: &str) -> Result<(), FleetError> {

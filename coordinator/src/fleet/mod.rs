@@ -238,6 +238,9 @@ pub struct Fleet {
     /// New identities per volunteer account ([`policy::registration_quota`]).
     pub(crate) registration_limits:
         governor::DefaultKeyedRateLimiter<e2fleet_proto::api::AccountId>,
+    /// Team changes per volunteer account asked for by its workers
+    /// ([`policy::team_change_quota`]).
+    pub(crate) team_change_limits: governor::DefaultKeyedRateLimiter<e2fleet_proto::api::AccountId>,
     /// Suite unit (as JSON) -> its puzzle's depths.
     suite_depths: Mutex<HashMap<String, usize>>,
     /// Running jobs and their leases out, for sharing the fleet ([`sharing`]).
@@ -263,6 +266,7 @@ impl Fleet {
             lease_limits: policy::LeaseLimits::new(),
             verification_limits: governor::RateLimiter::keyed(policy::verification_quota()),
             registration_limits: governor::RateLimiter::keyed(policy::registration_quota()),
+            team_change_limits: governor::RateLimiter::keyed(policy::team_change_quota()),
             suite_depths: Mutex::new(HashMap::new()),
             shares: sharing::Shares::default(),
             archive_walk: archiving::ArchiveWalk::default(),

@@ -161,6 +161,13 @@ pub fn registration_quota() -> governor::Quota {
         .allow_burst(std::num::NonZeroU32::new(200).expect("200"))
 }
 
+/// Team changes one volunteer account's workers may ask for (`SetTeam`): one a minute, 5
+/// at once. A team is a label, but each change is a write.
+pub fn team_change_quota() -> governor::Quota {
+    governor::Quota::per_minute(std::num::NonZeroU32::new(1).expect("1"))
+        .allow_burst(std::num::NonZeroU32::new(5).expect("5"))
+}
+
 /// Self-test budgets: a few slices of the tree, each continuing where the last stopped.
 pub const SELF_TEST_BUDGETS: [u64; 3] = [5_000, 50_000, 200_000];
 

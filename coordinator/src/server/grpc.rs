@@ -194,6 +194,20 @@ impl WorkerService for WorkerApi {
         }))
     }
 
+    #[instrument(skip_all)]
+    async fn set_team(
+        &self,
+        request: Request<v2::SetTeamRequest>,
+    ) -> Result<Response<v2::SetTeamResponse>, Status> {
+        let worker = self.worker(&request).await?;
+        let members = self
+            .0
+            .set_own_team(&worker, &request.get_ref().team)
+            .await
+            .map_err(status_of)?;
+        Ok(Response::new(v2::SetTeamResponse { members }))
+    }
+
     // (the fleet's `report` carries the span with the lease and unit)
     async fn report_result(
         &self,

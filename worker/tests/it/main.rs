@@ -9,5 +9,6 @@ mod hostile;
 mod postgres;
 mod processes;
 mod scenarios;
+mod teams;
 mod tls;
 mod verify;
