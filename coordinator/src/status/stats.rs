@@ -108,21 +108,14 @@ impl Fleet {
         let spans: HashMap<AccountId, (i64, i64)> =
             spans.into_iter().map(|(a, f, l)| (a, (f, l))).collect();
         let mut per_account: HashMap<AccountId, Vec<DayCredit>> = HashMap::new();
-        let mut total: std::collections::BTreeMap<i64, DayCredit> = Default::default();
         for d in days {
-            let t = total.entry(d.day).or_insert(DayCredit {
-                day: d.day,
-                nodes: 0,
-                results: 0,
-            });
-            t.nodes += d.nodes;
-            t.results += d.results;
             per_account.entry(d.account).or_default().push(DayCredit {
                 day: d.day,
                 nodes: d.nodes,
                 results: d.results,
             });
         }
+        let total = by_day(per_account.values().flatten());
         let mut ranked: Vec<AccountStats> = accounts
             .into_iter()
             .filter(|a| a.kind == AccountKind::Volunteer)
@@ -153,46 +146,55 @@ impl Fleet {
             today,
             teams: teams_of(&ranked),
             accounts: ranked,
-            days: total.into_values().collect(),
+            days: total,
         })
     }
 }
 
+/// Credit per day added up over `days`, oldest first.
+fn by_day<'a>(days: impl IntoIterator<Item = &'a DayCredit>) -> Vec<DayCredit> {
+    let mut sum: std::collections::BTreeMap<i64, DayCredit> = Default::default();
+    for d in days {
+        let e = sum.entry(d.day).or_insert(DayCredit {
+            day: d.day,
+            nodes: 0,
+            results: 0,
+        });
+        e.nodes += d.nodes;
+        e.results += d.results;
+    }
+    sum.into_values().collect()
+}
+
 /// The teams of `accounts`, most credit first: each its accounts' figures added up.
 fn teams_of(accounts: &[AccountStats]) -> Vec<TeamStats> {
-    let mut teams: std::collections::BTreeMap<&TeamId, TeamStats> = Default::default();
+    let mut teams: std::collections::BTreeMap<&TeamId, (TeamStats, Vec<&DayCredit>)> =
+        Default::default();
     for a in accounts {
         let Some(id) = &a.team else { continue };
-        let t = teams.entry(id).or_insert_with(|| TeamStats {
-            rank: 0,
-            id: id.clone(),
-            accounts: 0,
-            credit_nodes: 0,
-            credit_results: 0,
-            confirmed_nodes: 0,
-            days: Vec::new(),
+        let (t, days) = teams.entry(id).or_insert_with(|| {
+            let t = TeamStats {
+                rank: 0,
+                id: id.clone(),
+                accounts: 0,
+                credit_nodes: 0,
+                credit_results: 0,
+                confirmed_nodes: 0,
+                days: Vec::new(),
+            };
+            (t, Vec::new())
         });
         t.accounts += 1;
         t.credit_nodes += a.credit_nodes;
         t.credit_results += a.credit_results;
         t.confirmed_nodes += a.confirmed_nodes;
-        t.days.extend(a.days.iter().cloned());
+        days.extend(&a.days);
     }
     let mut ranked: Vec<TeamStats> = teams
         .into_values()
-        .map(|mut t| {
-            let mut days: std::collections::BTreeMap<i64, DayCredit> = Default::default();
-            for d in t.days.drain(..) {
-                let e = days.entry(d.day).or_insert(DayCredit {
-                    day: d.day,
-                    nodes: 0,
-                    results: 0,
-                });
-                e.nodes += d.nodes;
-                e.results += d.results;
-            }
-            t.days = days.into_values().collect();
-            t
+        .map(|(t, days)| TeamStats {
+            days: by_day(days),
+            ..t
         })
         .collect();
     // ties by name (the map's order, kept by a stable sort)
