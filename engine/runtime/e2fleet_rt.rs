@@ -4,12 +4,16 @@
 //! provides only its tables, its fused group functions and a [`Program`] value. This keeps
 //! the per-puzzle compile down to the code that is actually specialised.
 //!
-//! Protocol (version 1, text lines on stdin/stdout): greet with
+//! Protocol (version 2, text lines on stdin/stdout): greet with
 //! `e2fleet-engine 1 <build key> <depths>`; for each `run <budget|0> <max_solutions>
 //! <prefix> <cursor>` line (placements `pos.piece.rot` joined by `,`, or `-`) print
 //! `progress <committed>` lines while walking and then the result block (`result`,
 //! `nodes`, `cursor`, `deepest`, `solutions`, `sol`..., `end`). A `stop` line makes the
-//! running unit stop at its next countdown check, reported like a budget stop.
+//! running unit stop at its next countdown check, reported like a budget stop. A `pause`
+//! line makes the walk hold still at its next countdown check, right after that check's
+//! `progress` line, with its place in the tree kept and no core used, until a `resume`
+//! line (it goes on exactly where it was) or a `stop` (it stops there). A pause outlives
+//! the unit it came in: the worker resumes before it wants the next one walked.
 #![allow(clippy::all)]
 
 use std::io::{BufRead, Write};
@@ -299,6 +303,10 @@ fn rot_of(c: u64) -> u8 {
 }
 
 static STOP: AtomicBool = AtomicBool::new(false);
+/// Set by a `pause` line, cleared by `resume` (see the protocol above).
+static PAUSE: AtomicBool = AtomicBool::new(false);
+/// The thread that walks, woken when a pause ends.
+static WALKER: std::sync::OnceLock<std::thread::Thread> = std::sync::OnceLock::new();
 
 /// The search state. The hot fields are public: generated code indexes them with
 /// constants, so no bounds checks remain. `repr(C)` fixes the layout.
@@ -425,9 +433,22 @@ impl St {
             self.stop_depth = d;
             return true;
         }
-        let mut out = std::io::stdout().lock();
-        let _ = writeln!(out, "progress {}", self.committed);
-        let _ = out.flush();
+        {
+            let mut out = std::io::stdout().lock();
+            let _ = writeln!(out, "progress {}", self.committed);
+            let _ = out.flush();
+        }
+        if PAUSE.load(Ordering::Relaxed) {
+            // held still here, its place in the tree kept, until `resume` or `stop`
+            while PAUSE.load(Ordering::Relaxed) && !STOP.load(Ordering::Relaxed) {
+                std::thread::park_timeout(std::time::Duration::from_millis(200));
+            }
+            if STOP.load(Ordering::Relaxed) {
+                self.stop = 2;
+                self.stop_depth = d;
+                return true;
+            }
+        }
         self.window = (self.budget - self.committed).min(self.program.poll);
         self.left = self.window;
         false
@@ -725,16 +746,35 @@ pub fn serve_in(st: &'static mut St) {
         let _ = writeln!(out, "e2fleet-engine {} {} {}", program.protocol, program.build_key, program.depths);
         let _ = out.flush();
     }
-    // a reader thread sets the stop flag at once and queues everything else
+    // a reader thread sets the stop and pause flags at once and queues everything else
     static QUEUE: Mutex<(VecDeque<String>, bool)> = Mutex::new((VecDeque::new(), false));
     static READY: Condvar = Condvar::new();
+    let _ = WALKER.set(std::thread::current());
     std::thread::spawn(|| {
         let stdin = std::io::stdin();
+        let wake = || {
+            if let Some(t) = WALKER.get() {
+                t.unpark();
+            }
+        };
         for line in stdin.lock().lines() {
             let Ok(line) = line else { break };
-            if line.trim() == "stop" {
-                STOP.store(true, Ordering::Relaxed);
-                continue;
+            match line.trim() {
+                "stop" => {
+                    STOP.store(true, Ordering::Relaxed);
+                    wake();
+                    continue;
+                }
+                "pause" => {
+                    PAUSE.store(true, Ordering::Relaxed);
+                    continue;
+                }
+                "resume" => {
+                    PAUSE.store(false, Ordering::Relaxed);
+                    wake();
+                    continue;
+                }
+                _ => {}
             }
             QUEUE.lock().unwrap().0.push_back(line);
             READY.notify_one();

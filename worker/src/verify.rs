@@ -10,13 +10,14 @@
 //! coordinator hands a new hardware class its suite units.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use e2fleet_engine::UnitResult;
 use e2fleet_engine::engine::EngineKind;
-use e2fleet_engine::search::{NoControl, RunOptions};
+use e2fleet_engine::search::{Control, RunOptions};
 use e2fleet_engine::suite::{SuiteUnit, default_suite, resolve};
 use e2fleet_proto::REPORT_MAX_SOLUTIONS;
 use e2fleet_proto::api::{SuiteResult, Verdict};
@@ -82,17 +83,30 @@ impl UnitRun {
 /// ~2.5 s a puzzle, and five of the suite's puzzles are 16x16). The list walk runs the
 /// suite's smaller boards, and every job's race compares the two walks' results on that
 /// job's own units before either walks one.
-pub fn run_units(units: &[SuiteUnit], engine: &EngineArgs) -> Result<Vec<UnitRun>> {
+///
+/// While `hold` is set (`run`'s pause conditions, SIGUSR1 among them) nothing new starts,
+/// neither a build nor a unit, and a running unit holds still at its next poll, its
+/// engine told to pause; the time held is not the unit's engine time.
+pub fn run_units(
+    units: &[SuiteUnit],
+    engine: &EngineArgs,
+    hold: &AtomicBool,
+) -> Result<Vec<UnitRun>> {
     let engine = &engine.unraced();
     let resolved = units
         .iter()
         .map(|u| resolve(u).map_err(anyhow::Error::msg))
         .collect::<Result<Vec<_>>>()?;
-    let factories = build_engines(units, &resolved, engine)?;
+    let factories = build_engines(units, &resolved, engine, hold)?;
     let mut out = Vec::new();
     for ((u, resolved), factory) in units.iter().zip(&resolved).zip(&factories) {
+        wait_while(hold);
         let mut e = factory.make();
         let t = Instant::now();
+        let mut control = Held {
+            hold,
+            held_for: Duration::ZERO,
+        };
         let result = e
             .run(
                 &resolved.unit,
@@ -100,18 +114,44 @@ pub fn run_units(units: &[SuiteUnit], engine: &EngineArgs) -> Result<Vec<UnitRun
                     budget: u.budget,
                     max_solutions: REPORT_MAX_SOLUTIONS,
                 },
-                &mut NoControl,
+                &mut control,
             )
             .with_context(|| format!("suite unit {}", u.name))?;
         out.push(UnitRun {
             unit: u.clone(),
             result,
-            seconds: t.elapsed().as_secs_f64(),
+            seconds: t.elapsed().saturating_sub(control.held_for).as_secs_f64(),
             engine_kind: e.kind(),
             engine_build: e.build_id(),
         });
     }
     Ok(out)
+}
+
+/// Waits while `hold` is set; how long it waited.
+fn wait_while(hold: &AtomicBool) -> Duration {
+    let since = Instant::now();
+    while hold.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    since.elapsed()
+}
+
+/// A suite unit's [`Control`]: held while `hold` is set.
+struct Held<'a> {
+    hold: &'a AtomicBool,
+    held_for: Duration,
+}
+
+impl Control for Held<'_> {
+    fn poll(&mut self, _committed: u64) -> bool {
+        self.held_for += wait_while(self.hold);
+        false
+    }
+
+    fn paused(&mut self) -> bool {
+        self.hold.load(Ordering::SeqCst)
+    }
 }
 
 /// One engine per distinct puzzle and order of `units` (in their order), built two at a
@@ -122,6 +162,7 @@ fn build_engines(
     units: &[SuiteUnit],
     resolved: &[e2fleet_engine::suite::Resolved],
     engine: &EngineArgs,
+    hold: &AtomicBool,
 ) -> Result<Vec<Arc<EngineFactory>>> {
     let mut first_of: Vec<usize> = Vec::with_capacity(units.len());
     for (i, u) in units.iter().enumerate() {
@@ -132,7 +173,10 @@ fn build_engines(
         first_of.push(first);
     }
     let distinct: Vec<usize> = (0..units.len()).filter(|&i| first_of[i] == i).collect();
-    let build = |i: usize| engine.factory(&resolved[i].plan, false).map(Arc::new);
+    let build = |i: usize| {
+        wait_while(hold);
+        engine.factory(&resolved[i].plan, false).map(Arc::new)
+    };
     let mut built: Vec<Option<Result<Arc<EngineFactory>>>> =
         (0..units.len()).map(|_| None).collect();
     if let Some(&head) = distinct.first() {
@@ -218,7 +262,7 @@ pub fn run(args: VerifyArgs) -> Result<()> {
                 .block_on(with_coordinator(&args, url, &token))?
         }
         _ => {
-            let runs = run_units(&default_suite(), &args.engine)?;
+            let runs = run_units(&default_suite(), &args.engine, &AtomicBool::new(false))?;
             let expected = default_suite();
             let reports = runs
                 .iter()
@@ -340,7 +384,9 @@ async fn with_coordinator(
         .await
         .context("cannot fetch the suite")?;
     let engine = args.engine.clone();
-    let runs = tokio::task::spawn_blocking(move || run_units(&units, &engine)).await??;
+    let runs =
+        tokio::task::spawn_blocking(move || run_units(&units, &engine, &AtomicBool::new(false)))
+            .await??;
     let results: Vec<SuiteResult> = runs.iter().map(UnitRun::submission).collect();
     let answer = api
         .submit_verification(&suite, &results)
@@ -358,4 +404,66 @@ async fn with_coordinator(
         })
         .collect();
     Ok((reports, Some((answer.class_id, answer.class_flagged))))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        engine: EngineArgs,
+    }
+
+    /// Suite units held from the start walk nothing until the hold ends, then agree with
+    /// their exact results.
+    #[test]
+    fn held_suite_units_wait_and_then_agree() {
+        let flags = Flags::parse_from(["t", "--engine", "reference"]);
+        let units: Vec<SuiteUnit> = default_suite()
+            .into_iter()
+            .filter(|u| u.name == "easy-rows0-5-whole" || u.name == "brendan1-5x5-whole")
+            .collect();
+        assert_eq!(units.len(), 2);
+        let hold = Arc::new(AtomicBool::new(true));
+        let run = {
+            let (units, hold) = (units.clone(), hold.clone());
+            std::thread::spawn(move || run_units(&units, &flags.engine, &hold))
+        };
+        std::thread::sleep(Duration::from_secs(1));
+        assert!(!run.is_finished(), "held units ran");
+        hold.store(false, Ordering::SeqCst);
+        let runs = run.join().unwrap().unwrap();
+        for (run, u) in runs.iter().zip(&units) {
+            let expected = u.expected.as_ref().unwrap();
+            assert_eq!(expected.disagreement(&run.result), None, "{}", u.name);
+            assert!(run.seconds < 1.0, "{}: {} s", u.name, run.seconds);
+        }
+    }
+
+    /// A unit's control holds while the hold is set, says so to an engine that asks, and
+    /// leaves the time held out of the unit's.
+    #[test]
+    fn a_held_unit_waits_at_its_poll_and_the_wait_is_not_engine_time() {
+        let hold = AtomicBool::new(true);
+        let mut control = Held {
+            hold: &hold,
+            held_for: Duration::ZERO,
+        };
+        assert!(control.paused());
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(300));
+                hold.store(false, Ordering::SeqCst);
+            });
+            assert!(!control.poll(1), "a hold is not a stop");
+        });
+        assert!(control.held_for >= Duration::from_millis(300));
+        assert!(!control.paused());
+        let held = control.held_for;
+        assert!(!control.poll(2));
+        assert!(control.held_for - held < Duration::from_millis(50));
+    }
 }

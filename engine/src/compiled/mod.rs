@@ -257,6 +257,8 @@ struct Process {
     stdin: BufWriter<ChildStdin>,
     lines: Receiver<Line>,
     silence: Duration,
+    /// Told to hold still (`pause`) and not resumed since.
+    paused: bool,
 }
 
 /// Reads `stdout` line by line into a bounded channel until the end, an error, a line
@@ -294,6 +296,23 @@ fn spawn_reader(stdout: ChildStdout) -> Result<Receiver<Line>, CompileError> {
 }
 
 impl Process {
+    /// Sends one request line.
+    fn send(&mut self, line: &str) -> Result<(), String> {
+        writeln!(self.stdin, "{line}")
+            .and_then(|_| self.stdin.flush())
+            .map_err(|e| format!("cannot send {line}: {e}"))
+    }
+
+    /// Pauses or resumes the walk if it is not already so (the protocol's `pause` and
+    /// `resume`: the engine holds still at its next countdown check).
+    fn hold(&mut self, paused: bool) -> Result<(), String> {
+        if paused != self.paused {
+            self.send(if paused { "pause" } else { "resume" })?;
+            self.paused = paused;
+        }
+        Ok(())
+    }
+
     fn start(program: &CompiledProgram) -> Result<Process, CompileError> {
         if !program.cache.is_sealed(&program.path) {
             program.cache.remove(&program.path);
@@ -317,6 +336,7 @@ impl Process {
             stdin,
             lines: spawn_reader(stdout)?,
             silence: program.silence,
+            paused: false,
         };
         let line = process.line().map_err(CompileError::Start)?;
         let expected = format!(
@@ -422,13 +442,16 @@ impl CompiledEngine {
                     let committed: u64 = rest
                         .parse()
                         .map_err(|_| format!("bad progress line {line:?}"))?;
-                    if !stop_sent && control.poll(committed) {
-                        process
-                            .stdin
-                            .write_all(b"stop\n")
-                            .and_then(|_| process.stdin.flush())
-                            .map_err(|e| format!("cannot send stop: {e}"))?;
-                        stop_sent = true;
+                    if !stop_sent {
+                        // a paused walk must stop walking, not only stop being read:
+                        // the engine is told before `poll` blocks, and told again after
+                        process.hold(control.paused())?;
+                        if control.poll(committed) {
+                            process.send("stop")?;
+                            stop_sent = true;
+                        } else {
+                            process.hold(control.paused())?;
+                        }
                     }
                 }
                 "error" => return Err(format!("the engine rejected the unit: {rest}")),
@@ -473,6 +496,8 @@ impl CompiledEngine {
                 _ => return Err(format!("unexpected line from the engine: {line:?}")),
             }
         }
+        // a pause outlives its unit in the engine: the next one starts walking
+        process.hold(false)?;
         if !got_nodes || result.nodes_by_depth.len() != self.plan.len() || result.stop.is_none() {
             return Err("incomplete result from the engine".into());
         }

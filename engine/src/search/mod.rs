@@ -31,8 +31,18 @@ pub const POLL_INTERVAL: u64 = 1 << 20;
 /// Lets the caller watch a running search and ask it to stop.
 pub trait Control {
     /// Called every [`POLL_INTERVAL`] committed nodes with the count so far. Return
-    /// `true` to stop: the run then ends exactly like a budget stop at that count.
+    /// `true` to stop: the run then ends exactly like a budget stop at that count. A
+    /// caller that pauses the walk blocks here until it resumes (or stops).
     fn poll(&mut self, committed: u64) -> bool;
+
+    /// Whether the walk is to hold still now, asked just before each [`Control::poll`]
+    /// (and again after it). An engine that walks in this thread is held by `poll`
+    /// blocking; one that walks in a process of its own (the compiled engine) goes on
+    /// through its own countdown checks while `poll` blocks, so it is told to pause
+    /// first, and resumed when this says `false` again. Default: never.
+    fn paused(&mut self) -> bool {
+        false
+    }
 }
 
 /// A [`Control`] that never stops the search.

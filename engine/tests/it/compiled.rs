@@ -11,7 +11,7 @@ use e2fleet_engine::compiled::cache::Cache;
 use e2fleet_engine::compiled::{BuildOptions, CodegenOptions, CompileError, CompiledProgram};
 use e2fleet_engine::engine::{Engine, EngineError, ReferenceEngine};
 use e2fleet_engine::plan::SearchPlan;
-use e2fleet_engine::search::{NoControl, RunOptions, Walker};
+use e2fleet_engine::search::{Control, NoControl, RunOptions, Walker};
 use e2fleet_engine::testing::{Rng, order_of_kind, random_puzzle};
 use e2fleet_engine::unit::StopReason;
 use e2fleet_engine::{FillOrder, OrderSpec, Puzzle, Unit};
@@ -799,6 +799,84 @@ fn a_requested_stop_matches_a_budget_stop() {
         .unwrap();
     assert_eq!(same.cursor, stopped.cursor);
     assert_eq!(same.nodes_by_depth, stopped.nodes_by_depth);
+}
+
+/// A [`Control`] that pauses the walk after poll `pause_at`, holds it paused through
+/// the next poll for `hold`, then resumes it (or, with `stop_paused`, stops it while it is
+/// still paused), and stops it at poll `stop_at`.
+struct Pauses {
+    polls: u32,
+    pause_at: u32,
+    hold: Duration,
+    stop_paused: bool,
+    stop_at: u32,
+    paused: bool,
+    counts: Vec<u64>,
+}
+
+impl Control for Pauses {
+    fn poll(&mut self, committed: u64) -> bool {
+        self.polls += 1;
+        self.counts.push(committed);
+        if self.polls == self.pause_at {
+            self.paused = true;
+        } else if self.paused {
+            // held: the engine was told before this poll and waits here with the caller
+            std::thread::sleep(self.hold);
+            if self.stop_paused {
+                return true;
+            }
+            self.paused = false;
+        }
+        self.polls >= self.stop_at
+    }
+
+    fn paused(&mut self) -> bool {
+        self.paused
+    }
+}
+
+/// A paused compiled engine (the protocol's `pause` and `resume`) goes on exactly where it
+/// was: a walk paused and resumed, or stopped while paused, ends exactly as a budget stop
+/// at the same count, and the engine's next unit walks unpaused.
+#[test]
+fn a_paused_engine_goes_on_exactly_where_it_was() {
+    let puzzle = load("bench/bench-hard.json");
+    let plan = plan(&puzzle, &OrderSpec::default());
+    let (mut reference, mut compiled) = engines(&plan, 4, "pause");
+    for stop_paused in [false, true] {
+        let mut control = Pauses {
+            polls: 0,
+            pause_at: 2,
+            hold: Duration::from_millis(300),
+            stop_paused,
+            stop_at: 6,
+            paused: false,
+            counts: Vec::new(),
+        };
+        let stopped = compiled
+            .run(&Unit::root(), opts(None), &mut control)
+            .unwrap();
+        assert_eq!(stopped.stop, Some(StopReason::Requested));
+        let polls = if stop_paused { 3 } else { 6 };
+        assert_eq!(control.counts.len(), polls, "{:?}", control.counts);
+        // a stop is taken at the engine's next countdown check, which may be past what
+        // was last read
+        assert!(stopped.committed >= control.counts[polls - 1]);
+        let same = reference
+            .run(&Unit::root(), opts(Some(stopped.committed)), &mut NoControl)
+            .unwrap();
+        assert_eq!(same.cursor, stopped.cursor);
+        assert_eq!(same.nodes_by_depth, stopped.nodes_by_depth);
+        // the same process, its next unit: not held by the pause of the last
+        let next = compiled
+            .run(&Unit::root(), opts(Some(20_000)), &mut NoControl)
+            .unwrap();
+        let want = reference
+            .run(&Unit::root(), opts(Some(20_000)), &mut NoControl)
+            .unwrap();
+        assert_eq!(next, want);
+    }
 }
 
 #[test]

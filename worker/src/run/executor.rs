@@ -8,7 +8,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use e2fleet_engine::engine::Engine;
-use e2fleet_engine::search::RunOptions;
+use e2fleet_engine::search::{Control, RunOptions};
 use e2fleet_proto::REPORT_MAX_SOLUTIONS;
 use e2fleet_proto::api::{JobId, Lease, LeaseId};
 use tokio::sync::mpsc::UnboundedSender;
@@ -49,6 +49,56 @@ struct Shared {
     paused: AtomicBool,
     /// (nodes, engine nanoseconds) of finished runs, for the per-core rate.
     totals: Mutex<(u64, u128)>,
+}
+
+/// How one lease's walk is steered: its progress published, held while the executor is
+/// paused (a compiled engine is told to pause, see [`Control::paused`]), stopped when its
+/// lease or every lease is.
+struct LeaseControl<'a> {
+    shared: &'a Shared,
+    lease_id: LeaseId,
+    progress: Arc<AtomicU64>,
+    /// Time held in a pause, left out of the run's engine time.
+    paused_for: Duration,
+    /// What [`Control::paused`] last answered, if the engine asked before this poll: a
+    /// poll holds only an engine that knows it is held (a pause that began between the
+    /// question and the poll is taken at the next poll).
+    told: Option<bool>,
+}
+
+impl LeaseControl<'_> {
+    fn stop(&self) -> bool {
+        self.shared.stop_all.load(Ordering::SeqCst)
+            || self
+                .shared
+                .stop_leases
+                .lock()
+                .expect("stop set")
+                .contains(&self.lease_id)
+    }
+}
+
+impl Control for LeaseControl<'_> {
+    fn poll(&mut self, committed: u64) -> bool {
+        self.progress.store(committed, Ordering::Relaxed);
+        let told = self.told.take();
+        if self.shared.paused.load(Ordering::SeqCst) && told != Some(false) {
+            let since = Instant::now();
+            // a paused engine still stops when told to (a stop, a cancelled job, a
+            // pause long enough to give the unit back)
+            while self.shared.paused.load(Ordering::SeqCst) && !self.stop() {
+                std::thread::sleep(Duration::from_millis(200));
+            }
+            self.paused_for += since.elapsed();
+        }
+        self.stop()
+    }
+
+    fn paused(&mut self) -> bool {
+        let paused = self.shared.paused.load(Ordering::SeqCst);
+        self.told = Some(paused);
+        paused
+    }
 }
 
 /// The pool of engine threads.
@@ -232,38 +282,20 @@ fn engine_thread(shared: Arc<Shared>, results: UnboundedSender<Outcome>) {
             .or_insert_with(|| task.engine.make());
         let started = Instant::now();
         let lease_id = lease.lease_id;
-        let shared_c = shared.clone();
-        // time spent paused is not engine time: the per-core rate is of time walking
-        let mut paused_for = Duration::ZERO;
-        let paused_total = &mut paused_for;
-        let mut control = move |committed: u64| {
-            progress.store(committed, Ordering::Relaxed);
-            let stop = || {
-                shared_c.stop_all.load(Ordering::SeqCst)
-                    || shared_c
-                        .stop_leases
-                        .lock()
-                        .expect("stop set")
-                        .contains(&lease_id)
-            };
-            if shared_c.paused.load(Ordering::SeqCst) {
-                let since = Instant::now();
-                // a paused engine still stops when told to (a stop, a cancelled job, a
-                // pause long enough to give the unit back)
-                while shared_c.paused.load(Ordering::SeqCst) && !stop() {
-                    std::thread::sleep(Duration::from_millis(200));
-                }
-                *paused_total += since.elapsed();
-            }
-            stop()
+        let mut control = LeaseControl {
+            shared: &shared,
+            lease_id,
+            progress,
+            paused_for: Duration::ZERO,
+            told: None,
         };
         let options = RunOptions {
             budget: lease.budget,
             max_solutions: REPORT_MAX_SOLUTIONS,
         };
         let outcome = engine.run(&lease.unit, options, &mut control);
-        drop(control);
-        let elapsed = started.elapsed().saturating_sub(paused_for);
+        // time spent paused is not engine time: the per-core rate is of time walking
+        let elapsed = started.elapsed().saturating_sub(control.paused_for);
         shared
             .running
             .lock()

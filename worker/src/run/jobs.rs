@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 
 use anyhow::Result;
 use e2fleet_engine::SearchSpec;
@@ -50,12 +51,14 @@ pub enum Prepared {
 /// hands them out) with the engine real work would use, and submits them. A compiled
 /// build that disagrees is dropped for the reference engine (a new class, verified in
 /// turn); a class that still disagrees gets no real work from the coordinator, which
-/// says so on every lease request.
+/// says so on every lease request. While `hold` is set (a pause) the units and their
+/// builds hold still ([`crate::verify::run_units`]).
 pub async fn verify_class(
     link: &mut Link,
     engine: &mut EngineArgs,
     hostname: Option<&str>,
     console: &Console,
+    hold: Arc<AtomicBool>,
 ) -> Result<()> {
     loop {
         let (suite, units, class_id) = link.api.suite("", true).await?;
@@ -68,8 +71,9 @@ pub async fn verify_class(
         ));
         info!(%suite, units = units.len(), %class_id, "running verification units for this hardware class");
         let e = engine.clone();
-        let runs =
-            tokio::task::spawn_blocking(move || crate::verify::run_units(&units, &e)).await??;
+        let hold = hold.clone();
+        let runs = tokio::task::spawn_blocking(move || crate::verify::run_units(&units, &e, &hold))
+            .await??;
         let results: Vec<SuiteResult> = runs
             .iter()
             .map(crate::verify::UnitRun::submission)

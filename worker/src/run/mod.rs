@@ -31,7 +31,7 @@ mod signals;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
@@ -248,14 +248,38 @@ async fn run_async(args: RunArgs) -> Result<()> {
     engine_args
         .cache_dir
         .get_or_insert_with(|| args.data_dir.join("engines"));
-    if let Err(e) = verify_class(
-        &mut link,
-        &mut engine_args,
-        args.hostname.as_deref(),
-        &console,
-    )
-    .await
-    {
+    // a pause that begins while the units run holds them (and their builds) still
+    let hold = Arc::new(AtomicBool::new(false));
+    let verified = {
+        let verify = verify_class(
+            &mut link,
+            &mut engine_args,
+            args.hostname.as_deref(),
+            &console,
+            hold.clone(),
+        );
+        tokio::pin!(verify);
+        loop {
+            tokio::select! {
+                done = &mut verify => break done,
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                    let reason = conditions.reason(PAUSED.load(Ordering::SeqCst));
+                    hold.store(reason.is_some(), Ordering::SeqCst);
+                    let kind = reason.map(|r| std::mem::discriminant(&r));
+                    if kind != waiting_for {
+                        match reason {
+                            Some(reason) => console.say(&format!(
+                                "paused ({reason}): this machine's verification holds still"
+                            )),
+                            None => console.say("resumed: this machine's verification goes on"),
+                        }
+                        waiting_for = kind;
+                    }
+                }
+            }
+        }
+    };
+    if let Err(e) = verified {
         warn!(error = %format!("{e:#}"), "could not run the verification units now");
     }
 

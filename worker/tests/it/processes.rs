@@ -16,7 +16,7 @@
 //! - a laptop on battery: it computes nothing until plugged in (nor, paused by SIGUSR1
 //!   before it holds anything, until SIGUSR2); a stop signal before then ends it at once;
 //!   and a pause longer than `--give-back-after`: the held units come back at their exact
-//!   cursors;
+//!   cursors; a paused compiled engine uses no CPU until resumed;
 //! - and the whole fleet over TLS (`--tls-cert/--tls-key`, clients with `--ca-cert`).
 
 use std::path::Path;
@@ -350,6 +350,102 @@ async fn a_long_pause_gives_the_held_units_back_at_their_exact_cursors() {
     assert_exact(&doc);
     assert_eq!(paused_as(), "");
     assert_eq!(admin(&url, &["fleet"])["workers"]["paused"], 0);
+}
+
+/// CPU seconds used so far by the processes whose parent is `pid` (Linux `/proc`, whose
+/// clock ticks are 1/100 s): a worker's compiled engines.
+fn children_cpu_s(pid: u32) -> f64 {
+    let mut ticks = 0u64;
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // after the command's parenthesis: state, ppid, ..., utime (12th), stime (13th)
+        let Some((_, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        if f.len() > 12 && f[1] == pid.to_string() {
+            ticks += f[11].parse::<u64>().unwrap_or(0) + f[12].parse::<u64>().unwrap_or(0);
+        }
+    }
+    ticks as f64 / 100.0
+}
+
+/// A paused worker stops computing at once, compiled engines included. A compiled engine
+/// walks in a process of its own and goes on between the worker's looks at its progress,
+/// so being read no more does not stop it (it filled ~100 s of progress lines before it
+/// blocked): it is told to hold still (the engine protocol's `pause`), keeps its place in
+/// the tree, and goes on where it was when the pause ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_compiled_engine_uses_no_cpu_until_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_coordinator, url) = serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
+    // Brendan set 1 7x7 (a tree of ~10^11 nodes) in runs of up to 10^11 nodes: a unit
+    // runs far longer than this test
+    let puzzle = puzzle_path("brendan/set1/pieces_07x07.txt");
+    let job = admin(
+        &url,
+        &[
+            "submit",
+            puzzle.to_str().unwrap(),
+            "--split-depth",
+            "1",
+            "--budget",
+            "100000000000",
+        ],
+    )["job_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let data = dir.path().join("w");
+    let mut w = worker(&url, &data, "w", &["--walk", "list"], false);
+    let pid = w.0.id();
+    let started = Instant::now();
+    // an engine walking: a unit leased and the worker's children using CPU
+    loop {
+        let leased = admin(&url, &["job", &job])["units"]["leased"].as_u64();
+        let before = children_cpu_s(pid);
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        if leased > Some(0) && children_cpu_s(pid) - before > 0.2 {
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "no compiled engine walking after 120 s (leased: {leased:?})"
+        );
+    }
+    std::fs::write(data.join("pause"), "").unwrap();
+    wait_log(
+        &data,
+        "engines paused: the pause file exists",
+        Duration::from_secs(10),
+    )
+    .await;
+    // the engine holds at its next countdown check (~4 M nodes, milliseconds)
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let held = children_cpu_s(pid);
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let used = children_cpu_s(pid) - held;
+    assert!(
+        used < 0.3,
+        "a paused worker's engine used {used:.2} s of CPU in 3 s"
+    );
+    assert!(w.alive(), "a paused worker stays up");
+    std::fs::remove_file(data.join("pause")).unwrap();
+    wait_log(&data, "engines resumed", Duration::from_secs(10)).await;
+    let resumed = children_cpu_s(pid);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let used = children_cpu_s(pid) - resumed;
+    assert!(
+        used > 0.5,
+        "the resumed engine used only {used:.2} s of CPU in 2 s"
+    );
+    // and it stops where it is, its exact cursor reported
+    w.signal("-TERM");
+    assert!(w.wait(Duration::from_secs(30)).await.success());
+    let doc = admin(&url, &["job", &job]);
+    assert_eq!(doc["units"]["leased"].as_u64(), Some(0), "{}", doc["units"]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
