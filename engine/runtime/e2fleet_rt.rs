@@ -5,7 +5,7 @@
 //! the per-puzzle compile down to the code that is actually specialised.
 //!
 //! Protocol (version 2, text lines on stdin/stdout): greet with
-//! `e2fleet-engine 1 <build key> <depths>`; for each `run <budget|0> <max_solutions>
+//! `e2fleet-engine 2 <build key> <depths>`; for each `run <budget|0> <max_solutions>
 //! <prefix> <cursor>` line (placements `pos.piece.rot` joined by `,`, or `-`) print
 //! `progress <committed>` lines while walking and then the result block (`result`,
 //! `nodes`, `cursor`, `deepest`, `solutions`, `sol`..., `end`). A `stop` line makes the

@@ -990,7 +990,12 @@ fn a_crashing_engine_process_is_an_error_not_a_hang() {
         CompiledProgram::build(&plan, &CodegenOptions::default(), &options("crash")).unwrap();
     // replace the binary with one that greets correctly, then dies on the first unit
     // (sealed as the cache would seal a build of its own, so it is started)
-    let greeting = format!("e2fleet-engine 1 {} {}", program.key(), plan.len());
+    let greeting = format!(
+        "e2fleet-engine {} {} {}",
+        e2fleet_engine::compiled::codegen::PROTOCOL_VERSION,
+        program.key(),
+        plan.len()
+    );
     replace_sealed(
         &program,
         &format!("#!/bin/sh\necho '{greeting}'\nread line\nkill -SEGV $$\n"),
@@ -1044,7 +1049,12 @@ fn a_replaced_cached_engine_is_rebuilt_never_run() {
     // another user's program in its place: it greets correctly, and the attacker also
     // writes a plain checksum beside it (what the cache trusted before)
     let marker = build.cache_dir.join("the-replacement-ran");
-    let greeting = format!("e2fleet-engine 1 {} {}", program.key(), plan.len());
+    let greeting = format!(
+        "e2fleet-engine {} {} {}",
+        e2fleet_engine::compiled::codegen::PROTOCOL_VERSION,
+        program.key(),
+        plan.len()
+    );
     let script = format!(
         "#!/bin/sh\ntouch '{}'\necho '{greeting}'\nread line\n",
         marker.display()
