@@ -10,10 +10,11 @@
 //! `progress <committed>` lines while walking and then the result block (`result`,
 //! `nodes`, `cursor`, `deepest`, `solutions`, `sol`..., `end`). A `stop` line makes the
 //! running unit stop at its next countdown check, reported like a budget stop. A `pause`
-//! line makes the walk hold still at its next countdown check, right after that check's
-//! `progress` line, with its place in the tree kept and no core used, until a `resume`
-//! line (it goes on exactly where it was) or a `stop` (it stops there). A pause outlives
-//! the unit it came in: the worker resumes before it wants the next one walked.
+//! line makes the walk hold still at its next countdown check: it prints that check's
+//! `progress` line, then `held`, and waits, with its place in the tree kept and no core
+//! used, until a `resume` line (it goes on exactly where it was) or a `stop` (it stops
+//! there). A pause outlives the unit it came in: the worker resumes before it wants the
+//! next one walked.
 #![allow(clippy::all)]
 
 use std::io::{BufRead, Write};
@@ -439,7 +440,13 @@ impl St {
             let _ = out.flush();
         }
         if PAUSE.load(Ordering::Relaxed) {
-            // held still here, its place in the tree kept, until `resume` or `stop`
+            // held still here, its place in the tree kept, until `resume` or `stop`; the
+            // host counts the time held from this line
+            {
+                let mut out = std::io::stdout().lock();
+                let _ = writeln!(out, "held");
+                let _ = out.flush();
+            }
             while PAUSE.load(Ordering::Relaxed) && !STOP.load(Ordering::Relaxed) {
                 std::thread::park_timeout(std::time::Duration::from_millis(200));
             }

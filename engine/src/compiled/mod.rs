@@ -429,6 +429,9 @@ impl CompiledEngine {
             .and_then(|_| process.stdin.flush())
             .map_err(|e| format!("cannot send the unit: {e}"))?;
         let mut stop_sent = false;
+        // told to pause, not holding yet
+        let mut awaiting_hold = false;
+        let mut last = 0;
         let mut result = UnitResult::default();
         let mut got_nodes = false;
         loop {
@@ -442,16 +445,16 @@ impl CompiledEngine {
                     let committed: u64 = rest
                         .parse()
                         .map_err(|_| format!("bad progress line {line:?}"))?;
-                    if !stop_sent {
-                        // a paused walk must stop walking, not only stop being read:
-                        // the engine is told before `poll` blocks, and told again after
-                        process.hold(control.paused())?;
-                        if control.poll(committed) {
-                            process.send("stop")?;
-                            stop_sent = true;
-                        } else {
-                            process.hold(control.paused())?;
-                        }
+                    last = committed;
+                    // told to pause, it walks on to its next check, where it holds
+                    if !stop_sent && !awaiting_hold {
+                        (stop_sent, awaiting_hold) = steer(process, control, committed, false)?;
+                    }
+                }
+                "held" => {
+                    // holding still now: the caller's poll waits out the pause
+                    if awaiting_hold && !stop_sent {
+                        (stop_sent, awaiting_hold) = steer(process, control, last, true)?;
                     }
                 }
                 "error" => return Err(format!("the engine rejected the unit: {rest}")),
@@ -503,6 +506,42 @@ impl CompiledEngine {
         }
         result.committed = result.nodes_by_depth.iter().sum();
         Ok(result)
+    }
+}
+
+/// What the host does at a progress line (or at `held`) of a unit at `committed` nodes:
+/// (stop sent, awaiting hold). A pause the engine is not holding for yet is told first and
+/// polled only once the engine holds (its `held` line), so the time the caller's poll
+/// waits is time the engine does not walk: the engine walks on through its own countdown
+/// checks whether or not its lines are read, and would otherwise go on walking through a
+/// pause (a minute or more, until ~4,000 unread lines filled the pipe and the reader's
+/// queue), and its walking would be counted as time paused.
+fn steer(
+    process: &mut Process,
+    control: &mut dyn Control,
+    committed: u64,
+    held: bool,
+) -> Result<(bool, bool), String> {
+    if !held && control.paused() {
+        process.hold(true)?;
+        return Ok((false, true));
+    }
+    loop {
+        if control.poll(committed) {
+            process.send("stop")?;
+            return Ok((true, false));
+        }
+        if !control.paused() {
+            process.hold(false)?;
+            return Ok((false, false));
+        }
+        if !held {
+            // a pause that began during the poll: polled again once the engine holds
+            process.hold(true)?;
+            return Ok((false, true));
+        }
+        // held, and a poll that returned while the pause goes on: poll again
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

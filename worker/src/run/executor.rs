@@ -3,7 +3,7 @@
 //! the async loop, which journals and reports them.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -47,13 +47,18 @@ struct Shared {
     stop_all: AtomicBool,
     exit: AtomicBool,
     paused: AtomicBool,
+    /// `--cpu-percent`: the share of each engine thread's time it walks (100: all).
+    cpu_percent: AtomicU32,
     /// (nodes, engine nanoseconds) of finished runs, for the per-core rate.
     totals: Mutex<(u64, u128)>,
 }
 
+/// How long an engine walks between two rests under `--cpu-percent`.
+const THROTTLE_SLICE: Duration = Duration::from_millis(200);
+
 /// How one lease's walk is steered: its progress published, held while the executor is
-/// paused (a compiled engine is told to pause, see [`Control::paused`]), stopped when its
-/// lease or every lease is.
+/// paused and for the rests `--cpu-percent` asks (a compiled engine is told to pause, see
+/// [`Control::paused`]), stopped when its lease or every lease is.
 struct LeaseControl<'a> {
     shared: &'a Shared,
     lease_id: LeaseId,
@@ -64,9 +69,22 @@ struct LeaseControl<'a> {
     /// poll holds only an engine that knows it is held (a pause that began between the
     /// question and the poll is taken at the next poll).
     told: Option<bool>,
+    /// When the engine last began to walk (its start, or the end of a pause or a rest).
+    walked_since: Instant,
 }
 
 impl LeaseControl<'_> {
+    /// The rest due now under `--cpu-percent` P, if one is: after a slice of walking, a
+    /// rest of its length x (100 - P) / P, so the engine walks P% of the time.
+    fn rest_due(&self) -> Option<Duration> {
+        let percent = self.shared.cpu_percent.load(Ordering::SeqCst);
+        if percent >= 100 || percent == 0 {
+            return None;
+        }
+        let walked = self.walked_since.elapsed();
+        (walked >= THROTTLE_SLICE).then(|| walked * (100 - percent) / percent)
+    }
+
     fn stop(&self) -> bool {
         self.shared.stop_all.load(Ordering::SeqCst)
             || self
@@ -82,20 +100,28 @@ impl Control for LeaseControl<'_> {
     fn poll(&mut self, committed: u64) -> bool {
         self.progress.store(committed, Ordering::Relaxed);
         let told = self.told.take();
-        if self.shared.paused.load(Ordering::SeqCst) && told != Some(false) {
+        let rest = self.rest_due();
+        if (self.shared.paused.load(Ordering::SeqCst) || rest.is_some()) && told != Some(false) {
             let since = Instant::now();
-            // a paused engine still stops when told to (a stop, a cancelled job, a
-            // pause long enough to give the unit back)
+            // a resting or paused engine still stops when told to (a stop, a cancelled
+            // job, a pause long enough to give the unit back); a pause that begins in a
+            // rest goes on after it
+            if let Some(rest) = rest {
+                while since.elapsed() < rest && !self.stop() {
+                    std::thread::sleep((rest - since.elapsed()).min(Duration::from_millis(50)));
+                }
+            }
             while self.shared.paused.load(Ordering::SeqCst) && !self.stop() {
                 std::thread::sleep(Duration::from_millis(200));
             }
             self.paused_for += since.elapsed();
+            self.walked_since = Instant::now();
         }
         self.stop()
     }
 
     fn paused(&mut self) -> bool {
-        let paused = self.shared.paused.load(Ordering::SeqCst);
+        let paused = self.shared.paused.load(Ordering::SeqCst) || self.rest_due().is_some();
         self.told = Some(paused);
         paused
     }
@@ -110,7 +136,10 @@ pub struct Executor {
 impl Executor {
     /// Starts `threads` engine threads sending outcomes to `results`.
     pub fn start(threads: usize, results: UnboundedSender<Outcome>) -> Executor {
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Shared {
+            cpu_percent: AtomicU32::new(100),
+            ..Shared::default()
+        });
         let handles = (0..threads.max(1))
             .map(|i| {
                 let shared = shared.clone();
@@ -217,6 +246,15 @@ impl Executor {
         dropped
     }
 
+    /// Lets each engine thread walk `percent`% of its time (`--cpu-percent`; 100: all of
+    /// it): a slice of walking, then a rest in which the engine holds still, its place in
+    /// the tree kept. Rests are not engine time.
+    pub fn set_cpu_percent(&self, percent: u32) {
+        self.shared
+            .cpu_percent
+            .store(percent.clamp(1, 100), Ordering::SeqCst);
+    }
+
     /// Pauses or resumes the engines (a paused engine holds its place in the tree).
     pub fn set_paused(&self, paused: bool) {
         self.shared.paused.store(paused, Ordering::SeqCst);
@@ -288,6 +326,7 @@ fn engine_thread(shared: Arc<Shared>, results: UnboundedSender<Outcome>) {
             progress,
             paused_for: Duration::ZERO,
             told: None,
+            walked_since: Instant::now(),
         };
         let options = RunOptions {
             budget: lease.budget,
@@ -421,5 +460,40 @@ mod tests {
             entry.engine_seconds
         );
         executor.join();
+    }
+
+    /// The result of `task` walked by a fresh one-thread executor at `percent`% of its
+    /// time, and the wall time it took.
+    fn walk_at(percent: u32, task: Task) -> (Box<Entry>, f64) {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let executor = Executor::start(1, tx);
+        executor.set_cpu_percent(percent);
+        let started = Instant::now();
+        executor.push(task);
+        let outcome = loop {
+            if let Ok(outcome) = rx.try_recv() {
+                break outcome;
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "no result");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let wall = started.elapsed().as_secs_f64();
+        executor.join();
+        (done(outcome), wall)
+    }
+
+    #[test]
+    fn a_quarter_of_the_cpu_walks_the_same_nodes_in_four_times_the_time() {
+        let budget = 30_000_000;
+        let (full, _) = walk_at(100, task(budget));
+        let (quarter, wall) = walk_at(25, task(budget));
+        assert_eq!(quarter.result, full.result, "the same walk, to the node");
+        // rests are not engine time: the engine walked a quarter of the wall time
+        assert!(
+            wall > 2.5 * quarter.engine_seconds,
+            "{wall:.2} s in all for {:.2} s of walking",
+            quarter.engine_seconds
+        );
+        assert!(quarter.engine_seconds > 0.05);
     }
 }

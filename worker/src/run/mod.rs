@@ -91,6 +91,12 @@ pub struct RunArgs {
     /// unless set.
     #[arg(long, env = "E2FLEET_MAX_OTHER_CPU", value_parser = clap::value_parser!(u8).range(1..=100))]
     max_other_cpu: Option<u8>,
+    /// Walk only this percentage of each engine thread's time (BOINC's "use at most N% of
+    /// CPU time"): 200 ms of walking, then a rest in which the engine holds still, so a
+    /// laptop runs cooler and quieter. Rests are not engine time: the per-core rate stays
+    /// the rate of walking. 100 (the default) walks all the time.
+    #[arg(long, env = "E2FLEET_CPU_PERCENT", default_value_t = 100, value_parser = clap::value_parser!(u32).range(1..=100))]
+    cpu_percent: u32,
     /// Run only in this daily window of local time, e.g. 19:00-07:00 (across midnight) or
     /// 09:00-17:00; outside it the engines pause. Off unless set.
     #[arg(long, env = "E2FLEET_RUN_HOURS")]
@@ -286,7 +292,8 @@ async fn run_async(args: RunArgs) -> Result<()> {
     let threads = args.threads.unwrap_or_else(crate::host::cores).max(1);
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
     let executor = Executor::start(threads, tx);
-    info!(threads, coordinator = %args.coordinator, "worker started");
+    executor.set_cpu_percent(args.cpu_percent);
+    info!(threads, cpu_percent = args.cpu_percent, coordinator = %args.coordinator, "worker started");
 
     signals::HOLDING.store(true, Ordering::SeqCst);
 

@@ -12,8 +12,10 @@
 //!   (off unless set; Linux, from `/proc`), averaged over [`CPU_WINDOW`]. The worker's own
 //!   process tree (its engines, and the rustc building an engine) does not count.
 //!
-//! A paused engine holds its place in the tree, and its time does not count as engine time
-//! (the per-core rate is of time walking). A pause longer than `--give-back-after` gives
+//! A paused engine holds still (a compiled one is told to, through its protocol's `pause`,
+//! since it walks on between the worker's looks at its progress), keeps its place in the
+//! tree, and its time does not count as engine time (the per-core rate is of time
+//! walking); so do the rests of `--cpu-percent` (the executor's, not a pause to report). A pause longer than `--give-back-after` gives
 //! the held units back (the loop in [`super`] does it): running units stop at their exact
 //! cursor and report it, so the coordinator leases the rest as a continuation; unstarted
 //! leases are released; nothing more is leased until the pause ends. A laptop unplugged for
