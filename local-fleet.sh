@@ -79,15 +79,31 @@ echo "submitted $puzzle as job $job_id: $job"
 
 read -ra worker_flags <<<"${E2FLEET_WORKER_FLAGS:-}"
 # a demo asked for now runs on a laptop's battery too (a volunteer's worker pauses there)
-E2FLEET_ON_BATTERY=${E2FLEET_ON_BATTERY:-run} "$bin/e2fleet-worker" run ${E2FLEET_THREADS:+--threads "$E2FLEET_THREADS"} "${worker_flags[@]}" \
-  --data-dir "$work/worker" --hostname local-worker --nice 0 \
+E2FLEET_ON_BATTERY=${E2FLEET_ON_BATTERY:-run} E2FLEET_NICE=${E2FLEET_NICE:-0} \
+  "$bin/e2fleet-worker" run ${E2FLEET_THREADS:+--threads "$E2FLEET_THREADS"} "${worker_flags[@]}" \
+  --data-dir "$work/worker" --hostname local-worker \
   --cache-dir "${XDG_CACHE_HOME:-$HOME/.cache}/e2fleet/engines" >"$work/worker.log" 2>&1 &
 worker_pid=$!
 echo "worker started on ${E2FLEET_THREADS:-$(nproc)} cores (log: $work/worker.log)"
 echo "  it first checks this machine against the verification suite and compiles the engine"
 echo "  for this puzzle: ~10-20 s the first time (a 16x16 or low-colour puzzle builds two walks and races them), cached after; units start moving then"
 
-"$bin/e2fleet-coordinator" job "$job_id" --watch
+"$bin/e2fleet-coordinator" job "$job_id" --watch &
+watch_pid=$!
+# a worker that ends before the job does (a flag it refuses, a crash) ends the demo with
+# its log, rather than leaving a watch that never moves
+while kill -0 "$watch_pid" 2>/dev/null; do
+  if ! kill -0 "$worker_pid" 2>/dev/null; then
+    kill "$watch_pid" 2>/dev/null || true
+    wait "$watch_pid" 2>/dev/null || true
+    echo
+    echo "the worker stopped before the job was done; the end of its log ($work/worker.log):"
+    tail -n 20 "$work/worker.log"
+    exit 1
+  fi
+  sleep 1
+done
+wait "$watch_pid"
 echo
 echo "Two rates, never mixed: per-core = one engine thread's nodes/s (median over units);"
 echo "aggregate = nodes per wall-clock second across the whole fleet."

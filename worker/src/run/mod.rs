@@ -110,7 +110,7 @@ pub struct RunArgs {
     #[arg(long, hide = true, default_value = "/sys/class/power_supply")]
     power_supply_dir: PathBuf,
     /// Lower this process's CPU priority by this much (nice), 0 to keep it.
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, env = "E2FLEET_NICE", default_value_t = 10)]
     nice: u8,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
