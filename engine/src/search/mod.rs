@@ -35,11 +35,13 @@ pub trait Control {
     /// caller that pauses the walk blocks here until it resumes (or stops).
     fn poll(&mut self, committed: u64) -> bool;
 
-    /// Whether the walk is to hold still now, asked just before each [`Control::poll`]
-    /// (and again after it). An engine that walks in this thread is held by `poll`
-    /// blocking; one that walks in a process of its own (the compiled engine) goes on
-    /// through its own countdown checks while `poll` blocks, so it is told to pause
-    /// first, and resumed when this says `false` again. Default: never.
+    /// Whether the walk is to hold still now. An engine that walks in this thread is held
+    /// by `poll` blocking and need not ask. One that walks in a process of its own (the
+    /// compiled engine) goes on through its own countdown checks while `poll` blocks, so
+    /// it asks before each poll and after it: when this says `true` it tells its process
+    /// to pause and calls `poll` only once the process holds still (so the time `poll`
+    /// waits is time nothing walks), and it resumes the process when this says `false`
+    /// again. Default: never.
     fn paused(&mut self) -> bool {
         false
     }
