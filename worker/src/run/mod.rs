@@ -556,6 +556,9 @@ async fn run_async(args: RunArgs) -> Result<()> {
                 match pause {
                     Some(reason) => format!("paused ({reason})"),
                     None if stopping => "stopping".to_string(),
+                    None if args.cpu_percent < 100 => {
+                        format!("running {}% of the time", args.cpu_percent)
+                    }
                     None => "running".to_string(),
                 },
                 executor.threads(),
