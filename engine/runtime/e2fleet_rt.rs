@@ -434,19 +434,19 @@ impl St {
             self.stop_depth = d;
             return true;
         }
-        {
+        // told to pause: held still here, its place in the tree kept, until `resume` or
+        // `stop`; the host counts the time held from the `held` line
+        let pause = {
             let mut out = std::io::stdout().lock();
             let _ = writeln!(out, "progress {}", self.committed);
-            let _ = out.flush();
-        }
-        if PAUSE.load(Ordering::Relaxed) {
-            // held still here, its place in the tree kept, until `resume` or `stop`; the
-            // host counts the time held from this line
-            {
-                let mut out = std::io::stdout().lock();
+            let pause = PAUSE.load(Ordering::Relaxed);
+            if pause {
                 let _ = writeln!(out, "held");
-                let _ = out.flush();
             }
+            let _ = out.flush();
+            pause
+        };
+        if pause {
             while PAUSE.load(Ordering::Relaxed) && !STOP.load(Ordering::Relaxed) {
                 std::thread::park_timeout(std::time::Duration::from_millis(200));
             }

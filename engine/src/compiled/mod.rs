@@ -300,7 +300,10 @@ impl Process {
     fn send(&mut self, line: &str) -> Result<(), String> {
         writeln!(self.stdin, "{line}")
             .and_then(|_| self.stdin.flush())
-            .map_err(|e| format!("cannot send {line}: {e}"))
+            .map_err(|e| {
+                let what = line.split(' ').next().unwrap_or_default();
+                format!("cannot send {what}: {e}")
+            })
     }
 
     /// Pauses or resumes the walk if it is not already so (the protocol's `pause` and
@@ -416,18 +419,13 @@ impl CompiledEngine {
             self.process = Some(Process::start(&self.program).map_err(|e| e.to_string())?);
         }
         let process = self.process.as_mut().expect("started above");
-        let line = format!(
-            "run {} {} {} {}\n",
+        process.send(&format!(
+            "run {} {} {} {}",
             options.budget.unwrap_or(0),
             options.max_solutions,
             fmt_list(&unit.prefix),
             fmt_list(&unit.cursor)
-        );
-        process
-            .stdin
-            .write_all(line.as_bytes())
-            .and_then(|_| process.stdin.flush())
-            .map_err(|e| format!("cannot send the unit: {e}"))?;
+        ))?;
         let mut stop_sent = false;
         // told to pause, not holding yet
         let mut awaiting_hold = false;

@@ -161,6 +161,26 @@ pub fn run(args: RunArgs) -> Result<()> {
         .block_on(run_async(args))
 }
 
+/// Says why this machine's verification `verb`s when the reason changes (not when a busy
+/// machine's percentage moves), and that it goes on when the pause ends.
+fn tell_verification_pause(
+    console: &signals::Console,
+    reason: Option<Reason>,
+    told: &mut Option<std::mem::Discriminant<Reason>>,
+    verb: &str,
+) {
+    let kind = reason.map(|r| std::mem::discriminant(&r));
+    if kind != *told {
+        match reason {
+            Some(reason) => console.say(&format!(
+                "paused ({reason}): this machine's verification {verb}"
+            )),
+            None => console.say("resumed: this machine's verification goes on"),
+        }
+        *told = kind;
+    }
+}
+
 /// Registers (again, with a saved identity: the coordinator learns this run's labels and
 /// hardware class) until the coordinator answers.
 async fn join(link: &mut Link) -> Result<()> {
@@ -239,13 +259,7 @@ async fn run_async(args: RunArgs) -> Result<()> {
     // the verification units are computing too: not on battery, not while paused
     let mut waiting_for = None;
     while let Some(reason) = conditions.reason(PAUSED.load(Ordering::SeqCst)) {
-        // a line when the reason changes (not when a busy machine's percentage moves)
-        if waiting_for != Some(std::mem::discriminant(&reason)) {
-            console.say(&format!(
-                "paused ({reason}): this machine's verification waits"
-            ));
-            waiting_for = Some(std::mem::discriminant(&reason));
-        }
+        tell_verification_pause(&console, Some(reason), &mut waiting_for, "waits");
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
@@ -271,16 +285,7 @@ async fn run_async(args: RunArgs) -> Result<()> {
                 _ = tokio::time::sleep(Duration::from_millis(500)) => {
                     let reason = conditions.reason(PAUSED.load(Ordering::SeqCst));
                     hold.store(reason.is_some(), Ordering::SeqCst);
-                    let kind = reason.map(|r| std::mem::discriminant(&r));
-                    if kind != waiting_for {
-                        match reason {
-                            Some(reason) => console.say(&format!(
-                                "paused ({reason}): this machine's verification holds still"
-                            )),
-                            None => console.say("resumed: this machine's verification goes on"),
-                        }
-                        waiting_for = kind;
-                    }
+                    tell_verification_pause(&console, reason, &mut waiting_for, "holds still");
                 }
             }
         }

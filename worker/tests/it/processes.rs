@@ -170,6 +170,18 @@ async fn wait_log(data: &Path, line: &str, limit: Duration) -> String {
     }
 }
 
+/// Pauses a worker the way its owner can (the pause file in its data directory), and waits
+/// until it says so.
+async fn pause_by_file(data: &Path) {
+    std::fs::write(data.join("pause"), "").unwrap();
+    wait_log(
+        data,
+        "engines paused: the pause file exists",
+        Duration::from_secs(10),
+    )
+    .await;
+}
+
 /// One of Linux's power supplies in `dir` (as under `/sys/class/power_supply`).
 fn power_supply(dir: &Path, name: &str, files: &[(&str, &str)]) {
     std::fs::create_dir_all(dir.join(name)).unwrap();
@@ -304,13 +316,7 @@ async fn a_long_pause_gives_the_held_units_back_at_their_exact_cursors() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    std::fs::write(data.join("pause"), "").unwrap();
-    wait_log(
-        &data,
-        "engines paused: the pause file exists",
-        Duration::from_secs(10),
-    )
-    .await;
+    pause_by_file(&data).await;
     wait_log(&data, "giving the held units back", Duration::from_secs(10)).await;
     let started = Instant::now();
     let doc = loop {
@@ -423,13 +429,7 @@ async fn a_paused_compiled_engine_uses_no_cpu_until_resumed() {
             "no compiled engine walking after 120 s (leased: {leased:?})"
         );
     }
-    std::fs::write(data.join("pause"), "").unwrap();
-    wait_log(
-        &data,
-        "engines paused: the pause file exists",
-        Duration::from_secs(10),
-    )
-    .await;
+    pause_by_file(&data).await;
     // the engine holds at its next countdown check (~4 M nodes, milliseconds)
     tokio::time::sleep(Duration::from_millis(500)).await;
     let held = children_cpu_s(pid);
