@@ -18,6 +18,8 @@ pub enum EngineKind {
     Reference,
     /// Puzzle-specialised Rust compiled on the machine that runs it.
     Compiled,
+    /// The branch-free mask walk of two units at once ([`crate::lanes`]).
+    Lanes,
 }
 
 impl EngineKind {
@@ -26,6 +28,7 @@ impl EngineKind {
         match self {
             EngineKind::Reference => "reference",
             EngineKind::Compiled => "compiled",
+            EngineKind::Lanes => "lanes",
         }
     }
 }
@@ -42,8 +45,9 @@ impl std::str::FromStr for EngineKind {
         match s {
             "reference" => Ok(EngineKind::Reference),
             "compiled" => Ok(EngineKind::Compiled),
+            "lanes" => Ok(EngineKind::Lanes),
             _ => Err(format!(
-                "{s:?} is not an engine kind (reference or compiled)"
+                "{s:?} is not an engine kind (reference, compiled or lanes)"
             )),
         }
     }
@@ -73,6 +77,42 @@ pub trait Engine: Send {
         options: RunOptions,
         control: &mut dyn Control,
     ) -> Result<UnitResult, EngineError>;
+
+    /// Walks `first` and then every unit `feed` hands out until it has none, each result
+    /// going back through [`Feed::done`]. An engine that walks several units at once
+    /// (the lane engine) takes the next one whenever a lane is free; the default walks
+    /// them one after another with [`Engine::run`].
+    fn run_feed<'a>(&mut self, first: Work<'a>, feed: &mut dyn Feed<'a>) {
+        let mut work = Some(first);
+        while let Some(mut w) = work.take().or_else(|| feed.next()) {
+            let started = std::time::Instant::now();
+            let result = self.run(&w.unit, w.options, w.control.as_mut());
+            let seconds = started.elapsed().as_secs_f64();
+            feed.done(w, result, seconds);
+        }
+    }
+}
+
+/// One unit to walk, with how its walk is steered.
+pub struct Work<'a> {
+    /// The caller's tag for this unit.
+    pub tag: usize,
+    /// The unit.
+    pub unit: Unit,
+    /// Its budget and solution cap.
+    pub options: RunOptions,
+    /// Polled as the walk goes (stops, pauses).
+    pub control: Box<dyn Control + 'a>,
+}
+
+/// Hands an engine its units and takes their results back ([`Engine::run_feed`]).
+pub trait Feed<'a> {
+    /// The next unit to walk, if any.
+    fn next(&mut self) -> Option<Work<'a>>;
+    /// A unit's result, and the seconds of this thread's time its walk took (an engine
+    /// that walks units side by side splits its time between them by the nodes each
+    /// walked).
+    fn done(&mut self, work: Work<'a>, result: Result<UnitResult, EngineError>, seconds: f64);
 }
 
 /// The reference engine over a shared plan.

@@ -38,6 +38,7 @@ pub mod certificate;
 pub mod compiled;
 pub mod engine;
 pub mod formats;
+pub mod lanes;
 pub mod model;
 pub mod order;
 pub mod plan;

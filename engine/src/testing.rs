@@ -124,7 +124,7 @@ pub fn checkerboard_puzzle(rng: &mut Rng, side: usize, colours: u8) -> Puzzle {
         .into_iter()
         .filter(|p| {
             let pos = p.pos as usize;
-            (pos % side + pos / side) % 2 == 0
+            (pos % side + pos / side).is_multiple_of(2)
         })
         .collect();
     puzzle

@@ -86,19 +86,19 @@ pub fn job(j: &JobStatus, json: bool) {
         ),
         rate(Some(j.aggregate_nodes_per_s), "fleet", ""),
     );
-    if let Some(e) = &j.estimate {
-        if let (Some(tree), Some(low), Some(high)) = (e.tree_nodes, e.tree_low, e.tree_high) {
-            let eta = e.eta_seconds.map_or("no rate yet".to_string(), |s| {
-                format!("~{} at this job's rate", duration(s))
-            });
-            outln!(
-                "  estimate: tree ~{} nodes (95% interval {} - {}), ~{} left, {eta}",
-                sci(tree),
-                sci(low),
-                sci(high),
-                sci(tree - j.nodes_total as f64)
-            );
-        }
+    if let Some(e) = &j.estimate
+        && let (Some(tree), Some(low), Some(high)) = (e.tree_nodes, e.tree_low, e.tree_high)
+    {
+        let eta = e.eta_seconds.map_or("no rate yet".to_string(), |s| {
+            format!("~{} at this job's rate", duration(s))
+        });
+        outln!(
+            "  estimate: tree ~{} nodes (95% interval {} - {}), ~{} left, {eta}",
+            sci(tree),
+            sci(low),
+            sci(high),
+            sci(tree - j.nodes_total as f64)
+        );
     }
     if j.paused {
         outln!("  paused: no new leases (`resume {}` goes on)", j.job_id);

@@ -101,12 +101,12 @@ impl Fleet {
 
     /// Changes how a job shares the fleet (priority, share, pause).
     pub async fn set_schedule(&self, job: JobId, change: ScheduleChange) -> Result<(), FleetError> {
-        if let Some(share) = change.share {
-            if !(share.is_finite() && share > 0.0 && share <= MAX_SHARE) {
-                return Err(FleetError::InvalidArgument(format!(
-                    "a share must be a number above 0 and at most {MAX_SHARE}, not {share}"
-                )));
-            }
+        if let Some(share) = change.share
+            && !(share.is_finite() && share > 0.0 && share <= MAX_SHARE)
+        {
+            return Err(FleetError::InvalidArgument(format!(
+                "a share must be a number above 0 and at most {MAX_SHARE}, not {share}"
+            )));
         }
         self.store
             .write(move |tx| {

@@ -966,7 +966,7 @@ impl Gen<'_> {
                 continue;
             };
             let shift = reads[read].shift;
-            if shift % 8 != 0 || shift > 56 {
+            if !shift.is_multiple_of(8) || shift > 56 {
                 continue;
             }
             let o = reads[1 - read];
@@ -1704,7 +1704,7 @@ impl Gen<'_> {
     }
 
     fn is_head(&self, d: usize) -> bool {
-        d % self.group == 0
+        d.is_multiple_of(self.group)
     }
 
     /// The call that walks depth `d` onward from a function whose locals are `locals`.

@@ -8,6 +8,7 @@ mod compiled;
 mod estimate;
 mod formats;
 mod known_counts;
+mod lanes;
 mod properties;
 mod suite;
 

@@ -92,6 +92,7 @@ pub fn engine_kind_to_wire(k: EngineKind) -> v2::EngineKind {
     match k {
         EngineKind::Reference => v2::EngineKind::Reference,
         EngineKind::Compiled => v2::EngineKind::Compiled,
+        EngineKind::Lanes => v2::EngineKind::Lanes,
     }
 }
 
@@ -100,6 +101,7 @@ pub fn engine_kind_from_wire(raw: i32, field: &str) -> Result<EngineKind, WireEr
     match v2::EngineKind::try_from(raw) {
         Ok(v2::EngineKind::Reference) => Ok(EngineKind::Reference),
         Ok(v2::EngineKind::Compiled) => Ok(EngineKind::Compiled),
+        Ok(v2::EngineKind::Lanes) => Ok(EngineKind::Lanes),
         _ => Err(invalid(format!("{field}: engine kind {raw} is not known"))),
     }
 }

@@ -1,0 +1,724 @@
+//! The lane engine: a branch-free mask walk that takes exactly one node per step, and
+//! walks two units at once in one thread, their steps interleaved (issue #15).
+//!
+//! # Why
+//! A branchy depth-first walk spends most of a node waiting on the tree's own branches
+//! (does this placement have a child? another sibling?): on the low-colour boards these
+//! mispredict ~0.6 times a node and bound the compiled mask walk at ~21 cycles a node
+//! (`docs/benchmarks.md`, sessions 16-27). Here no step branches on the tree: each step
+//! takes the lowest bit of the current frame's candidate mask, commits that node, builds
+//! the child's frame unconditionally, and chooses where to go next (the child, the next
+//! sibling, or the nearest shallower frame with candidates left) with conditional moves.
+//! One walk is then a chain of dependent loads (~28 cycles a step); two walks interleaved
+//! in one thread overlap their chains, and the pair runs at ~16 cycles a node.
+//!
+//! # Tables
+//! Boards of at most 128 pieces whose every bucket's pieces lie within 64 consecutive
+//! piece ids (the Brendan sets and other low-colour boards: border pieces and inner pieces
+//! each form such a range), with at most two board-read sides a cell (every fill order
+//! but odd hand-made ones). For each bucket: a 64-bit mask of its pieces relative to the
+//! bucket's lowest id (`off`), and its candidates indexed by bit, one block per rotation.
+//! A piece that fits a bucket in two rotations keeps its bit for a second step: its first
+//! rotation's candidate says so (`MORE`) and moves the frame to the next block (`delta`);
+//! the last moves it back. So candidates come in canonical order (ascending piece id,
+//! then rotation) and budgets, cursors and stops are exactly the reference walker's.
+//!
+//! # Frames
+//! `frame[d]` holds depth `d`'s candidates not yet taken, the free pieces before depth
+//! `d` (two words), the bucket's candidate block and `up`: the deepest shallower depth
+//! that still has candidates (or `STOP`). A step at depth `d` commits one node, writes
+//! `frame[d + 1]` whatever it holds, and goes to `d + 1` if that frame has candidates,
+//! else to `d` if this frame has, else to `up`.
+
+use std::time::Instant;
+
+use std::sync::Arc;
+
+use crate::engine::{Engine, EngineError, EngineKind, Feed, Work};
+use crate::model::Placement;
+use crate::plan::{SENTINEL, SearchPlan, candidate_piece, candidate_rot};
+use crate::search::{Control, POLL_INTERVAL, RunOptions, UnitError, Walker};
+use crate::unit::{StopReason, Unit, UnitResult};
+
+/// Why a plan has no lane tables.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum NotEligible {
+    /// More than 128 pieces.
+    #[error("the lane engine walks boards of at most 128 pieces (this one has {0})")]
+    TooManyPieces(usize),
+    /// A cell with more than two sides read from the board.
+    #[error("the fill order gives a cell more than two placed neighbours")]
+    ExtraSides,
+    /// A bucket's pieces span more than 64 ids.
+    #[error("a candidate list spans more than 64 piece ids")]
+    WideBucket,
+    /// Nothing to walk.
+    #[error("every cell is a hint")]
+    Empty,
+}
+
+/// A candidate as the lane walk reads it: the plan's packed colours (bits 0..32), the
+/// piece (bits 32..40), the rotation (bits 40..42), [`MORE`], and in bits 48..64 the
+/// signed step of the frame's candidate block after this candidate.
+const MORE: u64 = 1 << 42;
+
+#[inline(always)]
+fn lane_candidate(c: u64, more: bool, delta: i32) -> u64 {
+    (c & 0xFFFF_FFFF)
+        | (candidate_piece(c) as u64) << 32
+        | (candidate_rot(c) as u64) << 40
+        | if more { MORE } else { 0 }
+        | ((delta as i16 as u16 as u64) << 48)
+}
+
+#[inline(always)]
+fn lane_piece(c: u64) -> usize {
+    ((c >> 32) & 0x7F) as usize
+}
+
+/// Per-depth reads: the cell filled, the two board reads of its key and its table.
+#[derive(Clone, Copy, Default)]
+struct Depth {
+    pos: u32,
+    a_cell: u32,
+    a_shift: u32,
+    b_cell: u32,
+    b_shift: u32,
+    table: u32,
+}
+
+/// The lane walk's tables for one plan.
+pub struct LaneTables {
+    depths: usize,
+    shift: u32,
+    steps: Vec<Depth>,
+    mask: Vec<u64>,
+    off: Vec<u32>,
+    block: Vec<u32>,
+    cands: Vec<u64>,
+    piece_lo: Vec<u64>,
+    piece_hi: Vec<u64>,
+    free: (u64, u64),
+    initial_board: Vec<u64>,
+    hints: Vec<Placement>,
+    plan_pos: Vec<usize>,
+}
+
+impl LaneTables {
+    /// The tables for `plan`, or why it cannot be walked this way.
+    pub fn new(plan: &SearchPlan) -> Result<LaneTables, NotEligible> {
+        if plan.pieces > 128 {
+            return Err(NotEligible::TooManyPieces(plan.pieces));
+        }
+        if plan.is_empty() {
+            return Err(NotEligible::Empty);
+        }
+        if plan.depths.iter().any(|d| !d.extra.is_empty()) {
+            return Err(NotEligible::ExtraSides);
+        }
+        let colours = plan.colours;
+        let shift = colours.next_power_of_two().trailing_zeros();
+        let stride = 1usize << (2 * shift);
+        let tables = plan.offsets.len() / (colours * colours).max(1);
+        // key space: table t at (t + 1) * stride; table "0" is the empty one for the
+        // step past the last depth
+        let keys = (tables + 1) * stride;
+        let mut mask = vec![0u64; keys];
+        let mut off = vec![0u32; keys];
+        let mut block = vec![0u32; keys];
+        let mut cands: Vec<u64> = vec![0];
+        for t in 0..tables {
+            for a in 0..colours {
+                for b in 0..colours {
+                    let start = plan.offsets[t * colours * colours + a * colours + b] as usize;
+                    let bucket: Vec<u64> = plan.candidates[start..]
+                        .iter()
+                        .copied()
+                        .take_while(|&c| c != SENTINEL)
+                        .collect();
+                    if bucket.is_empty() {
+                        continue;
+                    }
+                    let lo = candidate_piece(bucket[0]);
+                    let hi = candidate_piece(*bucket.last().expect("non-empty"));
+                    if hi - lo >= 64 {
+                        return Err(NotEligible::WideBucket);
+                    }
+                    let lo = lo.min(64);
+                    let span = hi - lo + 1;
+                    // rotations per piece, in canonical order
+                    let mut rots: Vec<Vec<u64>> = vec![Vec::new(); span];
+                    for &c in &bucket {
+                        rots[candidate_piece(c) - lo].push(c);
+                    }
+                    let blocks = rots.iter().map(Vec::len).max().unwrap_or(1);
+                    let key = (t + 1) * stride + (a << shift) + b;
+                    let base = cands.len();
+                    cands.resize(base + blocks * span, 0);
+                    for (bit, list) in rots.iter().enumerate() {
+                        if list.is_empty() {
+                            continue;
+                        }
+                        mask[key] |= 1 << bit;
+                        for (j, &c) in list.iter().enumerate() {
+                            let more = j + 1 < list.len();
+                            let delta = if more {
+                                span as i32
+                            } else {
+                                -((j * span) as i32)
+                            };
+                            cands[base + j * span + bit] = lane_candidate(c, more, delta);
+                        }
+                    }
+                    if blocks * span > i16::MAX as usize {
+                        return Err(NotEligible::WideBucket);
+                    }
+                    // the window: the lowest piece, or the high word for pieces above 64
+                    off[key] = lo.min(64) as u32;
+                    block[key] = base as u32;
+                }
+            }
+        }
+        let key_of = |t: usize| ((t / (colours * colours)) + 1) * stride;
+        let cells = plan.cells;
+        let mut steps: Vec<Depth> = plan
+            .depths
+            .iter()
+            .map(|d| Depth {
+                pos: d.pos as u32,
+                a_cell: d.key[0].cell as u32,
+                a_shift: d.key[0].shift,
+                b_cell: d.key[1].cell as u32,
+                b_shift: d.key[1].shift,
+                table: key_of(d.table) as u32,
+            })
+            .collect();
+        // past the last depth: the empty table, reads of the dummy cell
+        steps.push(Depth {
+            pos: cells as u32,
+            a_cell: cells as u32,
+            a_shift: 0,
+            b_cell: cells as u32,
+            b_shift: 0,
+            table: 0,
+        });
+        let piece_lo = (0..128)
+            .map(|p| if p < 64 { 1u64 << p } else { 0 })
+            .collect();
+        let piece_hi = (0..128)
+            .map(|p| if p >= 64 { 1u64 << (p - 64) } else { 0 })
+            .collect();
+        let mut free = (0u64, 0u64);
+        for p in 0..plan.pieces {
+            if plan.initial_used[p] == 0 {
+                if p < 64 {
+                    free.0 |= 1 << p;
+                } else {
+                    free.1 |= 1 << (p - 64);
+                }
+            }
+        }
+        Ok(LaneTables {
+            depths: plan.len(),
+            shift,
+            steps,
+            mask,
+            off,
+            block,
+            cands,
+            piece_lo,
+            piece_hi,
+            free,
+            initial_board: plan.initial_board.iter().map(|&c| c as u64).collect(),
+            hints: plan.hints.clone(),
+            plan_pos: plan.depths.iter().map(|d| d.pos).collect(),
+        })
+    }
+
+    #[inline(always)]
+    fn key(&self, board: &[u64], depth: usize) -> usize {
+        let s = &self.steps[depth];
+        let a = (board[s.a_cell as usize] >> s.a_shift) & 0xFF;
+        let b = (board[s.b_cell as usize] >> s.b_shift) & 0xFF;
+        s.table as usize + ((a as usize) << self.shift) + b as usize
+    }
+
+    /// The candidates of `key` among the free pieces.
+    #[inline(always)]
+    fn fitting(&self, key: usize, lo: u64, hi: u64) -> u64 {
+        // the free pieces from the bucket's window on (off <= 64)
+        let free = (hi as u128) << 64 | lo as u128;
+        let window = (free >> (self.off[key] & 127)) as u64;
+        self.mask[key] & window
+    }
+}
+
+/// One frame: depth `d`'s untaken candidates and how to go on.
+#[derive(Clone, Copy, Default)]
+#[repr(C)]
+struct Frame {
+    rem: u64,
+    lo: u64,
+    hi: u64,
+    block: u32,
+    up: u32,
+}
+
+/// One lane: a unit being walked.
+struct Lane {
+    /// The depth of the next step, or `stop` when the unit is walked.
+    d: usize,
+    /// Nodes left before the next poll or the budget.
+    left: u64,
+    /// The depth of the last node committed.
+    last: usize,
+    /// Watch: the next step at or past this depth goes to the cold path (a new deepest
+    /// board or a solution).
+    watch: usize,
+    frames: Vec<Frame>,
+    board: Vec<u64>,
+    nodes: Vec<u64>,
+}
+
+/// What the cold path of a lane keeps.
+struct LaneState {
+    floor: usize,
+    budget: u64,
+    committed: u64,
+    window: u64,
+    deepest: usize,
+    deepest_board: Vec<Placement>,
+    solutions: u64,
+    boards: Vec<Vec<Placement>>,
+    cap: usize,
+    stop: Option<StopReason>,
+}
+
+/// Walks units two at a time over one plan.
+pub struct LaneWalker<'p> {
+    plan: &'p SearchPlan,
+    tables: &'p LaneTables,
+}
+
+impl<'p> LaneWalker<'p> {
+    /// A walker over `plan` with its `tables`.
+    pub fn new(plan: &'p SearchPlan, tables: &'p LaneTables) -> Self {
+        LaneWalker { plan, tables }
+    }
+
+    fn stop_depth(&self) -> usize {
+        self.tables.depths + 1
+    }
+
+    fn new_lane(&self) -> Lane {
+        let t = self.tables;
+        Lane {
+            d: self.stop_depth(),
+            left: 0,
+            last: 0,
+            watch: 0,
+            frames: vec![Frame::default(); t.depths + 2],
+            board: t.initial_board.clone(),
+            nodes: vec![0; t.depths + 1],
+        }
+    }
+
+    /// Sets `lane` up on `unit`: its frames from the prefix and cursor. `Ok(false)` when
+    /// there is nothing to walk.
+    fn start(&self, lane: &mut Lane, st: &mut LaneState, unit: &Unit) -> Result<bool, UnitError> {
+        let t = self.tables;
+        let floor = unit.prefix.len();
+        let path: Vec<Placement> = unit.prefix.iter().chain(&unit.cursor).copied().collect();
+        Walker::new(self.plan).check_path(&path)?;
+        lane.board.copy_from_slice(&t.initial_board);
+        lane.nodes.iter_mut().for_each(|n| *n = 0);
+        let stop = self.stop_depth() as u32;
+        let (mut lo, mut hi) = t.free;
+        let mut up = stop;
+        // the frames of the cursor's depths (and the prefix's, which are never walked)
+        for (depth, p) in path.iter().enumerate() {
+            let key = t.key(&lane.board, depth);
+            let rem0 = t.fitting(key, lo, hi);
+            let bit = p.piece as usize - t.off[key] as usize;
+            // the candidate of this placement: its rotation's block
+            let mut block = t.block[key] as usize;
+            let mut c = t.cands[block + bit];
+            while candidate_rot_of(c) != p.rot {
+                block = (block as i64 + delta_of(c) as i64) as usize;
+                c = t.cands[block + bit];
+            }
+            let more = c & MORE != 0;
+            let rem = if more {
+                rem0 & !((1u64 << bit) - 1)
+            } else {
+                rem0 & !((1u64 << bit) | ((1u64 << bit) - 1))
+            };
+            let next_block = (block as i64 + delta_of(c) as i64) as u32;
+            lane.frames[depth] = Frame {
+                rem,
+                lo,
+                hi,
+                block: next_block,
+                up,
+            };
+            lane.board[t.steps[depth].pos as usize] = c;
+            lo ^= t.piece_lo[lane_piece(c)];
+            hi ^= t.piece_hi[lane_piece(c)];
+            if depth >= floor && rem != 0 {
+                up = depth as u32;
+            }
+        }
+        let depth = path.len();
+        let key = t.key(&lane.board, depth);
+        let rem = t.fitting(key, lo, hi);
+        lane.frames[depth] = Frame {
+            rem,
+            lo,
+            hi,
+            block: t.block[key],
+            up,
+        };
+        lane.d = if rem != 0 { depth } else { up as usize };
+        st.floor = floor;
+        st.deepest = floor;
+        st.deepest_board = unit.prefix.clone();
+        lane.watch = floor.min(t.depths - 1);
+        Ok(lane.d != self.stop_depth())
+    }
+
+    /// One step of one lane. Returns `true` when the lane needs the cold path: its
+    /// countdown ran out, it is walked, or it reached its watch depth.
+    #[inline(always)]
+    fn step(&self, ln: &mut Lane) -> bool {
+        let t = self.tables;
+        {
+            use core::hint::select_unpredictable as pick;
+            let d = ln.d;
+            let f = ln.frames[d];
+            let bit = f.rem.trailing_zeros() as usize;
+            let c = t.cands[f.block as usize + bit];
+            let more = (c >> 42) & 1;
+            let rem = f.rem & f.rem.wrapping_sub(1).wrapping_add(more);
+            let block = (f.block as i32 + (c >> 48) as u16 as i16 as i32) as u32;
+            ln.board[t.steps[d].pos as usize] = c;
+            ln.nodes[d] += 1;
+            let p = lane_piece(c);
+            let lo = f.lo ^ t.piece_lo[p];
+            let hi = f.hi ^ t.piece_hi[p];
+            let dn = d + 1;
+            let key = t.key(&ln.board, dn);
+            let child = t.fitting(key, lo, hi);
+            let fd = &mut ln.frames[d];
+            fd.rem = rem;
+            fd.block = block;
+            let up = pick(rem != 0, d as u32, f.up);
+            ln.frames[dn] = Frame {
+                rem: child,
+                lo,
+                hi,
+                block: t.block[key],
+                up,
+            };
+            let next = pick(child != 0, dn, up as usize);
+            ln.d = next;
+            ln.last = d;
+            ln.left -= 1;
+            (ln.left == 0) | (next == self.stop_depth()) | (d >= ln.watch)
+        }
+    }
+
+    fn placements(&self, lane: &Lane, to: usize) -> Vec<Placement> {
+        (0..to)
+            .map(|d| {
+                let c = lane.board[self.tables.steps[d].pos as usize];
+                Placement::new(self.tables.plan_pos[d], lane_piece(c), candidate_rot_of(c))
+            })
+            .collect()
+    }
+
+    /// The cold path after a step that asked for it. Returns `true` when the lane's unit
+    /// has ended (its result is then ready).
+    fn cold(&self, ln: &mut Lane, st: &mut LaneState, control: &mut dyn Control) -> bool {
+        let t = self.tables;
+        let d = ln.last;
+        // the node just committed at depth d: a new deepest board, a solution?
+        if d >= ln.watch {
+            if d >= st.deepest {
+                st.deepest = d + 1;
+                st.deepest_board = self.placements(ln, d + 1);
+            }
+            if d + 1 == t.depths {
+                st.solutions += 1;
+                if st.boards.len() < st.cap {
+                    let mut board = t.hints.clone();
+                    board.extend(self.placements(ln, d + 1));
+                    board.sort_by_key(|p| p.pos);
+                    st.boards.push(board);
+                }
+            }
+            ln.watch = st.deepest.min(t.depths - 1);
+        }
+        if ln.left == 0 {
+            st.committed += st.window;
+            if st.committed == st.budget {
+                st.stop = Some(StopReason::Budget);
+                return true;
+            }
+            if control.poll(st.committed) {
+                st.stop = Some(StopReason::Requested);
+                return true;
+            }
+            st.window = (st.budget - st.committed).min(POLL_INTERVAL);
+            ln.left = st.window;
+        }
+        if ln.d == self.stop_depth() {
+            st.committed += st.window - ln.left;
+            st.stop = Some(StopReason::Finished);
+            return true;
+        }
+        false
+    }
+
+    fn result(&self, ln: &Lane, st: LaneState) -> UnitResult {
+        let t = self.tables;
+        let nodes: Vec<u64> = ln.nodes[..t.depths].to_vec();
+        let reason = st.stop.unwrap_or(StopReason::Finished);
+        let cursor = match reason {
+            StopReason::Finished => None,
+            _ => Some(self.placements(ln, ln.last + 1)[st.floor..].to_vec()),
+        };
+        UnitResult {
+            committed: nodes.iter().sum(),
+            nodes_by_depth: nodes,
+            solutions_count: st.solutions,
+            solutions: st.boards,
+            max_depth: st.deepest,
+            deepest: st.deepest_board,
+            cursor,
+            stop: Some(reason),
+        }
+    }
+
+    /// Walks `first`, and the units `feed` hands out, two at a time, until the feed has
+    /// none left; every result goes back through `feed.done`.
+    pub fn run<'a>(&self, first: Work<'a>, feed: &mut dyn Feed<'a>) {
+        let mut lanes = [self.new_lane(), self.new_lane()];
+        let mut states: [Option<(Work<'a>, LaneState, f64)>; 2] = [None, None];
+        let mut pending = Some(first);
+        let mut idle = [true, true];
+        loop {
+            // fill idle lanes
+            for i in 0..2 {
+                while idle[i] {
+                    let Some(work) = pending.take().or_else(|| feed.next()) else {
+                        break;
+                    };
+                    match self.begin(&mut lanes[i], work) {
+                        Begin::Walk(work, st) => {
+                            states[i] = Some((work, st, 0.0));
+                            idle[i] = false;
+                        }
+                        Begin::Done(work, result) => {
+                            feed.done(work, result.map_err(EngineError::from), 0.0)
+                        }
+                    }
+                }
+            }
+            let live = [!idle[0], !idle[1]];
+            if !live[0] && !live[1] {
+                return;
+            }
+            let started = Instant::now();
+            let before = [lanes[0].nodes_walked(), lanes[1].nodes_walked()];
+            let which = if live[0] && live[1] {
+                self.drive_pair(&mut lanes)
+            } else {
+                let i = if live[0] { 0 } else { 1 };
+                self.drive_one(&mut lanes[i]);
+                [i == 0, i == 1]
+            };
+            // share the elapsed time by the nodes each lane walked
+            let walked = [
+                lanes[0].nodes_walked() - before[0],
+                lanes[1].nodes_walked() - before[1],
+            ];
+            let total = (walked[0] + walked[1]).max(1) as f64;
+            let secs = started.elapsed().as_secs_f64();
+            for i in 0..2 {
+                if let Some(s) = states[i].as_mut() {
+                    s.2 += secs * walked[i] as f64 / total;
+                }
+            }
+            for i in 0..2 {
+                if !which[i] {
+                    continue;
+                }
+                let (work, st, _) = states[i].as_mut().expect("a live lane");
+                // the cold path (and a poll that blocks for a pause) is outside the timed
+                // drive: held time is not walking time
+                if self.cold(&mut lanes[i], st, work.control.as_mut()) {
+                    let (work, st, seconds) = states[i].take().expect("a live lane");
+                    let result = self.result(&lanes[i], st);
+                    idle[i] = true;
+                    feed.done(work, Ok(result), seconds);
+                }
+            }
+        }
+    }
+
+    fn begin<'a>(&self, lane: &mut Lane, work: Work<'a>) -> Begin<'a> {
+        let budget = match work.options.check() {
+            Ok(()) => work.options.budget.unwrap_or(u64::MAX),
+            Err(e) => return Begin::Done(work, Err(e)),
+        };
+        let mut st = LaneState {
+            floor: 0,
+            budget,
+            committed: 0,
+            window: budget.min(POLL_INTERVAL),
+            deepest: 0,
+            deepest_board: Vec::new(),
+            solutions: 0,
+            boards: Vec::new(),
+            cap: work.options.max_solutions,
+            stop: None,
+        };
+        match self.start(lane, &mut st, &work.unit) {
+            Err(e) => Begin::Done(work, Err(e)),
+            Ok(false) => {
+                st.stop = Some(StopReason::Finished);
+                let result = self.result(lane, st);
+                Begin::Done(work, Ok(result))
+            }
+            Ok(true) => {
+                lane.left = st.window;
+                Begin::Walk(work, st)
+            }
+        }
+    }
+
+    /// Steps both lanes in turn until one needs its cold path; says which do.
+    #[inline(never)]
+    fn drive_pair(&self, lanes: &mut [Lane; 2]) -> [bool; 2] {
+        let [a, b] = lanes;
+        loop {
+            let x = self.step(a);
+            let y = self.step(b);
+            if x | y {
+                return [x, y];
+            }
+        }
+    }
+
+    /// Steps one lane until it needs its cold path.
+    #[inline(never)]
+    fn drive_one(&self, lane: &mut Lane) {
+        while !self.step(lane) {}
+    }
+}
+
+enum Begin<'a> {
+    Walk(Work<'a>, LaneState),
+    Done(Work<'a>, Result<UnitResult, UnitError>),
+}
+
+impl Lane {
+    fn nodes_walked(&self) -> u64 {
+        self.nodes.iter().sum()
+    }
+}
+
+#[inline(always)]
+fn candidate_rot_of(c: u64) -> u8 {
+    ((c >> 40) & 3) as u8
+}
+
+#[inline(always)]
+fn delta_of(c: u64) -> i32 {
+    (c >> 48) as u16 as i16 as i32
+}
+
+/// The lane engine over a shared plan: [`Engine::run`] walks one unit alone (one lane,
+/// slower than the compiled walk), [`Engine::run_feed`] two at a time.
+pub struct LaneEngine {
+    plan: Arc<SearchPlan>,
+    tables: Arc<LaneTables>,
+}
+
+impl LaneEngine {
+    /// The engine for `plan`, or why its board cannot be walked this way.
+    pub fn new(plan: Arc<SearchPlan>) -> Result<LaneEngine, NotEligible> {
+        let tables = Arc::new(LaneTables::new(&plan)?);
+        Ok(LaneEngine { plan, tables })
+    }
+
+    /// The engine over tables built before (one set per plan, shared by threads).
+    pub fn with_tables(plan: Arc<SearchPlan>, tables: Arc<LaneTables>) -> LaneEngine {
+        LaneEngine { plan, tables }
+    }
+
+    /// The tables, to share with other threads' engines.
+    pub fn tables(&self) -> Arc<LaneTables> {
+        self.tables.clone()
+    }
+}
+
+/// The lane engine's release id: the same program for every puzzle.
+pub fn lanes_release() -> String {
+    format!("lanes-{}", env!("CARGO_PKG_VERSION"))
+}
+
+impl Engine for LaneEngine {
+    fn kind(&self) -> EngineKind {
+        EngineKind::Lanes
+    }
+
+    fn build_id(&self) -> String {
+        lanes_release()
+    }
+
+    fn run(
+        &mut self,
+        unit: &Unit,
+        options: RunOptions,
+        control: &mut dyn Control,
+    ) -> Result<UnitResult, EngineError> {
+        struct One<'c> {
+            result: Option<Result<UnitResult, EngineError>>,
+            _c: std::marker::PhantomData<&'c ()>,
+        }
+        impl<'a> Feed<'a> for One<'_> {
+            fn next(&mut self) -> Option<Work<'a>> {
+                None
+            }
+            fn done(&mut self, _: Work<'a>, result: Result<UnitResult, EngineError>, _: f64) {
+                self.result = Some(result);
+            }
+        }
+        struct Borrowed<'c>(&'c mut dyn Control);
+        impl Control for Borrowed<'_> {
+            fn poll(&mut self, committed: u64) -> bool {
+                self.0.poll(committed)
+            }
+            fn paused(&mut self) -> bool {
+                self.0.paused()
+            }
+        }
+        let mut one = One {
+            result: None,
+            _c: std::marker::PhantomData,
+        };
+        let work = Work {
+            tag: 0,
+            unit: unit.clone(),
+            options,
+            control: Box::new(Borrowed(control)),
+        };
+        LaneWalker::new(&self.plan, &self.tables).run(work, &mut one);
+        one.result.expect("the walk gives its one result")
+    }
+
+    fn run_feed<'a>(&mut self, first: Work<'a>, feed: &mut dyn Feed<'a>) {
+        LaneWalker::new(&self.plan, &self.tables).run(first, feed);
+    }
+}
