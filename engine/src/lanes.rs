@@ -35,7 +35,7 @@ use std::time::Instant;
 use std::sync::Arc;
 
 use crate::engine::{Engine, EngineError, EngineKind, Feed, Work};
-use crate::model::Placement;
+use crate::model::{GREY, Placement};
 use crate::plan::{SENTINEL, SearchPlan, candidate_piece, candidate_rot};
 use crate::search::{Control, POLL_INTERVAL, RunOptions, UnitError, Walker};
 use crate::unit::{StopReason, Unit, UnitResult};
@@ -49,12 +49,16 @@ pub enum NotEligible {
     /// A cell with more than two sides read from the board.
     #[error("the fill order gives a cell more than two placed neighbours")]
     ExtraSides,
-    /// A bucket's pieces span more than 64 ids.
-    #[error("a candidate list spans more than 64 piece ids")]
-    WideBucket,
+    /// A candidate list with both rim and inner pieces (a cell on the rim that takes
+    /// inner pieces: not a puzzle of this project's kind).
+    #[error("a candidate list mixes rim and inner pieces")]
+    MixedBucket,
     /// Nothing to walk.
     #[error("every cell is a hint")]
     Empty,
+    /// Tables past the room the walk has.
+    #[error("the board's tables are too large for the lane engine")]
+    TooLarge,
 }
 
 /// A candidate as the lane walk reads it: the plan's packed colours (bits 0..32), the
@@ -76,30 +80,62 @@ fn lane_piece(c: u64) -> usize {
     ((c >> 32) & 0x7F) as usize
 }
 
-/// Per-depth reads: the cell filled, the two board reads of its key and its table.
+/// Room for depths (and cells): every table is indexed with its index masked to its size,
+/// so the walk needs neither bounds checks nor `unsafe`; a board that does not fit is
+/// refused up front.
+const DEPTHS: usize = 256;
+/// Room for bucket keys.
+const KEYS: usize = 1 << 16;
+/// Room for candidates.
+const CANDS: usize = 1 << 16;
+
+/// Colours a board may have: keys are `table + (a << SHIFT) + b`.
+const SHIFT: u32 = 5;
+
+/// A board: each cell's lane candidate (`u64`) as little-endian bytes, so the key's
+/// colours are single byte loads (bytes 0-3 are the cell's URDL colours).
+type Board = [[u8; 8]; DEPTHS];
+
+/// A zeroed table on the heap.
+fn table<T: Copy + Default, const N: usize>() -> Box<[T; N]> {
+    vec![T::default(); N]
+        .into_boxed_slice()
+        .try_into()
+        .unwrap_or_else(|_| unreachable!("a slice of N items"))
+}
+
+/// One bucket (a key's candidate list): its pieces as bits of their word of free bits,
+/// and where the candidate of bit 0 would be.
+#[derive(Clone, Copy, Default)]
+struct Bucket {
+    mask: u64,
+    /// 0: the pieces are rim pieces (low word of free bits), 1: inner ones (high word).
+    word: u32,
+    block: u32,
+}
+
+/// Per-depth reads: the two board bytes of its key and its table.
 #[derive(Clone, Copy, Default)]
 struct Depth {
-    pos: u32,
-    a_cell: u32,
-    a_shift: u32,
-    b_cell: u32,
-    b_shift: u32,
+    /// The byte of the board (cell * 8 + side) the key's first colour is read from.
+    a: u32,
+    /// The byte of its second colour.
+    b: u32,
     table: u32,
 }
 
 /// The lane walk's tables for one plan.
 pub struct LaneTables {
     depths: usize,
-    shift: u32,
-    steps: Vec<Depth>,
-    mask: Vec<u64>,
-    off: Vec<u32>,
-    block: Vec<u32>,
-    cands: Vec<u64>,
-    piece_lo: Vec<u64>,
-    piece_hi: Vec<u64>,
+    steps: Box<[Depth; DEPTHS]>,
+    keys: Box<[Bucket; KEYS]>,
+    cands: Box<[u64; CANDS]>,
+    piece_lo: [u64; 128],
+    piece_hi: [u64; 128],
+    /// Each piece's bit in its word of free bits.
+    index: [u8; 128],
     free: (u64, u64),
-    initial_board: Vec<u64>,
+    initial_board: Box<Board>,
     hints: Vec<Placement>,
     plan_pos: Vec<usize>,
 }
@@ -117,16 +153,35 @@ impl LaneTables {
             return Err(NotEligible::ExtraSides);
         }
         let colours = plan.colours;
-        let shift = colours.next_power_of_two().trailing_zeros();
+        if colours > 1 << SHIFT {
+            return Err(NotEligible::TooLarge);
+        }
+        let shift = SHIFT;
         let stride = 1usize << (2 * shift);
         let tables = plan.offsets.len() / (colours * colours).max(1);
         // key space: table t at (t + 1) * stride; table "0" is the empty one for the
         // step past the last depth
         let keys = (tables + 1) * stride;
-        let mut mask = vec![0u64; keys];
-        let mut off = vec![0u32; keys];
-        let mut block = vec![0u32; keys];
-        let mut cands: Vec<u64> = vec![0];
+        if keys > KEYS || plan.cells + 1 > DEPTHS || plan.len() + 2 > DEPTHS {
+            return Err(NotEligible::TooLarge);
+        }
+        // pieces in two words of free bits: rim pieces (a grey side) in the low one, inner
+        // pieces in the high one, each in id order; a bucket holds pieces of one kind only
+        // (a cell on the rim takes rim pieces, an inner cell inner ones)
+        let mut group = [0u8; 128];
+        let mut index = [0u8; 128];
+        let mut counts = [0usize; 2];
+        for (p, colours) in plan.piece_colours.iter().enumerate() {
+            let g = usize::from(!colours.contains(&GREY));
+            if counts[g] == 64 {
+                return Err(NotEligible::TooManyPieces(plan.pieces));
+            }
+            group[p] = g as u8;
+            index[p] = counts[g] as u8;
+            counts[g] += 1;
+        }
+        let mut buckets = table::<Bucket, KEYS>();
+        let mut cands: Vec<u64> = vec![0; 64];
         for t in 0..tables {
             for a in 0..colours {
                 for b in 0..colours {
@@ -139,27 +194,32 @@ impl LaneTables {
                     if bucket.is_empty() {
                         continue;
                     }
-                    let lo = candidate_piece(bucket[0]);
-                    let hi = candidate_piece(*bucket.last().expect("non-empty"));
-                    if hi - lo >= 64 {
-                        return Err(NotEligible::WideBucket);
+                    let word = group[candidate_piece(bucket[0])];
+                    if bucket.iter().any(|&c| group[candidate_piece(c)] != word) {
+                        return Err(NotEligible::MixedBucket);
                     }
-                    let lo = lo.min(64);
+                    let bit_of = |c: u64| index[candidate_piece(c)] as usize;
+                    let lo = bucket.iter().map(|&c| bit_of(c)).min().expect("non-empty");
+                    let hi = bucket.iter().map(|&c| bit_of(c)).max().expect("non-empty");
                     let span = hi - lo + 1;
-                    // rotations per piece, in canonical order
+                    // rotations per piece, in canonical order (a group's bits keep the
+                    // pieces' order)
                     let mut rots: Vec<Vec<u64>> = vec![Vec::new(); span];
                     for &c in &bucket {
-                        rots[candidate_piece(c) - lo].push(c);
+                        rots[bit_of(c) - lo].push(c);
                     }
                     let blocks = rots.iter().map(Vec::len).max().unwrap_or(1);
+                    if blocks * span > i16::MAX as usize {
+                        return Err(NotEligible::TooLarge);
+                    }
                     let key = (t + 1) * stride + (a << shift) + b;
                     let base = cands.len();
                     cands.resize(base + blocks * span, 0);
-                    for (bit, list) in rots.iter().enumerate() {
+                    for (i, list) in rots.iter().enumerate() {
                         if list.is_empty() {
                             continue;
                         }
-                        mask[key] |= 1 << bit;
+                        buckets[key].mask |= 1 << (lo + i);
                         for (j, &c) in list.iter().enumerate() {
                             let more = j + 1 < list.len();
                             let delta = if more {
@@ -167,89 +227,106 @@ impl LaneTables {
                             } else {
                                 -((j * span) as i32)
                             };
-                            cands[base + j * span + bit] = lane_candidate(c, more, delta);
+                            cands[base + j * span + i] = lane_candidate(c, more, delta);
                         }
                     }
-                    if blocks * span > i16::MAX as usize {
-                        return Err(NotEligible::WideBucket);
-                    }
-                    // the window: the lowest piece, or the high word for pieces above 64
-                    off[key] = lo.min(64) as u32;
-                    block[key] = base as u32;
+                    // bit b's first candidate is at block + b (the leading padding
+                    // keeps block from going below zero)
+                    buckets[key].word = word as u32;
+                    buckets[key].block = (base - lo) as u32;
                 }
             }
         }
+        if cands.len() > CANDS {
+            return Err(NotEligible::TooLarge);
+        }
+        let mut packed = table::<u64, CANDS>();
+        packed[..cands.len()].copy_from_slice(&cands);
         let key_of = |t: usize| ((t / (colours * colours)) + 1) * stride;
         let cells = plan.cells;
-        let mut steps: Vec<Depth> = plan
-            .depths
-            .iter()
-            .map(|d| Depth {
-                pos: d.pos as u32,
-                a_cell: d.key[0].cell as u32,
-                a_shift: d.key[0].shift,
-                b_cell: d.key[1].cell as u32,
-                b_shift: d.key[1].shift,
+        // the board is kept by depth (slot d holds the cell filled at depth d, so a step
+        // writes slot d); the hints' cells and the dummy cell take the slots after
+        let mut slot_of = vec![usize::MAX; cells + 1];
+        for (depth, d) in plan.depths.iter().enumerate() {
+            slot_of[d.pos] = depth;
+        }
+        let unfilled = slot_of.iter_mut().filter(|s| **s == usize::MAX);
+        for (next, slot) in (plan.len()..).zip(unfilled) {
+            *slot = next;
+        }
+        let mut steps = table::<Depth, DEPTHS>();
+        for (slot, d) in steps.iter_mut().zip(&plan.depths) {
+            *slot = Depth {
+                a: (slot_of[d.key[0].cell] * 8) as u32 + d.key[0].shift / 8,
+                b: (slot_of[d.key[1].cell] * 8) as u32 + d.key[1].shift / 8,
                 table: key_of(d.table) as u32,
-            })
-            .collect();
+            };
+        }
         // past the last depth: the empty table, reads of the dummy cell
-        steps.push(Depth {
-            pos: cells as u32,
-            a_cell: cells as u32,
-            a_shift: 0,
-            b_cell: cells as u32,
-            b_shift: 0,
+        steps[plan.len()] = Depth {
+            a: (slot_of[cells] * 8) as u32,
+            b: (slot_of[cells] * 8) as u32,
             table: 0,
+        };
+        let piece_lo: [u64; 128] = std::array::from_fn(|p| {
+            if p < plan.pieces && group[p] == 0 {
+                1u64 << index[p]
+            } else {
+                0
+            }
         });
-        let piece_lo = (0..128)
-            .map(|p| if p < 64 { 1u64 << p } else { 0 })
-            .collect();
-        let piece_hi = (0..128)
-            .map(|p| if p >= 64 { 1u64 << (p - 64) } else { 0 })
-            .collect();
+        let piece_hi: [u64; 128] = std::array::from_fn(|p| {
+            if p < plan.pieces && group[p] == 1 {
+                1u64 << index[p]
+            } else {
+                0
+            }
+        });
         let mut free = (0u64, 0u64);
         for p in 0..plan.pieces {
             if plan.initial_used[p] == 0 {
-                if p < 64 {
-                    free.0 |= 1 << p;
-                } else {
-                    free.1 |= 1 << (p - 64);
-                }
+                free.0 |= piece_lo[p];
+                free.1 |= piece_hi[p];
             }
         }
         Ok(LaneTables {
             depths: plan.len(),
-            shift,
             steps,
-            mask,
-            off,
-            block,
-            cands,
+            keys: buckets,
+            cands: packed,
             piece_lo,
             piece_hi,
+            index,
             free,
-            initial_board: plan.initial_board.iter().map(|&c| c as u64).collect(),
+            initial_board: {
+                let mut b: Box<Board> = vec![[0u8; 8]; DEPTHS]
+                    .into_boxed_slice()
+                    .try_into()
+                    .unwrap_or_else(|_| unreachable!("DEPTHS cells"));
+                for (cell, &c) in plan.initial_board.iter().enumerate() {
+                    b[slot_of[cell]] = (c as u64).to_le_bytes();
+                }
+                b
+            },
             hints: plan.hints.clone(),
             plan_pos: plan.depths.iter().map(|d| d.pos).collect(),
         })
     }
 
     #[inline(always)]
-    fn key(&self, board: &[u64], depth: usize) -> usize {
-        let s = &self.steps[depth];
-        let a = (board[s.a_cell as usize] >> s.a_shift) & 0xFF;
-        let b = (board[s.b_cell as usize] >> s.b_shift) & 0xFF;
-        s.table as usize + ((a as usize) << self.shift) + b as usize
+    fn key(&self, board: &Board, depth: usize) -> usize {
+        let s = &self.steps[depth % DEPTHS];
+        let bytes = board.as_flattened();
+        let a = bytes[s.a as usize % (8 * DEPTHS)];
+        let b = bytes[s.b as usize % (8 * DEPTHS)];
+        (s.table as usize + ((a as usize) << SHIFT) + b as usize) % KEYS
     }
 
     /// The candidates of `key` among the free pieces.
     #[inline(always)]
     fn fitting(&self, key: usize, lo: u64, hi: u64) -> u64 {
-        // the free pieces from the bucket's window on (off <= 64)
-        let free = (hi as u128) << 64 | lo as u128;
-        let window = (free >> (self.off[key] & 127)) as u64;
-        self.mask[key] & window
+        let k = &self.keys[key % KEYS];
+        k.mask & core::hint::select_unpredictable(k.word != 0, hi, lo)
     }
 }
 
@@ -275,9 +352,15 @@ struct Lane {
     /// Watch: the next step at or past this depth goes to the cold path (a new deepest
     /// board or a solution).
     watch: usize,
-    frames: Vec<Frame>,
-    board: Vec<u64>,
-    nodes: Vec<u64>,
+    mem: Box<LaneMem>,
+}
+
+/// A lane's arrays, in one allocation (one address for the walk to keep).
+#[derive(Clone)]
+struct LaneMem {
+    frames: [Frame; DEPTHS],
+    board: Board,
+    nodes: [u64; DEPTHS],
 }
 
 /// What the cold path of a lane keeps.
@@ -317,9 +400,11 @@ impl<'p> LaneWalker<'p> {
             left: 0,
             last: 0,
             watch: 0,
-            frames: vec![Frame::default(); t.depths + 2],
-            board: t.initial_board.clone(),
-            nodes: vec![0; t.depths + 1],
+            mem: Box::new(LaneMem {
+                frames: [Frame::default(); DEPTHS],
+                board: *t.initial_board,
+                nodes: [0; DEPTHS],
+            }),
         }
     }
 
@@ -330,18 +415,18 @@ impl<'p> LaneWalker<'p> {
         let floor = unit.prefix.len();
         let path: Vec<Placement> = unit.prefix.iter().chain(&unit.cursor).copied().collect();
         Walker::new(self.plan).check_path(&path)?;
-        lane.board.copy_from_slice(&t.initial_board);
-        lane.nodes.iter_mut().for_each(|n| *n = 0);
+        lane.mem.board = *t.initial_board;
+        lane.mem.nodes.iter_mut().for_each(|n| *n = 0);
         let stop = self.stop_depth() as u32;
         let (mut lo, mut hi) = t.free;
         let mut up = stop;
         // the frames of the cursor's depths (and the prefix's, which are never walked)
         for (depth, p) in path.iter().enumerate() {
-            let key = t.key(&lane.board, depth);
+            let key = t.key(&lane.mem.board, depth);
             let rem0 = t.fitting(key, lo, hi);
-            let bit = p.piece as usize - t.off[key] as usize;
+            let bit = t.index[p.piece as usize % 128] as usize;
             // the candidate of this placement: its rotation's block
-            let mut block = t.block[key] as usize;
+            let mut block = t.keys[key].block as usize;
             let mut c = t.cands[block + bit];
             while candidate_rot_of(c) != p.rot {
                 block = (block as i64 + delta_of(c) as i64) as usize;
@@ -354,14 +439,14 @@ impl<'p> LaneWalker<'p> {
                 rem0 & !((1u64 << bit) | ((1u64 << bit) - 1))
             };
             let next_block = (block as i64 + delta_of(c) as i64) as u32;
-            lane.frames[depth] = Frame {
+            lane.mem.frames[depth] = Frame {
                 rem,
                 lo,
                 hi,
                 block: next_block,
                 up,
             };
-            lane.board[t.steps[depth].pos as usize] = c;
+            lane.mem.board[depth] = c.to_le_bytes();
             lo ^= t.piece_lo[lane_piece(c)];
             hi ^= t.piece_hi[lane_piece(c)];
             if depth >= floor && rem != 0 {
@@ -369,13 +454,13 @@ impl<'p> LaneWalker<'p> {
             }
         }
         let depth = path.len();
-        let key = t.key(&lane.board, depth);
+        let key = t.key(&lane.mem.board, depth);
         let rem = t.fitting(key, lo, hi);
-        lane.frames[depth] = Frame {
+        lane.mem.frames[depth] = Frame {
             rem,
             lo,
             hi,
-            block: t.block[key],
+            block: t.keys[key].block,
             up,
         };
         lane.d = if rem != 0 { depth } else { up as usize };
@@ -386,51 +471,10 @@ impl<'p> LaneWalker<'p> {
         Ok(lane.d != self.stop_depth())
     }
 
-    /// One step of one lane. Returns `true` when the lane needs the cold path: its
-    /// countdown ran out, it is walked, or it reached its watch depth.
-    #[inline(always)]
-    fn step(&self, ln: &mut Lane) -> bool {
-        let t = self.tables;
-        {
-            use core::hint::select_unpredictable as pick;
-            let d = ln.d;
-            let f = ln.frames[d];
-            let bit = f.rem.trailing_zeros() as usize;
-            let c = t.cands[f.block as usize + bit];
-            let more = (c >> 42) & 1;
-            let rem = f.rem & f.rem.wrapping_sub(1).wrapping_add(more);
-            let block = (f.block as i32 + (c >> 48) as u16 as i16 as i32) as u32;
-            ln.board[t.steps[d].pos as usize] = c;
-            ln.nodes[d] += 1;
-            let p = lane_piece(c);
-            let lo = f.lo ^ t.piece_lo[p];
-            let hi = f.hi ^ t.piece_hi[p];
-            let dn = d + 1;
-            let key = t.key(&ln.board, dn);
-            let child = t.fitting(key, lo, hi);
-            let fd = &mut ln.frames[d];
-            fd.rem = rem;
-            fd.block = block;
-            let up = pick(rem != 0, d as u32, f.up);
-            ln.frames[dn] = Frame {
-                rem: child,
-                lo,
-                hi,
-                block: t.block[key],
-                up,
-            };
-            let next = pick(child != 0, dn, up as usize);
-            ln.d = next;
-            ln.last = d;
-            ln.left -= 1;
-            (ln.left == 0) | (next == self.stop_depth()) | (d >= ln.watch)
-        }
-    }
-
     fn placements(&self, lane: &Lane, to: usize) -> Vec<Placement> {
         (0..to)
             .map(|d| {
-                let c = lane.board[self.tables.steps[d].pos as usize];
+                let c = u64::from_le_bytes(lane.mem.board[d]);
                 Placement::new(self.tables.plan_pos[d], lane_piece(c), candidate_rot_of(c))
             })
             .collect()
@@ -481,7 +525,7 @@ impl<'p> LaneWalker<'p> {
 
     fn result(&self, ln: &Lane, st: LaneState) -> UnitResult {
         let t = self.tables;
-        let nodes: Vec<u64> = ln.nodes[..t.depths].to_vec();
+        let nodes: Vec<u64> = ln.mem.nodes[..t.depths].to_vec();
         let reason = st.stop.unwrap_or(StopReason::Finished);
         let cursor = match reason {
             StopReason::Finished => None,
@@ -531,10 +575,11 @@ impl<'p> LaneWalker<'p> {
             let started = Instant::now();
             let before = [lanes[0].nodes_walked(), lanes[1].nodes_walked()];
             let which = if live[0] && live[1] {
-                self.drive_pair(&mut lanes)
+                let [a, b] = &mut lanes;
+                drive_pair(self.tables, self.stop_depth(), a, b)
             } else {
                 let i = if live[0] { 0 } else { 1 };
-                self.drive_one(&mut lanes[i]);
+                drive_one(self.tables, self.stop_depth(), &mut lanes[i]);
                 [i == 0, i == 1]
             };
             // share the elapsed time by the nodes each lane walked
@@ -596,25 +641,65 @@ impl<'p> LaneWalker<'p> {
             }
         }
     }
+}
 
-    /// Steps both lanes in turn until one needs its cold path; says which do.
-    #[inline(never)]
-    fn drive_pair(&self, lanes: &mut [Lane; 2]) -> [bool; 2] {
-        let [a, b] = lanes;
-        loop {
-            let x = self.step(a);
-            let y = self.step(b);
-            if x | y {
-                return [x, y];
-            }
+/// One step of one lane over tables `t`: commits the node at the lane's depth, writes the
+/// child's frame, and moves to the child, the next sibling or the frame above. Returns
+/// `true` when the lane needs the cold path: its countdown ran out, it is walked (`stop`),
+/// or it reached its watch depth. A free function with the tables as its own argument,
+/// so the compiler keeps their addresses in registers across the lanes' stores.
+#[inline(always)]
+fn step(t: &LaneTables, stop: usize, ln: &mut Lane) -> bool {
+    use core::hint::select_unpredictable as pick;
+    let d = ln.d % DEPTHS;
+    let f = ln.mem.frames[d];
+    let bit = f.rem.trailing_zeros() as usize;
+    let c = t.cands[(f.block as usize + bit) % CANDS];
+    let more = (c >> 42) & 1;
+    let rem = f.rem & f.rem.wrapping_sub(1).wrapping_add(more);
+    let block = (f.block as i32 + (c >> 48) as u16 as i16 as i32) as u32;
+    ln.mem.board[d] = c.to_le_bytes();
+    ln.mem.nodes[d] += 1;
+    let p = lane_piece(c);
+    let lo = f.lo ^ t.piece_lo[p];
+    let hi = f.hi ^ t.piece_hi[p];
+    let dn = d + 1;
+    let key = t.key(&ln.mem.board, dn);
+    let child = t.fitting(key, lo, hi);
+    let fd = &mut ln.mem.frames[d];
+    fd.rem = rem;
+    fd.block = block;
+    let up = pick(rem != 0, d as u32, f.up);
+    ln.mem.frames[dn % DEPTHS] = Frame {
+        rem: child,
+        lo,
+        hi,
+        block: t.keys[key].block,
+        up,
+    };
+    let next = pick(child != 0, dn, up as usize);
+    ln.d = next;
+    ln.last = d;
+    ln.left -= 1;
+    (ln.left == 0) | (next == stop) | (d >= ln.watch)
+}
+
+/// Steps both lanes in turn until one needs its cold path; says which do.
+#[inline(never)]
+fn drive_pair(t: &LaneTables, stop: usize, a: &mut Lane, b: &mut Lane) -> [bool; 2] {
+    loop {
+        let x = step(t, stop, a);
+        let y = step(t, stop, b);
+        if x | y {
+            return [x, y];
         }
     }
+}
 
-    /// Steps one lane until it needs its cold path.
-    #[inline(never)]
-    fn drive_one(&self, lane: &mut Lane) {
-        while !self.step(lane) {}
-    }
+/// Steps one lane until it needs its cold path.
+#[inline(never)]
+fn drive_one(t: &LaneTables, stop: usize, lane: &mut Lane) {
+    while !step(t, stop, lane) {}
 }
 
 enum Begin<'a> {
@@ -624,7 +709,7 @@ enum Begin<'a> {
 
 impl Lane {
     fn nodes_walked(&self) -> u64 {
-        self.nodes.iter().sum()
+        self.mem.nodes.iter().sum()
     }
 }
 

@@ -7,9 +7,11 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
+use e2fleet_engine::engine::{EngineError, Feed, Work};
 use e2fleet_engine::formats::{LoadOptions, load_file, parse_str};
 use e2fleet_engine::search::RunOptions;
 use e2fleet_engine::suite::{BUILTIN_PUZZLES, builtin_label, builtin_puzzle};
+use e2fleet_engine::unit::UnitResult;
 use e2fleet_engine::{OrderSpec, Unit};
 use serde::Serialize;
 
@@ -173,6 +175,50 @@ fn units_at(plan: &e2fleet_engine::plan::SearchPlan, depth: usize) -> Result<(Ve
 /// enumerating no further than these keeps the set-up short).
 const MAX_UNITS: usize = 100_000;
 
+/// Hands `bench`'s units to an engine in order until the time is up, and adds up
+/// what they walked.
+struct Timed<'u> {
+    units: &'u [Unit],
+    next: usize,
+    t0: Instant,
+    limit: Duration,
+    nodes: u64,
+    units_done: usize,
+    error: Option<EngineError>,
+}
+
+impl<'a> Feed<'a> for Timed<'_> {
+    fn next(&mut self) -> Option<Work<'a>> {
+        if self.error.is_some() || self.t0.elapsed() >= self.limit {
+            return None;
+        }
+        let unit = self.units.get(self.next)?.clone();
+        self.next += 1;
+        let (t0, limit) = (self.t0, self.limit);
+        Some(Work {
+            tag: self.next - 1,
+            unit,
+            options: RunOptions::default(),
+            control: Box::new(move |_: u64| t0.elapsed() >= limit),
+        })
+    }
+
+    fn done(&mut self, _: Work<'a>, result: Result<UnitResult, EngineError>, _: f64) {
+        match result {
+            Ok(r) => {
+                self.nodes += r.committed;
+                if r.finished() {
+                    self.units_done += 1;
+                } else {
+                    // a unit stopped by the time: the run is over
+                    self.limit = Duration::ZERO;
+                }
+            }
+            Err(e) => self.error = Some(e),
+        }
+    }
+}
+
 /// Runs `bench`.
 pub fn run(args: BenchArgs) -> Result<()> {
     let boards = if args.boards.is_empty() {
@@ -210,16 +256,25 @@ pub fn run(args: BenchArgs) -> Result<()> {
         for _ in 0..args.runs.max(1) {
             let limit = Duration::from_secs_f64(args.seconds);
             let t0 = Instant::now();
-            let (mut nodes, mut units_done) = (0u64, 0usize);
-            for unit in &units {
-                let mut control = |_: u64| t0.elapsed() >= limit;
-                let r = engine.run(unit, RunOptions::default(), &mut control)?;
-                nodes += r.committed;
-                if !r.finished() {
-                    break;
-                }
-                units_done += 1;
+            // the units in order, as many at once as the engine walks (the lane engine
+            // two), until the time is up: then no new unit starts and the ones walking
+            // stop at their next poll
+            let mut feed = Timed {
+                units: &units,
+                next: 0,
+                t0,
+                limit,
+                nodes: 0,
+                units_done: 0,
+                error: None,
+            };
+            if let Some(first) = feed.next() {
+                engine.run_feed(first, &mut feed);
             }
+            if let Some(e) = feed.error {
+                return Err(e.into());
+            }
+            let (nodes, units_done) = (feed.nodes, feed.units_done);
             let seconds = t0.elapsed().as_secs_f64();
             runs.push(Run {
                 nodes,

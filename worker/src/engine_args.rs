@@ -9,6 +9,7 @@ use e2fleet_engine::compiled::codegen::Prune;
 use e2fleet_engine::compiled::walk::{self, Built, Walk};
 use e2fleet_engine::compiled::{BuildOptions, CodegenOptions, CompiledProgram};
 use e2fleet_engine::engine::{Engine, EngineKind, ReferenceEngine};
+use e2fleet_engine::lanes::{LaneEngine, LaneTables};
 use e2fleet_engine::plan::SearchPlan;
 
 /// Which engine to use.
@@ -20,12 +21,16 @@ pub enum EngineChoice {
     Reference,
     /// Puzzle-specialised Rust built with the local rustc.
     Compiled,
+    /// The branch-free mask walk of two units at once, in this process (boards of at
+    /// most 128 pieces, such as Brendan's sets; no rustc needed).
+    Lanes,
 }
 
 /// Engine flags.
 #[derive(Args, Debug, Clone)]
 pub struct EngineArgs {
-    /// Engine: auto (compiled if rustc is there), reference or compiled.
+    /// Engine: auto (compiled if rustc is there), reference, compiled, or lanes (two units
+    /// at once in one thread, on boards of at most 128 pieces).
     #[arg(long, value_enum, default_value = "auto")]
     pub engine: EngineChoice,
     /// Where compiled engines are cached.
@@ -90,9 +95,23 @@ fn parse_prune(s: &str) -> Result<Prune, String> {
 pub struct EngineFactory {
     plan: Arc<SearchPlan>,
     built: Option<Built>,
+    lanes: Option<Arc<LaneTables>>,
 }
 
 impl EngineArgs {
+    /// Refuses `--engine lanes` where it does not run yet: a fleet worker (`run`), and
+    /// `verify` and `audit`, whose suites and certificates hold boards of every size,
+    /// use the compiled or reference engine. The lane engine walks in `solve` and
+    /// `bench` (issue #15: the fleet's engine threads are to hand it two units at once).
+    pub fn not_lanes(&self, command: &str) -> Result<()> {
+        if self.engine == EngineChoice::Lanes {
+            anyhow::bail!(
+                "--engine lanes walks in `solve` and `bench` only, not yet in `{command}`: use auto, compiled or reference"
+            );
+        }
+        Ok(())
+    }
+
     /// The build options these flags describe.
     pub fn build_options(&self) -> BuildOptions {
         let mut o = BuildOptions {
@@ -134,8 +153,11 @@ impl EngineArgs {
     /// The engine kind and release these flags will run, for the hardware class: compiled
     /// when chosen (or, for `auto`, when rustc answers), reference otherwise.
     pub fn release(&self, rustc_version: &str) -> (EngineKind, String) {
+        if self.engine == EngineChoice::Lanes {
+            return (EngineKind::Lanes, e2fleet_engine::lanes::lanes_release());
+        }
         let compiled = match self.engine {
-            EngineChoice::Reference => false,
+            EngineChoice::Reference | EngineChoice::Lanes => false,
             EngineChoice::Compiled => true,
             EngineChoice::Auto => !rustc_version.is_empty(),
         };
@@ -160,19 +182,28 @@ impl EngineArgs {
     /// The engine kind these flags ask for when leasing work (what they will run if the
     /// compiled build works).
     pub fn kind(&self) -> EngineKind {
-        if self.engine == EngineChoice::Reference {
-            EngineKind::Reference
-        } else {
-            EngineKind::Compiled
+        match self.engine {
+            EngineChoice::Reference => EngineKind::Reference,
+            EngineChoice::Lanes => EngineKind::Lanes,
+            EngineChoice::Auto | EngineChoice::Compiled => EngineKind::Compiled,
         }
     }
 
     /// Builds (or finds) what the chosen engine needs for `plan`.
     pub fn factory(&self, plan: &Arc<SearchPlan>, verbose: bool) -> Result<EngineFactory> {
+        if self.engine == EngineChoice::Lanes {
+            let tables = LaneTables::new(plan)
+                .map_err(|e| anyhow::anyhow!("the lane engine cannot walk this board: {e}"))?;
+            return Ok(EngineFactory {
+                plan: plan.clone(),
+                built: None,
+                lanes: Some(Arc::new(tables)),
+            });
+        }
         let codegen = self.codegen();
         let build = || walk::build(plan, &codegen, &self.build_options(), self.walk());
         let built = match self.engine {
-            EngineChoice::Reference => Ok(None),
+            EngineChoice::Reference | EngineChoice::Lanes => Ok(None),
             EngineChoice::Compiled => build()
                 .map(Some)
                 .context("cannot build the compiled engine"),
@@ -223,6 +254,7 @@ impl EngineArgs {
         Ok(EngineFactory {
             plan: plan.clone(),
             built,
+            lanes: None,
         })
     }
 }
@@ -233,11 +265,15 @@ impl EngineFactory {
         EngineFactory {
             plan: plan.clone(),
             built: None,
+            lanes: None,
         }
     }
 
     /// A new engine instance.
     pub fn make(&self) -> Box<dyn Engine> {
+        if let Some(tables) = &self.lanes {
+            return Box::new(LaneEngine::with_tables(self.plan.clone(), tables.clone()));
+        }
         match self.program() {
             Some(p) => Box::new(p.engine(self.plan.clone())),
             None => Box::new(ReferenceEngine::new(self.plan.clone())),

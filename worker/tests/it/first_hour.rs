@@ -209,27 +209,39 @@ fn a_failed_build_still_writes_the_emitted_source() {
 #[test]
 fn bench_walks_the_units_of_a_split_to_the_exact_count() {
     // Brendan set 1 5x5: 113,211 nodes in all, 83 of them in the first three cells (the
-    // job's enumeration), the other 113,128 in the 62 units of a split at depth 3
-    let report = worker_json(&[
-        "bench",
-        "--board",
-        "brendan-set1-05x05",
-        "--split-depth",
-        "3",
-        "--seconds",
-        "60",
-        "--runs",
-        "1",
-        "--engine",
-        "reference",
-        "--json",
-    ]);
-    assert_eq!(report["split_depth"], 3);
-    assert_eq!(report["units"], 62);
-    let run = &report["runs"][0];
-    assert_eq!(run["nodes"], 113_211 - 83);
-    assert_eq!(run["units_done"], 62);
-    assert_eq!(run["finished"], true);
+    // job's enumeration), the other 113,128 in the 62 units of a split at depth 3; the
+    // lane engine walks them two at a time, to the same count
+    for engine in ["reference", "lanes"] {
+        let report = worker_json(&[
+            "bench",
+            "--board",
+            "brendan-set1-05x05",
+            "--split-depth",
+            "3",
+            "--seconds",
+            "60",
+            "--runs",
+            "1",
+            "--engine",
+            engine,
+            "--json",
+        ]);
+        assert_eq!(report["engine"], engine);
+        assert_eq!(report["split_depth"], 3);
+        assert_eq!(report["units"], 62);
+        let run = &report["runs"][0];
+        assert_eq!(run["nodes"], 113_211 - 83, "{engine}");
+        assert_eq!(run["units_done"], 62, "{engine}");
+        assert_eq!(run["finished"], true, "{engine}");
+    }
+    // where the lane engine does not run yet, it says so
+    let out = std::process::Command::new(worker_bin())
+        .args(["verify", "--offline", "--engine", "lanes"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("walks in `solve` and `bench` only"), "{err}");
 }
 
 /// Runs `submit ARGS --json` on the coordinator binary; (success, stdout, stderr).
