@@ -85,12 +85,12 @@ fn lane_piece(c: u64) -> usize {
 /// refused up front.
 const DEPTHS: usize = 256;
 /// Room for bucket keys.
-const KEYS: usize = 1 << 16;
+const KEYS: usize = 1 << 14;
 /// Room for candidates.
-const CANDS: usize = 1 << 16;
+const CANDS: usize = 1 << 14;
 
 /// Colours a board may have: keys are `table + (a << SHIFT) + b`.
-const SHIFT: u32 = 5;
+const SHIFT: u32 = 4;
 
 /// A board: each cell's lane candidate (`u64`) as little-endian bytes, so the key's
 /// colours are single byte loads (bytes 0-3 are the cell's URDL colours).
@@ -127,17 +127,23 @@ struct Depth {
 /// The lane walk's tables for one plan.
 pub struct LaneTables {
     depths: usize,
-    steps: Box<[Depth; DEPTHS]>,
-    keys: Box<[Bucket; KEYS]>,
-    cands: Box<[u64; CANDS]>,
-    piece_lo: [u64; 128],
-    piece_hi: [u64; 128],
+    /// What a step reads, in one allocation (one address for the walk to keep).
+    hot: Box<Hot>,
     /// Each piece's bit in its word of free bits.
     index: [u8; 128],
     free: (u64, u64),
     initial_board: Box<Board>,
     hints: Vec<Placement>,
     plan_pos: Vec<usize>,
+}
+
+/// The tables a step reads.
+struct Hot {
+    steps: [Depth; DEPTHS],
+    keys: [Bucket; KEYS],
+    cands: [u64; CANDS],
+    piece_lo: [u64; 128],
+    piece_hi: [u64; 128],
 }
 
 impl LaneTables {
@@ -291,11 +297,13 @@ impl LaneTables {
         }
         Ok(LaneTables {
             depths: plan.len(),
-            steps,
-            keys: buckets,
-            cands: packed,
-            piece_lo,
-            piece_hi,
+            hot: Box::new(Hot {
+                steps: *steps,
+                keys: *buckets,
+                cands: *packed,
+                piece_lo,
+                piece_hi,
+            }),
             index,
             free,
             initial_board: {
@@ -312,7 +320,9 @@ impl LaneTables {
             plan_pos: plan.depths.iter().map(|d| d.pos).collect(),
         })
     }
+}
 
+impl Hot {
     #[inline(always)]
     fn key(&self, board: &Board, depth: usize) -> usize {
         let s = &self.steps[depth % DEPTHS];
@@ -422,15 +432,15 @@ impl<'p> LaneWalker<'p> {
         let mut up = stop;
         // the frames of the cursor's depths (and the prefix's, which are never walked)
         for (depth, p) in path.iter().enumerate() {
-            let key = t.key(&lane.mem.board, depth);
-            let rem0 = t.fitting(key, lo, hi);
+            let key = t.hot.key(&lane.mem.board, depth);
+            let rem0 = t.hot.fitting(key, lo, hi);
             let bit = t.index[p.piece as usize % 128] as usize;
             // the candidate of this placement: its rotation's block
-            let mut block = t.keys[key].block as usize;
-            let mut c = t.cands[block + bit];
+            let mut block = t.hot.keys[key].block as usize;
+            let mut c = t.hot.cands[block + bit];
             while candidate_rot_of(c) != p.rot {
                 block = (block as i64 + delta_of(c) as i64) as usize;
-                c = t.cands[block + bit];
+                c = t.hot.cands[block + bit];
             }
             let more = c & MORE != 0;
             let rem = if more {
@@ -447,20 +457,20 @@ impl<'p> LaneWalker<'p> {
                 up,
             };
             lane.mem.board[depth] = c.to_le_bytes();
-            lo ^= t.piece_lo[lane_piece(c)];
-            hi ^= t.piece_hi[lane_piece(c)];
+            lo ^= t.hot.piece_lo[lane_piece(c)];
+            hi ^= t.hot.piece_hi[lane_piece(c)];
             if depth >= floor && rem != 0 {
                 up = depth as u32;
             }
         }
         let depth = path.len();
-        let key = t.key(&lane.mem.board, depth);
-        let rem = t.fitting(key, lo, hi);
+        let key = t.hot.key(&lane.mem.board, depth);
+        let rem = t.hot.fitting(key, lo, hi);
         lane.mem.frames[depth] = Frame {
             rem,
             lo,
             hi,
-            block: t.keys[key].block,
+            block: t.hot.keys[key].block,
             up,
         };
         lane.d = if rem != 0 { depth } else { up as usize };
@@ -576,10 +586,10 @@ impl<'p> LaneWalker<'p> {
             let before = [lanes[0].nodes_walked(), lanes[1].nodes_walked()];
             let which = if live[0] && live[1] {
                 let [a, b] = &mut lanes;
-                drive_pair(self.tables, self.stop_depth(), a, b)
+                drive_pair(&self.tables.hot, self.stop_depth(), a, b)
             } else {
                 let i = if live[0] { 0 } else { 1 };
-                drive_one(self.tables, self.stop_depth(), &mut lanes[i]);
+                drive_one(&self.tables.hot, self.stop_depth(), &mut lanes[i]);
                 [i == 0, i == 1]
             };
             // share the elapsed time by the nodes each lane walked
@@ -649,7 +659,7 @@ impl<'p> LaneWalker<'p> {
 /// or it reached its watch depth. A free function with the tables as its own argument,
 /// so the compiler keeps their addresses in registers across the lanes' stores.
 #[inline(always)]
-fn step(t: &LaneTables, stop: usize, ln: &mut Lane) -> bool {
+fn step(t: &Hot, stop: usize, ln: &mut Lane) -> bool {
     use core::hint::select_unpredictable as pick;
     let d = ln.d % DEPTHS;
     let f = ln.mem.frames[d];
@@ -686,7 +696,7 @@ fn step(t: &LaneTables, stop: usize, ln: &mut Lane) -> bool {
 
 /// Steps both lanes in turn until one needs its cold path; says which do.
 #[inline(never)]
-fn drive_pair(t: &LaneTables, stop: usize, a: &mut Lane, b: &mut Lane) -> [bool; 2] {
+fn drive_pair(t: &Hot, stop: usize, a: &mut Lane, b: &mut Lane) -> [bool; 2] {
     loop {
         let x = step(t, stop, a);
         let y = step(t, stop, b);
@@ -698,7 +708,7 @@ fn drive_pair(t: &LaneTables, stop: usize, a: &mut Lane, b: &mut Lane) -> [bool;
 
 /// Steps one lane until it needs its cold path.
 #[inline(never)]
-fn drive_one(t: &LaneTables, stop: usize, lane: &mut Lane) {
+fn drive_one(t: &Hot, stop: usize, lane: &mut Lane) {
     while !step(t, stop, lane) {}
 }
 
