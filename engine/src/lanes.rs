@@ -89,6 +89,10 @@ const KEYS: usize = 1 << 14;
 /// Room for candidates.
 const CANDS: usize = 1 << 14;
 
+/// The depth a lane goes to when its unit is walked: past every real depth and watch, so
+/// one compare after a step asks for both.
+const STOP: usize = DEPTHS - 1;
+
 /// Colours a board may have: keys are `table + (a << SHIFT) + b`.
 const SHIFT: u32 = 4;
 
@@ -168,7 +172,7 @@ impl LaneTables {
         // key space: table t at (t + 1) * stride; table "0" is the empty one for the
         // step past the last depth
         let keys = (tables + 1) * stride;
-        if keys > KEYS || plan.cells + 1 > DEPTHS || plan.len() + 2 > DEPTHS {
+        if keys > KEYS || plan.cells + 1 > DEPTHS || plan.len() + 2 > STOP {
             return Err(NotEligible::TooLarge);
         }
         // pieces in two words of free bits: rim pieces (a grey side) in the low one, inner
@@ -399,14 +403,10 @@ impl<'p> LaneWalker<'p> {
         LaneWalker { plan, tables }
     }
 
-    fn stop_depth(&self) -> usize {
-        self.tables.depths + 1
-    }
-
     fn new_lane(&self) -> Lane {
         let t = self.tables;
         Lane {
-            d: self.stop_depth(),
+            d: STOP,
             left: 0,
             last: 0,
             watch: 0,
@@ -427,7 +427,7 @@ impl<'p> LaneWalker<'p> {
         Walker::new(self.plan).check_path(&path)?;
         lane.mem.board = *t.initial_board;
         lane.mem.nodes.iter_mut().for_each(|n| *n = 0);
-        let stop = self.stop_depth() as u32;
+        let stop = STOP as u32;
         let (mut lo, mut hi) = t.free;
         let mut up = stop;
         // the frames of the cursor's depths (and the prefix's, which are never walked)
@@ -478,7 +478,7 @@ impl<'p> LaneWalker<'p> {
         st.deepest = floor;
         st.deepest_board = unit.prefix.clone();
         lane.watch = floor.min(t.depths - 1);
-        Ok(lane.d != self.stop_depth())
+        Ok(lane.d != STOP)
     }
 
     fn placements(&self, lane: &Lane, to: usize) -> Vec<Placement> {
@@ -494,9 +494,32 @@ impl<'p> LaneWalker<'p> {
     /// has ended (its result is then ready).
     fn cold(&self, ln: &mut Lane, st: &mut LaneState, control: &mut dyn Control) -> bool {
         let t = self.tables;
-        let d = ln.last;
-        // the node just committed at depth d: a new deepest board, a solution?
-        if d >= ln.watch {
+        loop {
+            if ln.left == 0 {
+                st.committed += st.window;
+                if st.committed == st.budget {
+                    st.stop = Some(StopReason::Budget);
+                    return true;
+                }
+                if control.poll(st.committed) {
+                    st.stop = Some(StopReason::Requested);
+                    return true;
+                }
+                st.window = (st.budget - st.committed).min(POLL_INTERVAL);
+                ln.left = st.window;
+            }
+            if ln.d == STOP {
+                st.committed += st.window - ln.left;
+                st.stop = Some(StopReason::Finished);
+                return true;
+            }
+            if ln.d < ln.watch {
+                return false;
+            }
+            // the next node is at or past the watch depth: take it alone, then see
+            // whether it is a new deepest board or a solution
+            step(&t.hot, ln);
+            let d = ln.last;
             if d >= st.deepest {
                 st.deepest = d + 1;
                 st.deepest_board = self.placements(ln, d + 1);
@@ -512,25 +535,6 @@ impl<'p> LaneWalker<'p> {
             }
             ln.watch = st.deepest.min(t.depths - 1);
         }
-        if ln.left == 0 {
-            st.committed += st.window;
-            if st.committed == st.budget {
-                st.stop = Some(StopReason::Budget);
-                return true;
-            }
-            if control.poll(st.committed) {
-                st.stop = Some(StopReason::Requested);
-                return true;
-            }
-            st.window = (st.budget - st.committed).min(POLL_INTERVAL);
-            ln.left = st.window;
-        }
-        if ln.d == self.stop_depth() {
-            st.committed += st.window - ln.left;
-            st.stop = Some(StopReason::Finished);
-            return true;
-        }
-        false
     }
 
     fn result(&self, ln: &Lane, st: LaneState) -> UnitResult {
@@ -568,9 +572,15 @@ impl<'p> LaneWalker<'p> {
                         break;
                     };
                     match self.begin(&mut lanes[i], work) {
-                        Begin::Walk(work, st) => {
-                            states[i] = Some((work, st, 0.0));
-                            idle[i] = false;
+                        Begin::Walk(mut work, mut st) => {
+                            // the first node may already be one to look at
+                            if self.cold(&mut lanes[i], &mut st, work.control.as_mut()) {
+                                let result = self.result(&lanes[i], st);
+                                feed.done(work, Ok(result), 0.0);
+                            } else {
+                                states[i] = Some((work, st, 0.0));
+                                idle[i] = false;
+                            }
                         }
                         Begin::Done(work, result) => {
                             feed.done(work, result.map_err(EngineError::from), 0.0)
@@ -586,10 +596,10 @@ impl<'p> LaneWalker<'p> {
             let before = [lanes[0].nodes_walked(), lanes[1].nodes_walked()];
             let which = if live[0] && live[1] {
                 let [a, b] = &mut lanes;
-                drive_pair(&self.tables.hot, self.stop_depth(), a, b)
+                drive_pair(&self.tables.hot, a, b)
             } else {
                 let i = if live[0] { 0 } else { 1 };
-                drive_one(&self.tables.hot, self.stop_depth(), &mut lanes[i]);
+                drive_one(&self.tables.hot, &mut lanes[i]);
                 [i == 0, i == 1]
             };
             // share the elapsed time by the nodes each lane walked
@@ -655,11 +665,11 @@ impl<'p> LaneWalker<'p> {
 
 /// One step of one lane over tables `t`: commits the node at the lane's depth, writes the
 /// child's frame, and moves to the child, the next sibling or the frame above. Returns
-/// `true` when the lane needs the cold path: its countdown ran out, it is walked (`stop`),
-/// or it reached its watch depth. A free function with the tables as its own argument,
+/// `true` when the lane needs the cold path: its countdown ran out, or its next node is at
+/// or past its watch depth (a new deepest board or a solution; [`STOP`] when it is walked). A free function with the tables as its own argument,
 /// so the compiler keeps their addresses in registers across the lanes' stores.
 #[inline(always)]
-fn step(t: &Hot, stop: usize, ln: &mut Lane) -> bool {
+fn step(t: &Hot, ln: &mut Lane) -> bool {
     use core::hint::select_unpredictable as pick;
     let d = ln.d % DEPTHS;
     let f = ln.mem.frames[d];
@@ -691,15 +701,15 @@ fn step(t: &Hot, stop: usize, ln: &mut Lane) -> bool {
     ln.d = next;
     ln.last = d;
     ln.left -= 1;
-    (ln.left == 0) | (next == stop) | (d >= ln.watch)
+    (ln.left == 0) | (next >= ln.watch)
 }
 
 /// Steps both lanes in turn until one needs its cold path; says which do.
 #[inline(never)]
-fn drive_pair(t: &Hot, stop: usize, a: &mut Lane, b: &mut Lane) -> [bool; 2] {
+fn drive_pair(t: &Hot, a: &mut Lane, b: &mut Lane) -> [bool; 2] {
     loop {
-        let x = step(t, stop, a);
-        let y = step(t, stop, b);
+        let x = step(t, a);
+        let y = step(t, b);
         if x | y {
             return [x, y];
         }
@@ -708,8 +718,8 @@ fn drive_pair(t: &Hot, stop: usize, a: &mut Lane, b: &mut Lane) -> [bool; 2] {
 
 /// Steps one lane until it needs its cold path.
 #[inline(never)]
-fn drive_one(t: &Hot, stop: usize, lane: &mut Lane) {
-    while !step(t, stop, lane) {}
+fn drive_one(t: &Hot, lane: &mut Lane) {
+    while !step(t, lane) {}
 }
 
 enum Begin<'a> {
