@@ -13,26 +13,36 @@
 //! in one thread overlap their chains, and the pair runs at ~16 cycles a node.
 //!
 //! # Tables
-//! Boards of at most 128 pieces whose every bucket's pieces lie within 64 consecutive
-//! piece ids (the Brendan sets and other low-colour boards: border pieces and inner pieces
-//! each form such a range), with at most two board-read sides a cell (every fill order
-//! but odd hand-made ones). For each bucket: a 64-bit mask of its pieces relative to the
-//! bucket's lowest id (`off`), and its candidates indexed by bit, one block per rotation.
-//! A piece that fits a bucket in two rotations keeps its bit for a second step: its first
-//! rotation's candidate says so (`MORE`) and moves the frame to the next block (`delta`);
-//! the last moves it back. So candidates come in canonical order (ascending piece id,
-//! then rotation) and budgets, cursors and stops are exactly the reference walker's.
+//! Boards of at most 128 pieces, at most 64 with a grey side and 64 without, with at most
+//! 16 colours and at most two placed neighbours a cell (every fill order but odd
+//! hand-made ones; hints are fine). Free pieces are two 64-bit words: rim pieces (a grey
+//! side) in one, inner pieces in the other, each in id order. A cell on the rim takes
+//! only rim pieces and an inner cell only inner ones, so each bucket (a key's candidate
+//! list) is a mask over one word, and its candidates are indexed by bit, one block per
+//! rotation. A piece that fits a bucket in two rotations keeps its bit for a second step:
+//! its first rotation's candidate says so (`MORE`) and moves the frame to the next block
+//! (`delta`); the last moves it back. So candidates come in canonical order (ascending
+//! piece id, then rotation) and budgets, cursors and stops are exactly the reference
+//! walker's. Every table is a fixed-size array indexed with a masked index: no bounds
+//! checks in the walk, and no `unsafe`.
 //!
 //! # Frames
 //! `frame[d]` holds depth `d`'s candidates not yet taken, the free pieces before depth
 //! `d` (two words), the bucket's candidate block and `up`: the deepest shallower depth
 //! that still has candidates (or `STOP`). A step at depth `d` commits one node, writes
 //! `frame[d + 1]` whatever it holds, and goes to `d + 1` if that frame has candidates,
-//! else to `d` if this frame has, else to `up`.
-
-use std::time::Instant;
+//! else to `d` if this frame has, else to `up`. The board is kept by depth, each cell's
+//! candidate as bytes, so a key's colours are two byte loads at per-depth offsets.
+//!
+//! # Measured
+//! `docs/benchmarks.md`, session 28: ~70 instructions a node; on Brendan's 7x7 boards
+//! 1.39-1.51x the compiled engine, on 8x8-10x10 0.90-1.10x, everywhere 3.1-3.8x the
+//! reference engine. A prototype with static tables and row-major reads
+//! (`docs/experiments/lane_walk.rs`) ran ~52 instructions and 1.32-1.56x the compiled
+//! engine on 9x9 and 10x10: the target of a generated lane walk.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use crate::engine::{Engine, EngineError, EngineKind, Feed, Work};
 use crate::model::{GREY, Placement};

@@ -11,12 +11,12 @@ use e2fleet_engine::compiled::cache::Cache;
 use e2fleet_engine::compiled::{BuildOptions, CodegenOptions, CompileError, CompiledProgram};
 use e2fleet_engine::engine::{Engine, EngineError, ReferenceEngine};
 use e2fleet_engine::plan::SearchPlan;
-use e2fleet_engine::search::{Control, NoControl, RunOptions, Walker};
+use e2fleet_engine::search::{Control, NoControl, Walker};
 use e2fleet_engine::testing::{Rng, order_of_kind, random_puzzle};
 use e2fleet_engine::unit::StopReason;
 use e2fleet_engine::{FillOrder, OrderSpec, Puzzle, Unit};
 
-use crate::load;
+use crate::{agree_down_a_chain, load, opts};
 
 /// The build cache of test `name`: a folder of the target's scratch space, emptied the
 /// first time this run asks for it, so every run starts cold and leaves one copy behind
@@ -83,13 +83,6 @@ fn engines_with(
     )
 }
 
-fn opts(budget: Option<u64>) -> RunOptions {
-    RunOptions {
-        budget,
-        max_solutions: 50,
-    }
-}
-
 /// The whole tree from the root, walked by both engines: (reference, compiled).
 fn whole_tree(
     (mut reference, mut compiled): (ReferenceEngine, Box<dyn Engine>),
@@ -104,29 +97,6 @@ fn whole_tree(
         .run(&Unit::root(), opts(None), &mut NoControl)
         .unwrap();
     (r, c)
-}
-
-/// Walks one continuation chain from the root with both engines, a slice per budget
-/// (drawn as it goes, until the tree ends), comparing every result.
-fn agree_down_a_chain(
-    (reference, compiled): (&mut ReferenceEngine, &mut dyn Engine),
-    budgets: impl IntoIterator<Item = u64>,
-    what: &str,
-) {
-    let mut unit = Unit::root();
-    for budget in budgets {
-        let r = reference
-            .run(&unit, opts(Some(budget)), &mut NoControl)
-            .unwrap();
-        let c = compiled
-            .run(&unit, opts(Some(budget)), &mut NoControl)
-            .unwrap();
-        assert_eq!(c, r, "{what} budget {budget}");
-        match r.cursor {
-            Some(cursor) => unit = unit.continuation(cursor),
-            None => break,
-        }
-    }
 }
 
 /// The first `count` prefixes `depth` deep, each walked by both engines under a random

@@ -8,23 +8,16 @@ use std::sync::Arc;
 use e2fleet_engine::engine::{Engine, EngineError, Feed, ReferenceEngine, Work};
 use e2fleet_engine::lanes::{LaneEngine, NotEligible};
 use e2fleet_engine::plan::SearchPlan;
-use e2fleet_engine::search::{NoControl, RunOptions, Walker};
+use e2fleet_engine::search::{NoControl, Walker};
 use e2fleet_engine::testing::{Rng, order_of_kind, random_puzzle};
 use e2fleet_engine::unit::{StopReason, UnitResult};
 use e2fleet_engine::{FillOrder, OrderSpec, Puzzle, Unit};
 
-use crate::load;
+use crate::{agree_down_a_chain, load, opts};
 
 fn plan(puzzle: &Puzzle, spec: &OrderSpec) -> Arc<SearchPlan> {
     let order = FillOrder::new(puzzle, spec).expect("order");
     Arc::new(SearchPlan::new(puzzle, &order))
-}
-
-fn opts(budget: Option<u64>) -> RunOptions {
-    RunOptions {
-        budget,
-        max_solutions: 50,
-    }
 }
 
 fn engines(plan: &Arc<SearchPlan>) -> (ReferenceEngine, LaneEngine) {
@@ -32,29 +25,6 @@ fn engines(plan: &Arc<SearchPlan>) -> (ReferenceEngine, LaneEngine) {
         ReferenceEngine::new(plan.clone()),
         LaneEngine::new(plan.clone()).expect("a lane board"),
     )
-}
-
-/// One continuation chain from the root, a slice per budget, both engines agreeing on
-/// every slice (counts, cursor, deepest board, solutions).
-fn agree_down_a_chain(
-    (reference, lanes): (&mut ReferenceEngine, &mut LaneEngine),
-    budgets: impl IntoIterator<Item = u64>,
-    what: &str,
-) {
-    let mut unit = Unit::root();
-    for budget in budgets {
-        let r = reference
-            .run(&unit, opts(Some(budget)), &mut NoControl)
-            .unwrap();
-        let l = lanes
-            .run(&unit, opts(Some(budget)), &mut NoControl)
-            .unwrap();
-        assert_eq!(l, r, "{what} budget {budget}");
-        match r.cursor {
-            Some(cursor) => unit = unit.continuation(cursor),
-            None => break,
-        }
-    }
 }
 
 /// A feed of units with their budgets; keeps every result by tag.
@@ -138,7 +108,11 @@ fn low_colour_boards_agree_under_budgets() {
         let plan = plan(&load(rel), &OrderSpec::default());
         let (mut reference, mut lanes) = engines(&plan);
         let budgets = [1, 7, 1000, 123_457, 2_000_000, 1 << 20, 3_000_001];
-        agree_down_a_chain((&mut reference, &mut lanes), budgets, rel);
+        agree_down_a_chain(
+            (&mut reference, &mut lanes as &mut dyn Engine),
+            budgets,
+            rel,
+        );
     }
 }
 
@@ -236,7 +210,7 @@ fn lanes_match_reference_on_random_puzzles() {
         assert_eq!(whole_l, whole_r, "round {round} {spec}");
         let most = 1 + whole_r.committed as usize / 4;
         agree_down_a_chain(
-            (&mut reference, &mut lanes),
+            (&mut reference, &mut lanes as &mut dyn Engine),
             (0..30).map(|_| 1 + rng.below(most) as u64),
             &format!("round {round} {spec}"),
         );

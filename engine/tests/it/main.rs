@@ -14,6 +14,7 @@ mod suite;
 
 use std::path::PathBuf;
 
+use e2fleet_engine::engine::{Engine, ReferenceEngine};
 use e2fleet_engine::formats::{LoadOptions, load_file};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{NoControl, RunOptions, Walker};
@@ -38,4 +39,36 @@ pub fn whole_tree(puzzle: &Puzzle, order: &OrderSpec) -> UnitResult {
     Walker::new(&plan)
         .run(&Unit::root(), RunOptions::default(), &mut NoControl)
         .expect("root unit runs")
+}
+
+/// Options for differential runs: `budget`, and up to 50 solution boards kept.
+pub fn opts(budget: Option<u64>) -> RunOptions {
+    RunOptions {
+        budget,
+        max_solutions: 50,
+    }
+}
+
+/// Walks one continuation chain from the root with the reference engine and `other`, a
+/// slice per budget (until the tree ends), comparing every result: counts, cursor,
+/// deepest board and solutions.
+pub fn agree_down_a_chain(
+    (reference, other): (&mut ReferenceEngine, &mut dyn Engine),
+    budgets: impl IntoIterator<Item = u64>,
+    what: &str,
+) {
+    let mut unit = Unit::root();
+    for budget in budgets {
+        let r = reference
+            .run(&unit, opts(Some(budget)), &mut NoControl)
+            .unwrap();
+        let o = other
+            .run(&unit, opts(Some(budget)), &mut NoControl)
+            .unwrap();
+        assert_eq!(o, r, "{what} budget {budget}");
+        match r.cursor {
+            Some(cursor) => unit = unit.continuation(cursor),
+            None => break,
+        }
+    }
 }
