@@ -5,13 +5,14 @@
 //! (on `--threads` threads; with `--budget`, in budget-sized continuation slices until it
 //! finishes) and the conservation check `enumeration + units = total` is printed per depth.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use clap::Args;
-use e2fleet_engine::engine::{Engine, EngineKind};
+use e2fleet_engine::engine::{EngineError, EngineKind, Feed, Work};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{RunOptions, Walker};
 use e2fleet_engine::{OrderSpec, Placement, Puzzle, Unit, UnitResult};
@@ -235,16 +236,27 @@ fn run_split(
             .map(|_| {
                 scope.spawn(|| {
                     let mut engine = factory.make();
-                    let mut out = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(unit) = units.get(i) else { break };
-                        let (result, slices) = walk_unit_in_slices(engine.as_mut(), unit, args)?;
-                        let finished = done.fetch_add(1, Ordering::Relaxed) + 1;
-                        bar.set_message(format!("{finished}/{} units", units.len()));
-                        out.push((i, result, slices));
+                    let mut feed = Slices {
+                        units: &units,
+                        next: &next,
+                        done: &done,
+                        bar: &bar,
+                        options: RunOptions {
+                            budget: args.budget,
+                            max_solutions: args.max_solutions,
+                        },
+                        pending: Vec::new(),
+                        open: HashMap::new(),
+                        out: Vec::new(),
+                        error: None,
+                    };
+                    if let Some(first) = feed.next() {
+                        engine.run_feed(first, &mut feed);
                     }
-                    anyhow::Ok(out)
+                    match feed.error {
+                        Some(e) => Err(e),
+                        None => anyhow::Ok(feed.out),
+                    }
                 })
             })
             .collect();
@@ -295,34 +307,76 @@ fn run_split(
     ))
 }
 
-/// Walks a unit to the end, in budget-sized continuation slices when a budget is set.
-fn walk_unit_in_slices(
-    engine: &mut dyn Engine,
-    unit: &Unit,
-    args: &SolveArgs,
-) -> Result<(UnitResult, u64)> {
-    let options = RunOptions {
-        budget: args.budget,
-        max_solutions: args.max_solutions,
-    };
-    let mut total = UnitResult::default();
-    let mut current = unit.clone();
-    let mut slices = 0;
-    loop {
-        let r = engine.run(&current, options, &mut |_| false)?;
-        slices += 1;
-        let cursor = r.cursor.clone();
-        if total.nodes_by_depth.is_empty() {
-            total = r;
-        } else {
-            total.absorb(&r, args.max_solutions);
+/// Hands one thread's engine the units of a split, from a counter the threads share,
+/// and, with a budget, each unit's continuation slices as they come back (the lane engine
+/// walks two at a time); adds up each unit's slices.
+struct Slices<'u> {
+    units: &'u [Unit],
+    next: &'u AtomicUsize,
+    done: &'u AtomicUsize,
+    bar: &'u ProgressBar,
+    options: RunOptions,
+    /// Continuations still to walk: (unit index, continuation).
+    pending: Vec<(usize, Unit)>,
+    /// Units partly walked: their slices so far, added up, and how many.
+    open: HashMap<usize, (UnitResult, u64)>,
+    /// Units walked to the end: (index, result, slices).
+    out: Vec<(usize, UnitResult, u64)>,
+    error: Option<anyhow::Error>,
+}
+
+impl<'a> Feed<'a> for Slices<'_> {
+    fn next(&mut self) -> Option<Work<'a>> {
+        if self.error.is_some() {
+            return None;
         }
-        match cursor {
+        let (tag, unit) = match self.pending.pop() {
+            Some(p) => p,
             None => {
-                total.cursor = None;
-                return Ok((total, slices));
+                let i = self.next.fetch_add(1, Ordering::Relaxed);
+                (i, self.units.get(i)?.clone())
             }
-            Some(c) => current = unit.continuation(c),
+        };
+        Some(Work {
+            tag,
+            unit,
+            options: self.options,
+            control: Box::new(|_: u64| false),
+        })
+    }
+
+    fn done(&mut self, work: Work<'a>, result: Result<UnitResult, EngineError>, _: f64) {
+        let r = match result {
+            Ok(r) => r,
+            Err(e) => {
+                self.error = Some(e.into());
+                return;
+            }
+        };
+        let cursor = r.cursor.clone();
+        let (total, slices) = self
+            .open
+            .entry(work.tag)
+            .or_insert_with(|| (UnitResult::default(), 0));
+        if *slices == 0 {
+            *total = r;
+        } else {
+            total.absorb(&r, self.options.max_solutions);
+        }
+        *slices += 1;
+        match cursor {
+            Some(c) => {
+                let unit = self.units[work.tag].continuation(c);
+                self.pending.push((work.tag, unit));
+            }
+            None => {
+                let (mut total, slices) = self.open.remove(&work.tag).expect("a unit walked");
+                total.cursor = None;
+                self.out.push((work.tag, total, slices));
+                let finished = self.done.fetch_add(1, Ordering::Relaxed) + 1;
+                self.bar
+                    .set_message(format!("{finished}/{} units", self.units.len()));
+            }
         }
     }
 }

@@ -244,6 +244,43 @@ fn bench_walks_the_units_of_a_split_to_the_exact_count() {
     assert!(err.contains("walks in `solve` and `bench` only"), "{err}");
 }
 
+/// `solve --split-depth` with a budget walks every unit in continuation slices, on any
+/// engine: the lane engine (two slices at a time) gives what the reference engine gives,
+/// to the digit and board by board.
+#[test]
+fn solve_walks_a_split_in_slices_alike_on_every_engine() {
+    let path = puzzle_path("brendan/set1/pieces_05x05.txt");
+    let solve = |engine: &str| {
+        worker_json(&[
+            "solve",
+            path.to_str().unwrap(),
+            "--split-depth",
+            "3",
+            "--budget",
+            "500",
+            "--engine",
+            engine,
+            "--json",
+        ])
+    };
+    let (reference, lanes) = (solve("reference"), solve("lanes"));
+    assert_eq!(lanes["engine"], "lanes");
+    assert_eq!(reference["nodes_total"], 113_211);
+    assert_eq!(reference["split"]["slices"], 259);
+    assert_eq!(reference["split"]["conservation_ok"], true);
+    for field in [
+        "nodes_total",
+        "nodes_by_depth",
+        "solutions_count",
+        "solutions",
+        "max_depth",
+        "deepest",
+        "split",
+    ] {
+        assert_eq!(lanes[field], reference[field], "{field}");
+    }
+}
+
 /// Runs `submit ARGS --json` on the coordinator binary; (success, stdout, stderr).
 fn submit(url: &str, args: &[&str]) -> (bool, String, String) {
     let args: Vec<&str> = ["submit"]
