@@ -571,13 +571,13 @@ impl<'p> LaneWalker<'p> {
     /// none left; every result goes back through `feed.done`.
     pub fn run<'a>(&self, first: Work<'a>, feed: &mut dyn Feed<'a>) {
         let mut lanes = [self.new_lane(), self.new_lane()];
+        // a walking lane's unit, its cold-path state and its seconds so far
         let mut states: [Option<(Work<'a>, LaneState, f64)>; 2] = [None, None];
         let mut pending = Some(first);
-        let mut idle = [true, true];
         loop {
             // fill idle lanes
             for i in 0..2 {
-                while idle[i] {
+                while states[i].is_none() {
                     let Some(work) = pending.take().or_else(|| feed.next()) else {
                         break;
                     };
@@ -585,11 +585,9 @@ impl<'p> LaneWalker<'p> {
                         Begin::Walk(mut work, mut st) => {
                             // the first node may already be one to look at
                             if self.cold(&mut lanes[i], &mut st, work.control.as_mut()) {
-                                let result = self.result(&lanes[i], st);
-                                feed.done(work, Ok(result), 0.0);
+                                feed.done(work, Ok(self.result(&lanes[i], st)), 0.0);
                             } else {
                                 states[i] = Some((work, st, 0.0));
-                                idle[i] = false;
                             }
                         }
                         Begin::Done(work, result) => {
@@ -598,12 +596,12 @@ impl<'p> LaneWalker<'p> {
                     }
                 }
             }
-            let live = [!idle[0], !idle[1]];
+            let live = [states[0].is_some(), states[1].is_some()];
             if !live[0] && !live[1] {
                 return;
             }
             let started = Instant::now();
-            let before = [lanes[0].nodes_walked(), lanes[1].nodes_walked()];
+            let before = [lanes[0].left, lanes[1].left];
             let which = if live[0] && live[1] {
                 let [a, b] = &mut lanes;
                 drive_pair(&self.tables.hot, a, b)
@@ -612,11 +610,9 @@ impl<'p> LaneWalker<'p> {
                 drive_one(&self.tables.hot, &mut lanes[i]);
                 [i == 0, i == 1]
             };
-            // share the elapsed time by the nodes each lane walked
-            let walked = [
-                lanes[0].nodes_walked() - before[0],
-                lanes[1].nodes_walked() - before[1],
-            ];
+            // share the elapsed time by the nodes each lane walked (each step takes one
+            // off its countdown, which only the cold path refills)
+            let walked = [before[0] - lanes[0].left, before[1] - lanes[1].left];
             let total = (walked[0] + walked[1]).max(1) as f64;
             let secs = started.elapsed().as_secs_f64();
             for i in 0..2 {
@@ -633,9 +629,7 @@ impl<'p> LaneWalker<'p> {
                 // drive: held time is not walking time
                 if self.cold(&mut lanes[i], st, work.control.as_mut()) {
                     let (work, st, seconds) = states[i].take().expect("a live lane");
-                    let result = self.result(&lanes[i], st);
-                    idle[i] = true;
-                    feed.done(work, Ok(result), seconds);
+                    feed.done(work, Ok(self.result(&lanes[i], st)), seconds);
                 }
             }
         }
@@ -735,12 +729,6 @@ fn drive_one(t: &Hot, lane: &mut Lane) {
 enum Begin<'a> {
     Walk(Work<'a>, LaneState),
     Done(Work<'a>, Result<UnitResult, UnitError>),
-}
-
-impl Lane {
-    fn nodes_walked(&self) -> u64 {
-        self.mem.nodes.iter().sum()
-    }
 }
 
 #[inline(always)]

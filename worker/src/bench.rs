@@ -184,12 +184,14 @@ struct Timed<'u> {
     limit: Duration,
     nodes: u64,
     units_done: usize,
+    /// A unit was stopped by the time: the run is over.
+    over: bool,
     error: Option<EngineError>,
 }
 
 impl<'a> Feed<'a> for Timed<'_> {
     fn next(&mut self) -> Option<Work<'a>> {
-        if self.error.is_some() || self.t0.elapsed() >= self.limit {
+        if self.over || self.error.is_some() || self.t0.elapsed() >= self.limit {
             return None;
         }
         let unit = self.units.get(self.next)?.clone();
@@ -210,8 +212,7 @@ impl<'a> Feed<'a> for Timed<'_> {
                 if r.finished() {
                     self.units_done += 1;
                 } else {
-                    // a unit stopped by the time: the run is over
-                    self.limit = Duration::ZERO;
+                    self.over = true;
                 }
             }
             Err(e) => self.error = Some(e),
@@ -266,6 +267,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 limit,
                 nodes: 0,
                 units_done: 0,
+                over: false,
                 error: None,
             };
             if let Some(first) = feed.next() {

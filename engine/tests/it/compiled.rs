@@ -16,7 +16,7 @@ use e2fleet_engine::testing::{Rng, order_of_kind, random_puzzle};
 use e2fleet_engine::unit::StopReason;
 use e2fleet_engine::{FillOrder, OrderSpec, Puzzle, Unit};
 
-use crate::{agree_down_a_chain, load, opts};
+use crate::{agree_down_a_chain, load, opts, random_round};
 
 /// The build cache of test `name`: a folder of the target's scratch space, emptied the
 /// first time this run asks for it, so every run starts cold and leaves one copy behind
@@ -171,26 +171,7 @@ fn known_counts_compiled() {
 fn compiled_matches_reference_on_random_puzzles() {
     let mut rng = Rng::new(2026);
     for round in 0..16 {
-        let (w, h) = [
-            (3, 3),
-            (4, 4),
-            (5, 3),
-            (4, 5),
-            (5, 5),
-            (6, 4),
-            (2, 6),
-            (6, 5),
-        ][round % 8];
-        // few colours on big boards make trees of billions of nodes: keep them walkable
-        let inner = if w * h > 20 {
-            5 + rng.below(4)
-        } else {
-            2 + rng.below(6)
-        } as u8;
-        let hints = rng.below(4);
-        let rim = 1 + rng.below(3) as u8;
-        let (puzzle, _) = random_puzzle(&mut rng, w, h, rim, inner, hints);
-        let spec = order_of_kind(&puzzle, round, &mut rng);
+        let ((w, h), puzzle, spec) = random_round(&mut rng, round);
         let plan = plan(&puzzle, &spec);
         let group = 1 + round % 5;
         let (mut reference, mut compiled) = engines(&plan, group, "random");

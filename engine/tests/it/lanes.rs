@@ -9,11 +9,11 @@ use e2fleet_engine::engine::{Engine, EngineError, Feed, ReferenceEngine, Work};
 use e2fleet_engine::lanes::{LaneEngine, NotEligible};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{NoControl, Walker};
-use e2fleet_engine::testing::{Rng, order_of_kind, random_puzzle};
+use e2fleet_engine::testing::Rng;
 use e2fleet_engine::unit::{StopReason, UnitResult};
 use e2fleet_engine::{FillOrder, OrderSpec, Puzzle, Unit};
 
-use crate::{agree_down_a_chain, load, opts};
+use crate::{agree_down_a_chain, load, opts, random_round};
 
 fn plan(puzzle: &Puzzle, spec: &OrderSpec) -> Arc<SearchPlan> {
     let order = FillOrder::new(puzzle, spec).expect("order");
@@ -175,25 +175,7 @@ fn lanes_match_reference_on_random_puzzles() {
     let mut rng = Rng::new(2027);
     let mut walked = 0;
     for round in 0..40 {
-        let (w, h) = [
-            (3, 3),
-            (4, 4),
-            (5, 3),
-            (4, 5),
-            (5, 5),
-            (6, 4),
-            (2, 6),
-            (6, 5),
-        ][round % 8];
-        let inner = if w * h > 20 {
-            5 + rng.below(4)
-        } else {
-            2 + rng.below(6)
-        } as u8;
-        let hints = rng.below(4);
-        let rim = 1 + rng.below(3) as u8;
-        let (puzzle, _) = random_puzzle(&mut rng, w, h, rim, inner, hints);
-        let spec = order_of_kind(&puzzle, round, &mut rng);
+        let (_, puzzle, spec) = random_round(&mut rng, round);
         let plan = plan(&puzzle, &spec);
         let (mut reference, mut lanes) = match LaneEngine::new(plan.clone()) {
             Ok(l) => (ReferenceEngine::new(plan.clone()), l),

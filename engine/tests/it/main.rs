@@ -18,6 +18,7 @@ use e2fleet_engine::engine::{Engine, ReferenceEngine};
 use e2fleet_engine::formats::{LoadOptions, load_file};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{NoControl, RunOptions, Walker};
+use e2fleet_engine::testing::{Rng, order_of_kind, random_puzzle};
 use e2fleet_engine::{FillOrder, OrderSpec, Puzzle, Unit, UnitResult};
 
 /// Path of a file under the repository's `puzzles/`.
@@ -71,4 +72,31 @@ pub fn agree_down_a_chain(
             None => break,
         }
     }
+}
+
+/// Round `round` of a random differential test: a board size from a fixed cycle of small
+/// shapes, a random puzzle on it (0-3 hints, 1-3 rim colours, few inner colours) and a
+/// fill order of the round's kind. Returns (size, puzzle, order).
+pub fn random_round(rng: &mut Rng, round: usize) -> ((usize, usize), Puzzle, OrderSpec) {
+    let (w, h) = [
+        (3, 3),
+        (4, 4),
+        (5, 3),
+        (4, 5),
+        (5, 5),
+        (6, 4),
+        (2, 6),
+        (6, 5),
+    ][round % 8];
+    // few colours on big boards make trees of billions of nodes: keep them walkable
+    let inner = if w * h > 20 {
+        5 + rng.below(4)
+    } else {
+        2 + rng.below(6)
+    } as u8;
+    let hints = rng.below(4);
+    let rim = 1 + rng.below(3) as u8;
+    let (puzzle, _) = random_puzzle(rng, w, h, rim, inner, hints);
+    let spec = order_of_kind(&puzzle, round, rng);
+    ((w, h), puzzle, spec)
 }
