@@ -128,14 +128,24 @@ struct Bucket {
     block: u32,
 }
 
-/// Per-depth reads: the two board bytes of its key and its table.
+/// Per-depth reads: the two board bytes of its key and its table. A colour that faces
+/// the cell filled at the depth before is taken from that candidate in a register
+/// (`rot`, `m`) and its board byte is the dummy cell's zero: read from the board, it
+/// would wait for the store just made (a store-to-load forwarding in every step's chain).
 #[derive(Clone, Copy, Default)]
+#[repr(C)]
 struct Depth {
     /// The byte of the board (cell * 8 + side) the key's first colour is read from.
-    a: u32,
+    a: u16,
     /// The byte of its second colour.
-    b: u32,
-    table: u32,
+    b: u16,
+    /// The key of the depth's table, less its colours.
+    table: u16,
+    /// The previous candidate rotated right by this and masked with `m` is the colour
+    /// read from it, in place in the key (`0xF0`: the first colour, `0x0F`: the second,
+    /// 0: none).
+    rot: u8,
+    m: u8,
 }
 
 /// The lane walk's tables for one plan.
@@ -274,19 +284,34 @@ impl LaneTables {
         for (next, slot) in (plan.len()..).zip(unfilled) {
             *slot = next;
         }
+        let dummy = slot_of[cells] * 8;
         let mut steps = table::<Depth, DEPTHS>();
-        for (slot, d) in steps.iter_mut().zip(&plan.depths) {
-            *slot = Depth {
-                a: (slot_of[d.key[0].cell] * 8) as u32 + d.key[0].shift / 8,
-                b: (slot_of[d.key[1].cell] * 8) as u32 + d.key[1].shift / 8,
-                table: key_of(d.table) as u32,
+        for (depth, (slot, d)) in steps.iter_mut().zip(&plan.depths).enumerate() {
+            let mut read = |k: usize, m: u8| {
+                let r = d.key[k];
+                if depth > 0 && r.cell == plan.depths[depth - 1].pos && slot.m == 0 {
+                    // the colour is byte `shift / 8` of the previous candidate: rotated
+                    // to bits 4..8 (the first colour) or 0..4 (the second)
+                    slot.m = m;
+                    slot.rot = (r.shift + if m == 0xF0 { 60 } else { 0 }) as u8 % 64;
+                    dummy as u16
+                } else {
+                    (slot_of[r.cell] * 8) as u16 + (r.shift / 8) as u16
+                }
             };
+            let a = read(0, 0xF0);
+            let b = read(1, 0x0F);
+            slot.a = a;
+            slot.b = b;
+            slot.table = key_of(d.table) as u16;
         }
         // past the last depth: the empty table, reads of the dummy cell
         steps[plan.len()] = Depth {
-            a: (slot_of[cells] * 8) as u32,
-            b: (slot_of[cells] * 8) as u32,
+            a: dummy as u16,
+            b: dummy as u16,
             table: 0,
+            rot: 0,
+            m: 0,
         };
         let piece_lo: [u64; 128] = std::array::from_fn(|p| {
             if p < plan.pieces && group[p] == 0 {
@@ -337,13 +362,16 @@ impl LaneTables {
 }
 
 impl Hot {
+    /// The key of `depth`'s bucket on `board`, where `prev` is the candidate of the depth
+    /// before (0 at depth 0).
     #[inline(always)]
-    fn key(&self, board: &Board, depth: usize) -> usize {
+    fn key(&self, board: &Board, depth: usize, prev: u64) -> usize {
         let s = &self.steps[depth % DEPTHS];
         let bytes = board.as_flattened();
         let a = bytes[s.a as usize % (8 * DEPTHS)];
         let b = bytes[s.b as usize % (8 * DEPTHS)];
-        (s.table as usize + ((a as usize) << SHIFT) + b as usize) % KEYS
+        let from_prev = (prev.rotate_right(s.rot as u32) & s.m as u64) as usize;
+        (s.table as usize + ((a as usize) << SHIFT) + b as usize + from_prev) % KEYS
     }
 
     /// The candidates of `key` among the free pieces.
@@ -441,8 +469,9 @@ impl<'p> LaneWalker<'p> {
         let (mut lo, mut hi) = t.free;
         let mut up = stop;
         // the frames of the cursor's depths (and the prefix's, which are never walked)
+        let mut prev = 0;
         for (depth, p) in path.iter().enumerate() {
-            let key = t.hot.key(&lane.mem.board, depth);
+            let key = t.hot.key(&lane.mem.board, depth, prev);
             let rem0 = t.hot.fitting(key, lo, hi);
             let bit = t.index[p.piece as usize % 128] as usize;
             // the candidate of this placement: its rotation's block
@@ -467,6 +496,7 @@ impl<'p> LaneWalker<'p> {
                 up,
             };
             lane.mem.board[depth] = c.to_le_bytes();
+            prev = c;
             lo ^= t.hot.piece_lo[lane_piece(c)];
             hi ^= t.hot.piece_hi[lane_piece(c)];
             if depth >= floor && rem != 0 {
@@ -474,7 +504,7 @@ impl<'p> LaneWalker<'p> {
             }
         }
         let depth = path.len();
-        let key = t.hot.key(&lane.mem.board, depth);
+        let key = t.hot.key(&lane.mem.board, depth, prev);
         let rem = t.hot.fitting(key, lo, hi);
         lane.mem.frames[depth] = Frame {
             rem,
@@ -688,7 +718,7 @@ fn step(t: &Hot, ln: &mut Lane) -> bool {
     let lo = f.lo ^ t.piece_lo[p];
     let hi = f.hi ^ t.piece_hi[p];
     let dn = d + 1;
-    let key = t.key(&ln.mem.board, dn);
+    let key = t.key(&ln.mem.board, dn, c);
     let child = t.fitting(key, lo, hi);
     let fd = &mut ln.mem.frames[d];
     fd.rem = rem;

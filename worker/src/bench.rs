@@ -11,7 +11,7 @@ use e2fleet_engine::engine::{EngineError, Feed, Work};
 use e2fleet_engine::formats::{LoadOptions, load_file, parse_str};
 use e2fleet_engine::search::RunOptions;
 use e2fleet_engine::suite::{BUILTIN_PUZZLES, builtin_label, builtin_puzzle};
-use e2fleet_engine::unit::UnitResult;
+use e2fleet_engine::unit::{StopReason, UnitResult};
 use e2fleet_engine::{OrderSpec, Unit};
 use serde::Serialize;
 
@@ -42,6 +42,12 @@ pub struct BenchArgs {
     /// (0: the root; at most 12; the first 100,000 units of a larger split).
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=12))]
     split_depth: u32,
+    /// With `--split-depth`: walk each unit at most this many nodes (a budget) before
+    /// taking the next, so a run samples many units instead of the first one or two; the
+    /// same list of work for every engine, and a fairer picture of a split whose first
+    /// units are far larger than a run.
+    #[arg(long, requires = "split_depth", value_parser = clap::value_parser!(u64).range(1..))]
+    unit_budget: Option<u64>,
     #[command(flatten)]
     engine: EngineArgs,
     /// Print one JSON object per board.
@@ -116,6 +122,9 @@ struct BoardReport {
     units: usize,
     /// Whether those are all the units of the split.
     all_units: bool,
+    /// Each unit's budget (`--unit-budget`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    unit_budget: Option<u64>,
 }
 
 #[derive(Serialize, Clone)]
@@ -127,6 +136,9 @@ struct Run {
     finished: bool,
     /// Units walked to their end (with a split depth).
     units_done: usize,
+    /// Units walked to their budget (`--unit-budget`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    units_budgeted: Option<usize>,
 }
 
 /// A board by built-in name, else as a file.
@@ -179,11 +191,15 @@ const MAX_UNITS: usize = 100_000;
 /// what they walked.
 struct Timed<'u> {
     units: &'u [Unit],
+    /// Each unit's budget (`--unit-budget`).
+    budget: Option<u64>,
     next: usize,
     t0: Instant,
     limit: Duration,
     nodes: u64,
     units_done: usize,
+    /// Units walked to their budget (`--unit-budget`).
+    budgets_spent: usize,
     /// A unit was stopped by the time: the run is over.
     over: bool,
     error: Option<EngineError>,
@@ -200,7 +216,10 @@ impl<'a> Feed<'a> for Timed<'_> {
         Some(Work {
             tag: self.next - 1,
             unit,
-            options: RunOptions::default(),
+            options: RunOptions {
+                budget: self.budget,
+                ..RunOptions::default()
+            },
             control: Box::new(move |_: u64| t0.elapsed() >= limit),
         })
     }
@@ -209,10 +228,11 @@ impl<'a> Feed<'a> for Timed<'_> {
         match result {
             Ok(r) => {
                 self.nodes += r.committed;
-                if r.finished() {
-                    self.units_done += 1;
-                } else {
-                    self.over = true;
+                match r.stop {
+                    Some(StopReason::Finished) => self.units_done += 1,
+                    // walked to its budget: the next unit
+                    Some(StopReason::Budget) => self.budgets_spent += 1,
+                    _ => self.over = true,
                 }
             }
             Err(e) => self.error = Some(e),
@@ -262,11 +282,13 @@ pub fn run(args: BenchArgs) -> Result<()> {
             // stop at their next poll
             let mut feed = Timed {
                 units: &units,
+                budget: args.unit_budget,
                 next: 0,
                 t0,
                 limit,
                 nodes: 0,
                 units_done: 0,
+                budgets_spent: 0,
                 over: false,
                 error: None,
             };
@@ -276,14 +298,16 @@ pub fn run(args: BenchArgs) -> Result<()> {
             if let Some(e) = feed.error {
                 return Err(e.into());
             }
-            let (nodes, units_done) = (feed.nodes, feed.units_done);
+            let (nodes, units_done, budgets_spent) =
+                (feed.nodes, feed.units_done, feed.budgets_spent);
             let seconds = t0.elapsed().as_secs_f64();
             runs.push(Run {
                 nodes,
                 seconds,
                 nodes_per_s: nodes as f64 / seconds,
-                finished: all_units && units_done == units.len(),
+                finished: all_units && units_done + budgets_spent == units.len(),
                 units_done,
+                units_budgeted: args.unit_budget.map(|_| budgets_spent),
             });
         }
         let median =
@@ -310,6 +334,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             split_depth: args.split_depth,
             units: units.len(),
             all_units,
+            unit_budget: args.unit_budget,
         };
         if args.json {
             println!("{}", serde_json::to_string(&report)?);
@@ -320,6 +345,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     format!(", the {} units of a split at depth {d}", report.units)
                 }
                 d => format!(", the first {} units of a split at depth {d}", report.units),
+            };
+            let walked = match report.unit_budget {
+                Some(b) => format!("{walked}, at most {b} nodes each"),
+                None => walked,
             };
             let cycles = match (report.cycles_per_node, report.clock_ghz) {
                 (Some(c), Some(ghz)) => format!(" = {c:.1} cycles per node at ~{ghz:.2} GHz"),
@@ -347,6 +376,10 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     (0, false) => String::new(),
                     (_, true) => " (every unit)".to_string(),
                     (_, false) => format!(" ({} units walked to their end)", r.units_done),
+                };
+                let done = match r.units_budgeted {
+                    Some(b) => format!("{done} ({b} units to their budget)"),
+                    None => done,
                 };
                 println!(
                     "    {} nodes in {:.2} s = {:.1} M/s{done}",
