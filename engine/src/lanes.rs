@@ -559,6 +559,7 @@ impl<'p> LaneWalker<'p> {
             // the next node is at or past the watch depth: take it alone, then see
             // whether it is a new deepest board or a solution
             step(&t.hot, ln);
+            ln.left -= 1;
             let d = ln.last;
             if d >= st.deepest {
                 st.deepest = d + 1;
@@ -698,12 +699,14 @@ impl<'p> LaneWalker<'p> {
 }
 
 /// One step of one lane over tables `t`: commits the node at the lane's depth, writes the
-/// child's frame, and moves to the child, the next sibling or the frame above. Returns
-/// `true` when the lane needs the cold path: its countdown ran out, or its next node is at
-/// or past its watch depth (a new deepest board or a solution; [`STOP`] when it is walked). A free function with the tables as its own argument,
-/// so the compiler keeps their addresses in registers across the lanes' stores.
+/// child's frame, and moves to the child, the next sibling or the frame above. The caller
+/// counts the step off the lane's countdown, and sends the lane to its cold path when the
+/// countdown runs out or its next node is at or past its watch depth (a new deepest board
+/// or a solution; [`STOP`] when the unit is walked). A free function with the tables as
+/// its own argument, so the compiler keeps their addresses in registers across the lanes'
+/// stores.
 #[inline(always)]
-fn step(t: &Hot, ln: &mut Lane) -> bool {
+fn step(t: &Hot, ln: &mut Lane) {
     use core::hint::select_unpredictable as pick;
     let d = ln.d % DEPTHS;
     let f = ln.mem.frames[d];
@@ -731,29 +734,54 @@ fn step(t: &Hot, ln: &mut Lane) -> bool {
         block: t.keys[key].block,
         up,
     };
-    let next = pick(child != 0, dn, up as usize);
-    ln.d = next;
+    ln.d = pick(child != 0, dn, up as usize);
     ln.last = d;
-    ln.left -= 1;
-    (ln.left == 0) | (next >= ln.watch)
 }
 
-/// Steps both lanes in turn until one needs its cold path; says which do.
+/// Whether a lane that took its steps needs its cold path.
+#[inline(always)]
+fn needs_cold(ln: &Lane) -> bool {
+    ln.left == 0 || ln.d >= ln.watch
+}
+
+/// Steps both lanes in turn until one needs its cold path; says which do. Both enter with
+/// steps left on their countdowns and their next nodes above their watches (the cold
+/// path leaves them so). The pair takes as many steps as the shorter countdown at most,
+/// so one counter stands for both; and a depth at or past its watch is one where
+/// `watch - 1 - depth` wraps below zero, so one sign test asks it of both lanes.
 #[inline(never)]
 fn drive_pair(t: &Hot, a: &mut Lane, b: &mut Lane) -> [bool; 2] {
+    let most = a.left.min(b.left);
+    let (wa, wb) = (a.watch.wrapping_sub(1), b.watch.wrapping_sub(1));
+    let mut steps = 0;
     loop {
-        let x = step(t, a);
-        let y = step(t, b);
-        if x | y {
-            return [x, y];
+        step(t, a);
+        step(t, b);
+        steps += 1;
+        let watched = (wa.wrapping_sub(a.d) | wb.wrapping_sub(b.d)) as isize;
+        if (steps == most) | (watched < 0) {
+            break;
         }
     }
+    a.left -= steps;
+    b.left -= steps;
+    [needs_cold(a), needs_cold(b)]
 }
 
 /// Steps one lane until it needs its cold path.
 #[inline(never)]
 fn drive_one(t: &Hot, lane: &mut Lane) {
-    while !step(t, lane) {}
+    let most = lane.left;
+    let watch = lane.watch;
+    let mut steps = 0;
+    loop {
+        step(t, lane);
+        steps += 1;
+        if (steps == most) | (lane.d >= watch) {
+            break;
+        }
+    }
+    lane.left -= steps;
 }
 
 enum Begin<'a> {
