@@ -103,6 +103,9 @@ const CANDS: usize = 1 << 14;
 /// one compare after a step asks for both.
 const STOP: usize = DEPTHS - 1;
 
+/// In [`Depth::rot`]: the depth's buckets hold inner pieces (the high word of free bits).
+const INNER: u8 = 0x80;
+
 /// Colours a board may have: keys are `table + (a << SHIFT) + b`.
 const SHIFT: u32 = 4;
 
@@ -118,16 +121,6 @@ fn table<T: Copy + Default, const N: usize>() -> Box<[T; N]> {
         .unwrap_or_else(|_| unreachable!("a slice of N items"))
 }
 
-/// One bucket (a key's candidate list): its pieces as bits of their word of free bits,
-/// and where the candidate of bit 0 would be.
-#[derive(Clone, Copy, Default)]
-struct Bucket {
-    mask: u64,
-    /// 0: the pieces are rim pieces (low word of free bits), 1: inner ones (high word).
-    word: u32,
-    block: u32,
-}
-
 /// Per-depth reads: the two board bytes of its key and its table. A colour that faces
 /// the cell filled at the depth before is taken from that candidate in a register
 /// (`rot`, `m`) and its board byte is the dummy cell's zero: read from the board, it
@@ -141,9 +134,9 @@ struct Depth {
     b: u16,
     /// The key of the depth's table, less its colours.
     table: u16,
-    /// The previous candidate rotated right by this and masked with `m` is the colour
-    /// read from it, in place in the key (`0xF0`: the first colour, `0x0F`: the second,
-    /// 0: none).
+    /// The previous candidate rotated right by this (bits 0..6) and masked with `m` is
+    /// the colour read from it, in place in the key (`0xF0`: the first colour, `0x0F`:
+    /// the second, 0: none). [`INNER`] when the depth's cell takes inner pieces.
     rot: u8,
     m: u8,
 }
@@ -164,7 +157,11 @@ pub struct LaneTables {
 /// The tables a step reads.
 struct Hot {
     steps: [Depth; DEPTHS],
-    keys: [Bucket; KEYS],
+    /// Each bucket (a key's candidate list): its pieces as bits of their word of free
+    /// bits (the word is the depth's: [`INNER`]).
+    masks: [u64; KEYS],
+    /// Where a bucket's candidate of bit 0 would be.
+    blocks: [u32; KEYS],
     cands: [u64; CANDS],
     piece_lo: [u64; 128],
     piece_hi: [u64; 128],
@@ -210,7 +207,11 @@ impl LaneTables {
             index[p] = counts[g] as u8;
             counts[g] += 1;
         }
-        let mut buckets = table::<Bucket, KEYS>();
+        let mut masks = table::<u64, KEYS>();
+        let mut firsts = table::<u32, KEYS>();
+        // which word of free bits each table's buckets hold (a table whose buckets are all
+        // empty: either)
+        let mut table_word: Vec<Option<u8>> = vec![None; tables];
         let mut cands: Vec<u64> = vec![0; 64];
         for t in 0..tables {
             for a in 0..colours {
@@ -225,7 +226,9 @@ impl LaneTables {
                         continue;
                     }
                     let word = group[candidate_piece(bucket[0])];
-                    if bucket.iter().any(|&c| group[candidate_piece(c)] != word) {
+                    if bucket.iter().any(|&c| group[candidate_piece(c)] != word)
+                        || *table_word[t].get_or_insert(word) != word
+                    {
                         return Err(NotEligible::MixedBucket);
                     }
                     let bit_of = |c: u64| index[candidate_piece(c)] as usize;
@@ -249,7 +252,7 @@ impl LaneTables {
                         if list.is_empty() {
                             continue;
                         }
-                        buckets[key].mask |= 1 << (lo + i);
+                        masks[key] |= 1 << (lo + i);
                         for (j, &c) in list.iter().enumerate() {
                             let more = j + 1 < list.len();
                             let delta = if more {
@@ -262,8 +265,7 @@ impl LaneTables {
                     }
                     // bit b's first candidate is at block + b (the leading padding
                     // keeps block from going below zero)
-                    buckets[key].word = word as u32;
-                    buckets[key].block = (base - lo) as u32;
+                    firsts[key] = (base - lo) as u32;
                 }
             }
         }
@@ -304,6 +306,9 @@ impl LaneTables {
             slot.a = a;
             slot.b = b;
             slot.table = key_of(d.table) as u16;
+            if table_word[d.table / (colours * colours)] == Some(1) {
+                slot.rot |= INNER;
+            }
         }
         // past the last depth: the empty table, reads of the dummy cell
         steps[plan.len()] = Depth {
@@ -338,7 +343,8 @@ impl LaneTables {
             depths: plan.len(),
             hot: Box::new(Hot {
                 steps: *steps,
-                keys: *buckets,
+                masks: *masks,
+                blocks: *firsts,
                 cands: *packed,
                 piece_lo,
                 piece_hi,
@@ -363,22 +369,19 @@ impl LaneTables {
 
 impl Hot {
     /// The key of `depth`'s bucket on `board`, where `prev` is the candidate of the depth
-    /// before (0 at depth 0).
+    /// before (0 at depth 0), and its word of free bits: the free pieces of the depth's
+    /// kind (`lo` on the rim, `hi` inside).
     #[inline(always)]
-    fn key(&self, board: &Board, depth: usize, prev: u64) -> usize {
+    fn key(&self, board: &Board, depth: usize, prev: u64, lo: u64, hi: u64) -> (usize, u64) {
         let s = &self.steps[depth % DEPTHS];
         let bytes = board.as_flattened();
         let a = bytes[s.a as usize % (8 * DEPTHS)];
         let b = bytes[s.b as usize % (8 * DEPTHS)];
+        // the rotation takes its count modulo 64: `INNER` rides along
         let from_prev = (prev.rotate_right(s.rot as u32) & s.m as u64) as usize;
-        (s.table as usize + ((a as usize) << SHIFT) + b as usize + from_prev) % KEYS
-    }
-
-    /// The candidates of `key` among the free pieces.
-    #[inline(always)]
-    fn fitting(&self, key: usize, lo: u64, hi: u64) -> u64 {
-        let k = &self.keys[key % KEYS];
-        k.mask & core::hint::select_unpredictable(k.word != 0, hi, lo)
+        let key = (s.table as usize + ((a as usize) << SHIFT) + b as usize + from_prev) % KEYS;
+        let free = core::hint::select_unpredictable(s.rot & INNER != 0, hi, lo);
+        (key, free)
     }
 }
 
@@ -407,11 +410,64 @@ struct Lane {
     mem: Box<LaneMem>,
 }
 
-/// A lane's arrays, in one allocation (one address for the walk to keep).
+/// Bytes between one per-depth array of a lane and the next, past the array itself: with
+/// every array 2,048 bytes long, each starts at its own place within a 4 KiB page
+/// (offsets 0, 2,368, 640, 3,008, ... apart: at least 448 bytes), so a store to one
+/// array is never taken for a store to the same place of another (4K aliasing: a load
+/// whose address matches an older store's in its low 12 bits waits on it). Without the
+/// pads the arrays sit 4,096 bytes apart in pairs and the walk ran at a third of its speed.
+const PAD: usize = 320;
+
+/// The frames of a lane, field by field (so a depth indexes each array with the
+/// addressing mode's own scale, where an array of 32-byte frames takes a shift), each
+/// array [`PAD`] bytes past the one before.
 #[derive(Clone)]
+#[repr(C)]
+struct Frames {
+    rem: [u64; DEPTHS],
+    _p0: [u8; PAD],
+    lo: [u64; DEPTHS],
+    _p1: [u8; PAD],
+    hi: [u64; DEPTHS],
+    _p2: [u8; PAD],
+    block: [u32; DEPTHS],
+    _p3: [u8; PAD + 4 * DEPTHS],
+    up: [u32; DEPTHS],
+    _p4: [u8; PAD + 4 * DEPTHS],
+}
+
+impl Frames {
+    #[inline(always)]
+    fn get(&self, d: usize) -> Frame {
+        let d = d % DEPTHS;
+        Frame {
+            rem: self.rem[d],
+            lo: self.lo[d],
+            hi: self.hi[d],
+            block: self.block[d],
+            up: self.up[d],
+        }
+    }
+
+    #[inline(always)]
+    fn set(&mut self, d: usize, f: Frame) {
+        let d = d % DEPTHS;
+        self.rem[d] = f.rem;
+        self.lo[d] = f.lo;
+        self.hi[d] = f.hi;
+        self.block[d] = f.block;
+        self.up[d] = f.up;
+    }
+}
+
+/// A lane's arrays, in one allocation (one address for the walk to keep), [`PAD`] bytes
+/// apart.
+#[derive(Clone)]
+#[repr(C)]
 struct LaneMem {
-    frames: [Frame; DEPTHS],
+    frames: Frames,
     board: Board,
+    _p: [u8; PAD],
     nodes: [u64; DEPTHS],
 }
 
@@ -449,8 +505,20 @@ impl<'p> LaneWalker<'p> {
             last: 0,
             watch: 0,
             mem: Box::new(LaneMem {
-                frames: [Frame::default(); DEPTHS],
+                frames: Frames {
+                    rem: [0; DEPTHS],
+                    lo: [0; DEPTHS],
+                    hi: [0; DEPTHS],
+                    block: [0; DEPTHS],
+                    up: [0; DEPTHS],
+                    _p0: [0; PAD],
+                    _p1: [0; PAD],
+                    _p2: [0; PAD],
+                    _p3: [0; PAD + 4 * DEPTHS],
+                    _p4: [0; PAD + 4 * DEPTHS],
+                },
                 board: *t.initial_board,
+                _p: [0; PAD],
                 nodes: [0; DEPTHS],
             }),
         }
@@ -471,11 +539,11 @@ impl<'p> LaneWalker<'p> {
         // the frames of the cursor's depths (and the prefix's, which are never walked)
         let mut prev = 0;
         for (depth, p) in path.iter().enumerate() {
-            let key = t.hot.key(&lane.mem.board, depth, prev);
-            let rem0 = t.hot.fitting(key, lo, hi);
+            let (key, free) = t.hot.key(&lane.mem.board, depth, prev, lo, hi);
+            let rem0 = t.hot.masks[key] & free;
             let bit = t.index[p.piece as usize % 128] as usize;
             // the candidate of this placement: its rotation's block
-            let mut block = t.hot.keys[key].block as usize;
+            let mut block = t.hot.blocks[key] as usize;
             let mut c = t.hot.cands[block + bit];
             while candidate_rot_of(c) != p.rot {
                 block = (block as i64 + delta_of(c) as i64) as usize;
@@ -488,13 +556,16 @@ impl<'p> LaneWalker<'p> {
                 rem0 & !((1u64 << bit) | ((1u64 << bit) - 1))
             };
             let next_block = (block as i64 + delta_of(c) as i64) as u32;
-            lane.mem.frames[depth] = Frame {
-                rem,
-                lo,
-                hi,
-                block: next_block,
-                up,
-            };
+            lane.mem.frames.set(
+                depth,
+                Frame {
+                    rem,
+                    lo,
+                    hi,
+                    block: next_block,
+                    up,
+                },
+            );
             lane.mem.board[depth] = c.to_le_bytes();
             prev = c;
             lo ^= t.hot.piece_lo[lane_piece(c)];
@@ -504,15 +575,18 @@ impl<'p> LaneWalker<'p> {
             }
         }
         let depth = path.len();
-        let key = t.hot.key(&lane.mem.board, depth, prev);
-        let rem = t.hot.fitting(key, lo, hi);
-        lane.mem.frames[depth] = Frame {
-            rem,
-            lo,
-            hi,
-            block: t.hot.keys[key].block,
-            up,
-        };
+        let (key, free) = t.hot.key(&lane.mem.board, depth, prev, lo, hi);
+        let rem = t.hot.masks[key] & free;
+        lane.mem.frames.set(
+            depth,
+            Frame {
+                rem,
+                lo,
+                hi,
+                block: t.hot.blocks[key],
+                up,
+            },
+        );
         lane.d = if rem != 0 { depth } else { up as usize };
         st.floor = floor;
         st.deepest = floor;
@@ -709,7 +783,7 @@ impl<'p> LaneWalker<'p> {
 fn step(t: &Hot, ln: &mut Lane) {
     use core::hint::select_unpredictable as pick;
     let d = ln.d % DEPTHS;
-    let f = ln.mem.frames[d];
+    let f = ln.mem.frames.get(d);
     let bit = f.rem.trailing_zeros() as usize;
     let c = t.cands[(f.block as usize + bit) % CANDS];
     let more = (c >> 42) & 1;
@@ -721,19 +795,21 @@ fn step(t: &Hot, ln: &mut Lane) {
     let lo = f.lo ^ t.piece_lo[p];
     let hi = f.hi ^ t.piece_hi[p];
     let dn = d + 1;
-    let key = t.key(&ln.mem.board, dn, c);
-    let child = t.fitting(key, lo, hi);
-    let fd = &mut ln.mem.frames[d];
-    fd.rem = rem;
-    fd.block = block;
+    let (key, free) = t.key(&ln.mem.board, dn, c, lo, hi);
+    let child = t.masks[key] & free;
+    ln.mem.frames.rem[d] = rem;
+    ln.mem.frames.block[d] = block;
     let up = pick(rem != 0, d as u32, f.up);
-    ln.mem.frames[dn % DEPTHS] = Frame {
-        rem: child,
-        lo,
-        hi,
-        block: t.keys[key].block,
-        up,
-    };
+    ln.mem.frames.set(
+        dn,
+        Frame {
+            rem: child,
+            lo,
+            hi,
+            block: t.blocks[key],
+            up,
+        },
+    );
     ln.d = pick(child != 0, dn, up as usize);
     ln.last = d;
 }
