@@ -96,8 +96,14 @@ fn lane_piece(c: u64) -> usize {
 const DEPTHS: usize = 256;
 /// Room for bucket keys.
 const KEYS: usize = 1 << 14;
+/// Room of the bucket masks' table: every key a step can form (a depth's table, below
+/// 2^16, plus its colours' bytes), so the step's index needs no mask.
+const KEY_ROOM: usize = (1 << 16) + (255 << SHIFT) + 255 + 255 + 1;
 /// Room for candidates.
 const CANDS: usize = 1 << 14;
+/// Room of the candidates' table: every block (a `u16`) plus every bit (at most 64), so
+/// the step's index needs no mask.
+const CAND_ROOM: usize = (1 << 16) + 64;
 
 /// The depth a lane goes to when its unit is walked: past every real depth and watch, so
 /// one compare after a step asks for both.
@@ -159,10 +165,10 @@ struct Hot {
     steps: [Depth; DEPTHS],
     /// Each bucket (a key's candidate list): its pieces as bits of their word of free
     /// bits (the word is the depth's: [`INNER`]).
-    masks: [u64; KEYS],
+    masks: Box<[u64; KEY_ROOM]>,
     /// Where a bucket's candidate of bit 0 would be.
-    blocks: [u32; KEYS],
-    cands: [u64; CANDS],
+    blocks: [u16; KEYS],
+    cands: Box<[u64; CAND_ROOM]>,
     piece_lo: [u64; 128],
     piece_hi: [u64; 128],
 }
@@ -207,8 +213,8 @@ impl LaneTables {
             index[p] = counts[g] as u8;
             counts[g] += 1;
         }
-        let mut masks = table::<u64, KEYS>();
-        let mut firsts = table::<u32, KEYS>();
+        let mut masks = table::<u64, KEY_ROOM>();
+        let mut firsts = table::<u16, KEYS>();
         // which word of free bits each table's buckets hold (a table whose buckets are all
         // empty: either)
         let mut table_word: Vec<Option<u8>> = vec![None; tables];
@@ -265,14 +271,14 @@ impl LaneTables {
                     }
                     // bit b's first candidate is at block + b (the leading padding
                     // keeps block from going below zero)
-                    firsts[key] = (base - lo) as u32;
+                    firsts[key] = (base - lo) as u16;
                 }
             }
         }
         if cands.len() > CANDS {
             return Err(NotEligible::TooLarge);
         }
-        let mut packed = table::<u64, CANDS>();
+        let mut packed = table::<u64, CAND_ROOM>();
         packed[..cands.len()].copy_from_slice(&cands);
         let key_of = |t: usize| ((t / (colours * colours)) + 1) * stride;
         let cells = plan.cells;
@@ -343,9 +349,9 @@ impl LaneTables {
             depths: plan.len(),
             hot: Box::new(Hot {
                 steps: *steps,
-                masks: *masks,
+                masks,
                 blocks: *firsts,
-                cands: *packed,
+                cands: packed,
                 piece_lo,
                 piece_hi,
             }),
@@ -379,7 +385,7 @@ impl Hot {
         let b = bytes[s.b as usize % (8 * DEPTHS)];
         // the rotation takes its count modulo 64: `INNER` rides along
         let from_prev = (prev.rotate_right(s.rot as u32) & s.m as u64) as usize;
-        let key = (s.table as usize + ((a as usize) << SHIFT) + b as usize + from_prev) % KEYS;
+        let key = s.table as usize + ((a as usize) << SHIFT) + b as usize + from_prev;
         let free = core::hint::select_unpredictable(s.rot & INNER != 0, hi, lo);
         (key, free)
     }
@@ -392,7 +398,7 @@ struct Frame {
     rem: u64,
     lo: u64,
     hi: u64,
-    block: u32,
+    block: u16,
     up: u32,
 }
 
@@ -430,8 +436,8 @@ struct Frames {
     _p1: [u8; PAD],
     hi: [u64; DEPTHS],
     _p2: [u8; PAD],
-    block: [u32; DEPTHS],
-    _p3: [u8; PAD + 4 * DEPTHS],
+    block: [u16; DEPTHS],
+    _p3: [u8; PAD + 6 * DEPTHS],
     up: [u32; DEPTHS],
     _p4: [u8; PAD + 4 * DEPTHS],
 }
@@ -514,7 +520,7 @@ impl<'p> LaneWalker<'p> {
                     _p0: [0; PAD],
                     _p1: [0; PAD],
                     _p2: [0; PAD],
-                    _p3: [0; PAD + 4 * DEPTHS],
+                    _p3: [0; PAD + 6 * DEPTHS],
                     _p4: [0; PAD + 4 * DEPTHS],
                 },
                 board: *t.initial_board,
@@ -543,7 +549,7 @@ impl<'p> LaneWalker<'p> {
             let rem0 = t.hot.masks[key] & free;
             let bit = t.index[p.piece as usize % 128] as usize;
             // the candidate of this placement: its rotation's block
-            let mut block = t.hot.blocks[key] as usize;
+            let mut block = t.hot.blocks[key % KEYS] as usize;
             let mut c = t.hot.cands[block + bit];
             while candidate_rot_of(c) != p.rot {
                 block = (block as i64 + delta_of(c) as i64) as usize;
@@ -555,7 +561,7 @@ impl<'p> LaneWalker<'p> {
             } else {
                 rem0 & !((1u64 << bit) | ((1u64 << bit) - 1))
             };
-            let next_block = (block as i64 + delta_of(c) as i64) as u32;
+            let next_block = (block as i64 + delta_of(c) as i64) as u16;
             lane.mem.frames.set(
                 depth,
                 Frame {
@@ -583,7 +589,7 @@ impl<'p> LaneWalker<'p> {
                 rem,
                 lo,
                 hi,
-                block: t.hot.blocks[key],
+                block: t.hot.blocks[key % KEYS],
                 up,
             },
         );
@@ -785,10 +791,10 @@ fn step(t: &Hot, ln: &mut Lane) {
     let d = ln.d % DEPTHS;
     let f = ln.mem.frames.get(d);
     let bit = f.rem.trailing_zeros() as usize;
-    let c = t.cands[(f.block as usize + bit) % CANDS];
+    let c = t.cands[f.block as usize + bit];
     let more = (c >> 42) & 1;
     let rem = f.rem & f.rem.wrapping_sub(1).wrapping_add(more);
-    let block = (f.block as i32 + (c >> 48) as u16 as i16 as i32) as u32;
+    let block = f.block.wrapping_add((c >> 48) as u16);
     ln.mem.board[d] = c.to_le_bytes();
     ln.mem.nodes[d] += 1;
     let p = lane_piece(c);
@@ -806,7 +812,7 @@ fn step(t: &Hot, ln: &mut Lane) {
             rem: child,
             lo,
             hi,
-            block: t.blocks[key],
+            block: t.blocks[key % KEYS],
             up,
         },
     );
