@@ -79,7 +79,8 @@ pub trait Engine: Send {
     ) -> Result<UnitResult, EngineError>;
 
     /// Walks `first` and then every unit `feed` hands out until it has none, each result
-    /// going back through [`Feed::done`]. An engine that walks several units at once
+    /// going back through [`Feed::done`] with the seconds its walk took, less the time
+    /// its control held it ([`Control::held`]). An engine that walks several units at once
     /// (the lane engine) takes the next one whenever a lane is free; the default walks
     /// them one after another with [`Engine::run`].
     fn run_feed<'a>(&mut self, first: Work<'a>, feed: &mut dyn Feed<'a>) {
@@ -87,9 +88,17 @@ pub trait Engine: Send {
         while let Some(mut w) = work.take().or_else(|| feed.next()) {
             let started = std::time::Instant::now();
             let result = self.run(&w.unit, w.options, w.control.as_mut());
-            let seconds = started.elapsed().as_secs_f64();
-            feed.done(w, result, seconds);
+            let seconds = started.elapsed().saturating_sub(w.control.held());
+            feed.done(w, result, seconds.as_secs_f64());
         }
+    }
+
+    /// How many units the engine walks at once through [`Engine::run_feed`] (the lane
+    /// engine two, in one thread). A caller with one unit in hand and more to come hands
+    /// an engine of more than one its units through a feed; one unit at a time is as
+    /// fast on the others. Default: 1.
+    fn units_at_once(&self) -> usize {
+        1
     }
 }
 

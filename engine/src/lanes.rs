@@ -946,6 +946,9 @@ impl Engine for LaneEngine {
             fn paused(&mut self) -> bool {
                 self.0.paused()
             }
+            fn held(&self) -> std::time::Duration {
+                self.0.held()
+            }
         }
         let mut one = One {
             result: None,
@@ -959,6 +962,10 @@ impl Engine for LaneEngine {
         };
         LaneWalker::new(&self.plan, &self.tables).run(work, &mut one);
         one.result.expect("the walk gives its one result")
+    }
+
+    fn units_at_once(&self) -> usize {
+        2
     }
 
     fn run_feed<'a>(&mut self, first: Work<'a>, feed: &mut dyn Feed<'a>) {

@@ -21,8 +21,9 @@ pub enum EngineChoice {
     Reference,
     /// Puzzle-specialised Rust built with the local rustc.
     Compiled,
-    /// The branch-free mask walk of two units at once, in this process (boards of at
-    /// most 128 pieces, such as Brendan's sets; no rustc needed).
+    /// The branch-free mask walk of two units at once, in this process, on the boards it
+    /// takes (at most 128 pieces and 16 colours, such as Brendan's sets; no rustc
+    /// needed); others as `auto`.
     Lanes,
 }
 
@@ -30,7 +31,8 @@ pub enum EngineChoice {
 #[derive(Args, Debug, Clone)]
 pub struct EngineArgs {
     /// Engine: auto (compiled if rustc is there), reference, compiled, or lanes (two units
-    /// at once in one thread, on boards of at most 128 pieces).
+    /// at once in one thread, on boards of at most 128 pieces and 16 colours; others as
+    /// auto).
     #[arg(long, value_enum, default_value = "auto")]
     pub engine: EngineChoice,
     /// Where compiled engines are cached.
@@ -99,17 +101,9 @@ pub struct EngineFactory {
 }
 
 impl EngineArgs {
-    /// Refuses `--engine lanes` where it does not run yet: a fleet worker (`run`), and
-    /// `verify` and `audit`, whose suites and certificates hold boards of every size,
-    /// use the compiled or reference engine. The lane engine walks in `solve` and
-    /// `bench` (issue #15: the fleet's engine threads are to hand it two units at once).
-    pub fn not_lanes(&self, command: &str) -> Result<()> {
-        if self.engine == EngineChoice::Lanes {
-            anyhow::bail!(
-                "--engine lanes walks in `solve` and `bench` only, not yet in `{command}`: use auto, compiled or reference"
-            );
-        }
-        Ok(())
+    /// Whether these flags walk `plan` with the lane engine (no compile).
+    pub fn lanes_take(&self, plan: &SearchPlan) -> bool {
+        self.engine == EngineChoice::Lanes && LaneTables::new(plan).is_ok()
     }
 
     /// The build options these flags describe.
@@ -192,22 +186,31 @@ impl EngineArgs {
     /// Builds (or finds) what the chosen engine needs for `plan`.
     pub fn factory(&self, plan: &Arc<SearchPlan>, verbose: bool) -> Result<EngineFactory> {
         if self.engine == EngineChoice::Lanes {
-            let tables = LaneTables::new(plan)
-                .map_err(|e| anyhow::anyhow!("the lane engine cannot walk this board: {e}"))?;
-            return Ok(EngineFactory {
-                plan: plan.clone(),
-                built: None,
-                lanes: Some(Arc::new(tables)),
-            });
+            match LaneTables::new(plan) {
+                Ok(tables) => {
+                    return Ok(EngineFactory {
+                        plan: plan.clone(),
+                        built: None,
+                        lanes: Some(Arc::new(tables)),
+                    });
+                }
+                // a board past the lane engine's tables runs as `auto`
+                Err(e) if verbose => {
+                    eprintln!(
+                        "note: the lane engine does not take this board ({e}); as --engine auto"
+                    )
+                }
+                Err(_) => {}
+            }
         }
         let codegen = self.codegen();
         let build = || walk::build(plan, &codegen, &self.build_options(), self.walk());
         let built = match self.engine {
-            EngineChoice::Reference | EngineChoice::Lanes => Ok(None),
+            EngineChoice::Reference => Ok(None),
             EngineChoice::Compiled => build()
                 .map(Some)
                 .context("cannot build the compiled engine"),
-            EngineChoice::Auto => match build() {
+            EngineChoice::Auto | EngineChoice::Lanes => match build() {
                 Ok(b) => Ok(Some(b)),
                 Err(e) => {
                     if verbose {

@@ -248,7 +248,6 @@ impl UnitReport {
 
 /// Runs `verify`.
 pub fn run(args: VerifyArgs) -> Result<()> {
-    args.engine.not_lanes("verify")?;
     let started = Instant::now();
     if !args.offline && args.coordinator.is_none() {
         bail!("say where to verify: --offline, or --coordinator URL (or E2FLEET_COORDINATOR)");

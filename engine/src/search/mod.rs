@@ -45,6 +45,13 @@ pub trait Control {
     fn paused(&mut self) -> bool {
         false
     }
+
+    /// Time this control has held the walk so far (pauses, rests) by blocking in `poll`:
+    /// time the walk's thread did not walk. [`crate::engine::Engine::run_feed`] leaves it
+    /// out of a unit's seconds. Default: none.
+    fn held(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }
 
 /// A [`Control`] that never stops the search.

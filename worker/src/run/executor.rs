@@ -7,8 +7,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use e2fleet_engine::engine::Engine;
+use e2fleet_engine::engine::{Engine, EngineError, EngineKind, Feed, Work};
 use e2fleet_engine::search::{Control, RunOptions};
+use e2fleet_engine::unit::UnitResult;
 use e2fleet_proto::REPORT_MAX_SOLUTIONS;
 use e2fleet_proto::api::{JobId, Lease, LeaseId};
 use tokio::sync::mpsc::UnboundedSender;
@@ -118,6 +119,10 @@ impl Control for LeaseControl<'_> {
             self.walked_since = Instant::now();
         }
         self.stop()
+    }
+
+    fn held(&self) -> Duration {
+        self.paused_for
     }
 
     fn paused(&mut self) -> bool {
@@ -305,70 +310,151 @@ fn engine_thread(shared: Arc<Shared>, results: UnboundedSender<Outcome>) {
             }
         };
         let Some(task) = task else { return };
-        let lease = &task.lease;
-        // one span per unit, with the ids the coordinator's log shows for it too
-        let _unit = info_span!("unit", lease_id = %lease.lease_id, unit_id = %lease.unit_id, job_id = %lease.job_id).entered();
-        info!(budget = ?lease.budget, prefix_depth = lease.unit.prefix.len(), "unit started");
+        let job_id = task.lease.job_id;
+        let engine = engines.entry(job_id).or_insert_with(|| task.engine.make());
+        let mut feed = LeaseFeed {
+            shared: &shared,
+            results: &results,
+            job_id,
+            together: engine.units_at_once() > 1,
+            engine_kind: engine.kind(),
+            engine_build: engine.build_id(),
+            walking: HashMap::new(),
+            failed: false,
+        };
+        let first = feed.work(task);
+        // an engine that walks one unit at a time logs inside that unit's span
+        let span = match feed.together {
+            false => feed.walking.values().next().map(|w| w.span.clone()),
+            true => None,
+        };
+        let _unit = span.map(tracing::Span::entered);
+        engine.run_feed(first, &mut feed);
+        if feed.failed {
+            // never reuse an engine that failed (a compiled engine's process is gone)
+            engines.remove(&job_id);
+        }
+    }
+}
+
+/// A lease being walked, as its thread's feed keeps it.
+struct Walking {
+    lease: Lease,
+    /// Its tracing span (the ids the coordinator's log shows for the unit too).
+    span: tracing::Span,
+}
+
+/// Hands one engine thread's engine its leases: the one the thread took, and, to an
+/// engine that walks several units at once (the lane engine), further queued leases of
+/// the same job whenever it has room; every result goes back to the async loop.
+struct LeaseFeed<'s> {
+    shared: &'s Shared,
+    results: &'s UnboundedSender<Outcome>,
+    job_id: JobId,
+    /// The engine walks more than one unit at once: take queued leases of its job.
+    together: bool,
+    engine_kind: EngineKind,
+    engine_build: String,
+    /// Leases handed out and not done, by tag (the lease id's hash would do; a counter
+    /// is simpler).
+    walking: HashMap<usize, Walking>,
+    /// The engine failed on a unit: drop it once its walk returns.
+    failed: bool,
+}
+
+impl<'s> LeaseFeed<'s> {
+    /// A leased unit as work for the engine: published as running, steered by a
+    /// [`LeaseControl`].
+    fn work(&mut self, task: Task) -> Work<'s> {
+        let lease = task.lease;
+        let span = info_span!("unit", lease_id = %lease.lease_id, unit_id = %lease.unit_id, job_id = %lease.job_id);
+        span.in_scope(|| info!(budget = ?lease.budget, prefix_depth = lease.unit.prefix.len(), "unit started"));
         let progress = Arc::new(AtomicU64::new(0));
-        shared
+        self.shared
             .running
             .lock()
             .expect("running")
             .insert(lease.lease_id, progress.clone());
-        let engine = engines
-            .entry(lease.job_id)
-            .or_insert_with(|| task.engine.make());
-        let started = Instant::now();
-        let lease_id = lease.lease_id;
-        let mut control = LeaseControl {
-            shared: &shared,
-            lease_id,
-            progress,
-            paused_for: Duration::ZERO,
-            told: None,
-            walked_since: Instant::now(),
+        let tag = (0..)
+            .find(|t| !self.walking.contains_key(t))
+            .expect("a free tag");
+        let work = Work {
+            tag,
+            unit: lease.unit.clone(),
+            options: RunOptions {
+                budget: lease.budget,
+                max_solutions: REPORT_MAX_SOLUTIONS,
+            },
+            control: Box::new(LeaseControl {
+                shared: self.shared,
+                lease_id: lease.lease_id,
+                progress,
+                paused_for: Duration::ZERO,
+                told: None,
+                walked_since: Instant::now(),
+            }),
         };
-        let options = RunOptions {
-            budget: lease.budget,
-            max_solutions: REPORT_MAX_SOLUTIONS,
+        self.walking.insert(tag, Walking { lease, span });
+        work
+    }
+}
+
+impl<'s> Feed<'s> for LeaseFeed<'s> {
+    fn next(&mut self) -> Option<Work<'s>> {
+        if !self.together || self.failed || self.shared.stop_all.load(Ordering::SeqCst) {
+            return None;
+        }
+        // the first queued lease of this job (another job's lease waits for a thread
+        // that is free: this engine walks this job's puzzle only)
+        let task = {
+            let mut q = self.shared.queue.lock().expect("queue");
+            let at = q.iter().position(|t| t.lease.job_id == self.job_id)?;
+            q.remove(at)?
         };
-        let outcome = engine.run(&lease.unit, options, &mut control);
-        // time spent paused is not engine time: the per-core rate is of time walking
-        let elapsed = started.elapsed().saturating_sub(control.paused_for);
-        shared
+        Some(self.work(task))
+    }
+
+    fn done(&mut self, work: Work<'s>, outcome: Result<UnitResult, EngineError>, seconds: f64) {
+        let Some(Walking { lease, span }) = self.walking.remove(&work.tag) else {
+            error!(tag = work.tag, "an engine returned a unit it was not given");
+            return;
+        };
+        let _unit = span.entered();
+        self.shared
             .running
             .lock()
             .expect("running")
             .remove(&lease.lease_id);
         match outcome {
             Ok(result) => {
+                // the seconds leave out time held (pauses, rests): the per-core rate is
+                // of time walking
                 {
-                    let mut t = shared.totals.lock().expect("totals");
+                    let mut t = self.shared.totals.lock().expect("totals");
                     t.0 += result.committed;
-                    t.1 += elapsed.as_nanos();
+                    t.1 += (seconds * 1e9) as u128;
                 }
                 info!(
                     committed = result.committed,
                     finished = result.finished(),
-                    seconds = elapsed.as_secs_f64(),
+                    seconds,
                     "unit walked"
                 );
-                let _ = results.send(Outcome::Done(Box::new(Entry {
+                let _ = self.results.send(Outcome::Done(Box::new(Entry {
                     lease_id: lease.lease_id,
                     unit_id: lease.unit_id,
                     job_id: lease.job_id,
                     result,
-                    engine_seconds: elapsed.as_secs_f64(),
-                    engine_kind: engine.kind(),
-                    engine_build: engine.build_id(),
+                    engine_seconds: seconds,
+                    engine_kind: self.engine_kind,
+                    engine_build: self.engine_build.clone(),
                 })));
             }
             Err(e) => {
                 error!(error = %e, "engine failed on a unit");
-                let job_id = lease.job_id;
-                engines.remove(&job_id);
-                let _ = results.send(Outcome::Failed {
-                    lease_id,
+                self.failed = true;
+                let _ = self.results.send(Outcome::Failed {
+                    lease_id: lease.lease_id,
                     error: e.to_string(),
                 });
             }
@@ -391,8 +477,8 @@ mod tests {
         engine: crate::engine_args::EngineArgs,
     }
 
-    /// The reference engine on Brendan set 1 6x6, from the root with `budget`.
-    fn task(budget: u64) -> Task {
+    /// Brendan set 1 6x6 in row-major order.
+    fn plan() -> Arc<SearchPlan> {
         let text = e2fleet_engine::suite::builtin_puzzle("brendan-set1-06x06").unwrap();
         let puzzle = e2fleet_engine::formats::parse_str(
             text,
@@ -400,19 +486,39 @@ mod tests {
             &e2fleet_engine::formats::LoadOptions::default(),
         )
         .unwrap();
-        let plan = Arc::new(SearchPlan::new(&puzzle, &FillOrder::row_major(&puzzle)));
-        let flags = Flags::parse_from(["t", "--engine", "reference"]);
+        Arc::new(SearchPlan::new(&puzzle, &FillOrder::row_major(&puzzle)))
+    }
+
+    /// A lease of `unit` of job `job_id` with `budget`, walked by `engine`.
+    fn lease_task(engine: &Arc<EngineFactory>, job_id: JobId, unit: Unit, budget: u64) -> Task {
         Task {
             lease: Lease {
                 lease_id: LeaseId::random(),
                 unit_id: UnitId(1),
-                job_id: JobId::random(),
-                unit: Unit::root(),
+                job_id,
+                unit,
                 budget: Some(budget),
                 deadline_ms: 0,
             },
-            engine: Arc::new(flags.engine.factory(&plan, false).unwrap()),
+            engine: engine.clone(),
         }
+    }
+
+    /// Engines of `kind` for Brendan set 1 6x6.
+    fn factory(kind: &str) -> Arc<EngineFactory> {
+        let flags = Flags::parse_from(["t", "--engine", kind]);
+        Arc::new(flags.engine.factory(&plan(), false).unwrap())
+    }
+
+    /// The reference engine on Brendan set 1 6x6, from the root with `budget`, a job of
+    /// its own.
+    fn task(budget: u64) -> Task {
+        task_on("reference", budget)
+    }
+
+    /// `engine` on Brendan set 1 6x6, from the root with `budget`, a job of its own.
+    fn task_on(engine: &str, budget: u64) -> Task {
+        lease_task(&factory(engine), JobId::random(), Unit::root(), budget)
     }
 
     fn done(outcome: Outcome) -> Box<Entry> {
@@ -424,11 +530,18 @@ mod tests {
 
     #[test]
     fn paused_time_is_not_engine_time_and_a_paused_unit_can_be_given_back() {
+        for engine in ["reference", "lanes"] {
+            paused_and_given_back(engine);
+        }
+    }
+
+    fn paused_and_given_back(engine: &str) {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let executor = Executor::start(1, tx);
         // the whole 6x6 tree (69 M nodes) does not fit: the engine is paused in it
         executor.set_paused(true);
-        executor.push(task(1_000_000_000));
+        executor.push(task_on(engine, 1_000_000_000));
+        // another job's unit: it waits in the queue (a lane engine walks one job's units)
         let queued = task(1_000);
         let queued_id = queued.lease.lease_id;
         executor.push(queued);
@@ -453,12 +566,70 @@ mod tests {
             std::thread::sleep(Duration::from_millis(10));
         };
         let waited = paused.elapsed().as_secs_f64();
+        assert_eq!(entry.engine_kind.to_string(), engine);
         assert!(!entry.result.finished(), "stopped at a cursor");
         assert!(
             entry.engine_seconds < waited - 1.0,
             "engine time {} s counts the pause ({waited:.2} s in all)",
             entry.engine_seconds
         );
+        executor.join();
+    }
+
+    /// One engine thread with the lane engine walks two leases of a job at once (it takes
+    /// the second from the queue while the first walks, and the next whenever a lane comes
+    /// free), and every result is the reference walker's, to the node.
+    #[test]
+    fn a_lane_engine_thread_walks_two_leases_of_a_job_at_once_to_the_exact_counts() {
+        let plan = plan();
+        let mut units = Vec::new();
+        e2fleet_engine::search::Walker::new(&plan)
+            .enumerate(&[], 3, &mut |p| units.push(Unit::prefix(p.to_vec())))
+            .unwrap();
+        // units of every size: some end, some stop at their budget
+        let units: Vec<Unit> = units.into_iter().step_by(5).take(12).collect();
+        let budget = 3_000_000;
+        let lanes = factory("lanes");
+        let job_id = JobId::random();
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let executor = Executor::start(1, tx);
+        let mut expected = HashMap::new();
+        let mut tasks = Vec::new();
+        for unit in &units {
+            let task = lease_task(&lanes, job_id, unit.clone(), budget);
+            let options = RunOptions {
+                budget: Some(budget),
+                max_solutions: REPORT_MAX_SOLUTIONS,
+            };
+            let reference = e2fleet_engine::search::Walker::new(&plan)
+                .run(unit, options, &mut e2fleet_engine::search::NoControl)
+                .unwrap();
+            expected.insert(task.lease.lease_id, reference);
+            tasks.push(task);
+        }
+        // queued at once, as a worker's prefetch queues its leases
+        for task in tasks {
+            executor.push(task);
+        }
+        let (mut most_running, mut got) = (0, 0);
+        let started = Instant::now();
+        while got < units.len() {
+            most_running = most_running.max(executor.load().1);
+            if let Ok(outcome) = rx.try_recv() {
+                let entry = done(outcome);
+                assert_eq!(entry.engine_kind, EngineKind::Lanes);
+                assert_eq!(
+                    entry.result, expected[&entry.lease_id],
+                    "lease {}",
+                    entry.lease_id
+                );
+                got += 1;
+            }
+            assert!(started.elapsed() < Duration::from_secs(60), "no result");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        assert_eq!(most_running, 2, "one thread walked two leases at once");
+        assert!(executor.per_core_rate() > 0.0);
         executor.join();
     }
 

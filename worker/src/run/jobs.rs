@@ -48,9 +48,10 @@ pub enum Prepared {
 }
 
 /// Runs the verification units this hardware class has not run yet (the coordinator
-/// hands them out) with the engine real work would use, and submits them. A compiled
-/// build that disagrees is dropped for the reference engine (a new class, verified in
-/// turn); a class that still disagrees gets no real work from the coordinator, which
+/// hands them out) with the engine real work would use (with `--engine lanes`, the lane
+/// engine on the units' boards it takes and `auto`'s engine on the others), and submits
+/// them. A compiled or lane build that disagrees is dropped for the reference engine (a
+/// new class, verified in turn); a class that still disagrees gets no real work from the coordinator, which
 /// says so on every lease request. While `hold` is set (a pause) the units and their
 /// builds hold still ([`crate::verify::run_units`]).
 pub async fn verify_class(
@@ -94,8 +95,9 @@ pub async fn verify_class(
             error!(class_id = %answer.class_id, "this hardware class disagrees with the verification suite: the coordinator gives it no real work until a fixed build agrees");
             return Ok(());
         }
+        let kind = engine.kind();
         warn!(
-            "the compiled engine disagrees with the verification suite; using the reference engine"
+            "the {kind} engine disagrees with the verification suite; using the reference engine"
         );
         engine.engine = EngineChoice::Reference;
         link.host = crate::host::host_info(hostname, engine);
@@ -173,7 +175,7 @@ pub async fn prepare_job(
             return Prepared::Never;
         }
     };
-    if engine_args.engine != EngineChoice::Reference {
+    if engine_args.engine != EngineChoice::Reference && !engine_args.lanes_take(&plan) {
         console.say(&format!(
             "compiling the engine for job {job_id} ({}x{} puzzle, order {}): ~1-2 s the first time (~5-10 s on a 16x16 board, where two walks are built and raced), cached after",
             spec_size(&spec.puzzle_json).0,

@@ -149,7 +149,6 @@ fn collect(
 
 /// Runs `run`.
 pub fn run(args: RunArgs) -> Result<()> {
-    args.engine.not_lanes("run")?;
     // on a terminal the status line replaces routine logs; RUST_LOG overrides
     let watching =
         args.log_format == LogFormat::Text && std::io::IsTerminal::is_terminal(&std::io::stderr());

@@ -234,14 +234,32 @@ fn bench_walks_the_units_of_a_split_to_the_exact_count() {
         assert_eq!(run["units_done"], 62, "{engine}");
         assert_eq!(run["finished"], true, "{engine}");
     }
-    // where the lane engine does not run yet, it says so
+    // a board the lane engine does not take (bench-hard: 256 pieces) runs as `auto`:
+    // here, without rustc, the reference engine
     let out = std::process::Command::new(worker_bin())
-        .args(["verify", "--offline", "--engine", "lanes"])
+        .args([
+            "bench",
+            "--board",
+            "bench-hard",
+            "--engine",
+            "lanes",
+            "--seconds",
+            "0.1",
+            "--runs",
+            "1",
+            "--json",
+        ])
+        .env("RUSTC", "/nonexistent/rustc")
         .output()
         .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("walks in `solve` and `bench` only"), "{err}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(report["engine"], "reference");
 }
 
 /// `solve --split-depth` with a budget walks every unit in continuation slices, on any

@@ -26,6 +26,27 @@ async fn a_job_completes_with_the_exact_total() {
     c.stop().await;
 }
 
+/// A worker on the lane engine (two leases at a time in each engine thread) adds up to
+/// the exact total, through budget stops and their continuations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lane_engine_worker_completes_a_job_with_the_exact_total() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&dir.path().join("c.db"), 0, Duration::from_secs(30)).await;
+    let job = c.submit(SET1_6X6, 3, Some(2_000_000)).await;
+    let data = dir.path().join("w");
+    let _w = worker(&c.url, &data, "w", &["--engine", "lanes"]);
+    let doc = c.wait_complete(&job, Duration::from_secs(180)).await;
+    assert_eq!(doc["nodes_total"], 69_284_103);
+    assert_eq!(doc["solutions_count"], 260);
+    assert_eq!(doc["conservation_ok"], true);
+    let log = std::fs::read_to_string(data.with_extension("log")).unwrap();
+    assert!(
+        log.contains("engine built and self-tested") && log.contains("engine=lanes"),
+        "the job's units walked on the lane engine"
+    );
+    c.stop().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigkill_mid_unit_then_expiry_reruns_it_counted_once() {
     let dir = tempfile::tempdir().unwrap();
