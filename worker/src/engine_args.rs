@@ -15,7 +15,9 @@ use e2fleet_engine::plan::SearchPlan;
 /// Which engine to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum EngineChoice {
-    /// Compiled when rustc is available, reference otherwise.
+    /// The lane engine on the boards it takes (at most 128 pieces and 16 colours: the
+    /// fastest there, and it needs no rustc); elsewhere compiled when rustc is available,
+    /// reference otherwise.
     Auto,
     /// The portable table-driven interpreter.
     Reference,
@@ -23,16 +25,18 @@ pub enum EngineChoice {
     Compiled,
     /// The branch-free mask walk of two units at once, in this process, on the boards it
     /// takes (at most 128 pieces and 16 colours, such as Brendan's sets; no rustc
-    /// needed); others as `auto`.
+    /// needed); others as `auto` (as `auto` does, but naming the lane engine as the
+    /// worker's engine).
     Lanes,
 }
 
 /// Engine flags.
 #[derive(Args, Debug, Clone)]
 pub struct EngineArgs {
-    /// Engine: auto (compiled if rustc is there), reference, compiled, or lanes (two units
-    /// at once in one thread, on boards of at most 128 pieces and 16 colours; others as
-    /// auto).
+    /// Engine: auto (the lane engine on boards of at most 128 pieces and 16 colours, two
+    /// units at once in one thread; elsewhere compiled if rustc is there, else
+    /// reference), reference, compiled, or lanes (as auto, the worker's engine named
+    /// lanes).
     #[arg(long, value_enum, default_value = "auto")]
     pub engine: EngineChoice,
     /// Where compiled engines are cached.
@@ -103,7 +107,12 @@ pub struct EngineFactory {
 impl EngineArgs {
     /// Whether these flags walk `plan` with the lane engine (no compile).
     pub fn lanes_take(&self, plan: &SearchPlan) -> bool {
-        self.engine == EngineChoice::Lanes && LaneTables::new(plan).is_ok()
+        self.lanes_first() && LaneTables::new(plan).is_ok()
+    }
+
+    /// Whether these flags try the lane engine first (`auto` and `lanes`).
+    fn lanes_first(&self) -> bool {
+        matches!(self.engine, EngineChoice::Auto | EngineChoice::Lanes)
     }
 
     /// The build options these flags describe.
@@ -145,15 +154,25 @@ impl EngineArgs {
     }
 
     /// The engine kind and release these flags will run, for the hardware class: compiled
-    /// when chosen (or, for `auto`, when rustc answers), reference otherwise.
+    /// when chosen (or, for `auto` and `lanes`, when rustc answers), reference otherwise;
+    /// `auto` and `lanes` add the lane engine's release (`auto` names the engine of the
+    /// boards past the lane engine's tables, `lanes` the lane engine).
     pub fn release(&self, rustc_version: &str) -> (EngineKind, String) {
-        if self.engine == EngineChoice::Lanes {
-            return (EngineKind::Lanes, e2fleet_engine::lanes::lanes_release());
+        let (kind, release) = self.release_past_lanes(rustc_version);
+        let lanes = e2fleet_engine::lanes::lanes_release();
+        match self.engine {
+            EngineChoice::Auto => (kind, format!("{release}+{lanes}")),
+            EngineChoice::Lanes => (EngineKind::Lanes, format!("{lanes}+{release}")),
+            _ => (kind, release),
         }
+    }
+
+    /// The engine kind and release of the boards the lane engine does not take.
+    fn release_past_lanes(&self, rustc_version: &str) -> (EngineKind, String) {
         let compiled = match self.engine {
-            EngineChoice::Reference | EngineChoice::Lanes => false,
+            EngineChoice::Reference => false,
             EngineChoice::Compiled => true,
-            EngineChoice::Auto => !rustc_version.is_empty(),
+            EngineChoice::Auto | EngineChoice::Lanes => !rustc_version.is_empty(),
         };
         if compiled {
             let target = self.build_options().target_cpu;
@@ -185,25 +204,41 @@ impl EngineArgs {
 
     /// Builds (or finds) what the chosen engine needs for `plan`.
     pub fn factory(&self, plan: &Arc<SearchPlan>, verbose: bool) -> Result<EngineFactory> {
-        if self.engine == EngineChoice::Lanes {
+        let codegen = self.codegen();
+        // `--emit-source`: the walk that runs (a compiled build's `slots`); with no
+        // compiled build (the lane or reference engine, or a build that failed: its source
+        // is what the user wants to read), the one asked for (`auto`: the walk by slots,
+        // where it applies)
+        let emit = |slots: Option<bool>| -> Result<()> {
+            let Some(path) = &self.emit_source else {
+                return Ok(());
+            };
+            let emitted = CodegenOptions {
+                slots: slots.unwrap_or(self.walk() != Walk::List),
+                ..codegen.clone()
+            };
+            let source = e2fleet_engine::compiled::codegen::emit(plan, &emitted, "");
+            std::fs::write(path, source).with_context(|| format!("cannot write {}", path.display()))
+        };
+        if self.lanes_first() {
             match LaneTables::new(plan) {
                 Ok(tables) => {
+                    emit(None)?;
                     return Ok(EngineFactory {
                         plan: plan.clone(),
                         built: None,
                         lanes: Some(Arc::new(tables)),
                     });
                 }
-                // a board past the lane engine's tables runs as `auto`
-                Err(e) if verbose => {
+                // a board past the lane engine's tables: compiled (or reference)
+                Err(e) if verbose && self.engine == EngineChoice::Lanes => {
                     eprintln!(
-                        "note: the lane engine does not take this board ({e}); as --engine auto"
+                        "note: the lane engine does not take this board ({e}); compiled or reference as --engine auto"
                     )
                 }
                 Err(_) => {}
             }
         }
-        let codegen = self.codegen();
         let build = || walk::build(plan, &codegen, &self.build_options(), self.walk());
         let built = match self.engine {
             EngineChoice::Reference => Ok(None),
@@ -220,22 +255,10 @@ impl EngineArgs {
                 }
             },
         };
-        if let Some(path) = &self.emit_source {
-            // the walk that runs; with no compiled build (or one that failed: its source
-            // is what the user wants to read), the one asked for (`auto`: the walk by
-            // slots, where it applies)
-            let slots = match &built {
-                Ok(Some(b)) => b.program.slots,
-                _ => self.walk() != Walk::List,
-            };
-            let emitted = CodegenOptions {
-                slots,
-                ..codegen.clone()
-            };
-            let source = e2fleet_engine::compiled::codegen::emit(plan, &emitted, "");
-            std::fs::write(path, source)
-                .with_context(|| format!("cannot write {}", path.display()))?;
-        }
+        emit(match &built {
+            Ok(Some(b)) => Some(b.program.slots),
+            _ => None,
+        })?;
         let built = built?;
         if verbose && let Some(b) = &built {
             let p = &b.program;
