@@ -35,11 +35,14 @@
 //! candidate as bytes, so a key's colours are two byte loads at per-depth offsets.
 //!
 //! # Measured
-//! `docs/benchmarks.md`, session 28: ~70 instructions a node; on Brendan's 7x7 boards
-//! 1.39-1.51x the compiled engine, on 8x8-10x10 0.90-1.10x, everywhere 3.1-3.8x the
-//! reference engine. A prototype with static tables and row-major reads
-//! (`docs/experiments/lane_walk.rs`) ran ~52 instructions and 1.32-1.56x the compiled
-//! engine on 9x9 and 10x10: the target of a generated lane walk.
+//! `docs/benchmarks.md`, sessions 28 and 29. What a pair waits on is the longer of its two
+//! chains from one frame to the next, so the step keeps stores off them: the colour
+//! facing the cell filled just before comes from that candidate in a register (not read
+//! back from the board it was just stored to), the per-depth arrays sit at different
+//! places in a 4 KiB page ([`PAD`]; 4K aliasing ran the walk at a third of its speed),
+//! and no index on the chain is masked (the tables have room for every index a step can
+//! form). ~70 instructions a node; on Brendan's sets 6x6-10x10, on the units of a split,
+//! 1.08-1.25x the compiled engine and 1.91-2.68x the build issue #15 was filed on.
 
 use std::sync::Arc;
 use std::time::Instant;
