@@ -42,7 +42,7 @@
 //! places in a 4 KiB page (`PAD`; 4K aliasing ran the walk at a third of its speed),
 //! and no index on the chain is masked (the tables have room for every index a step can
 //! form). ~70 instructions a node; on Brendan's sets 6x6-10x10, on the units of a split,
-//! 1.08-1.25x the compiled engine and 1.91-2.68x the build issue #15 was filed on.
+//! 1.08-1.25x the compiled engine and 2.04-2.68x the build issue #15 was filed on.
 
 use std::sync::Arc;
 use std::time::Instant;
