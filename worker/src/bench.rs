@@ -265,7 +265,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let puzzle = load_board(&board)?;
         let plan = e2fleet_engine::SearchSpec::new(puzzle, &args.order)?.plan;
         let started = Instant::now();
-        let factory = args.engine.factory(&plan, false)?;
+        // the root is one unit: fastest compiled (the lane engine walks a split's units)
+        let engine = match args.split_depth {
+            0 => args.engine.one_unit(),
+            _ => args.engine.clone(),
+        };
+        let factory = engine.factory(&plan, false)?;
         let build_wall = started.elapsed();
         let (compile_s, compile_cached) = match factory.program() {
             Some(p) => (p.compile_time.as_secs_f64(), p.cached),

@@ -81,6 +81,9 @@ pub struct EngineArgs {
     /// to prove self-tests and cross-checks catch a broken build).
     #[arg(long, hide = true)]
     pub fault_depth: Option<usize>,
+    /// The work is one unit at a time ([`EngineArgs::one_unit`]).
+    #[arg(skip)]
+    one_unit: bool,
 }
 
 /// `--prune`: `off` or `EVERY,LAG`.
@@ -110,9 +113,25 @@ impl EngineArgs {
         self.lanes_first() && LaneTables::new(plan).is_ok()
     }
 
-    /// Whether these flags try the lane engine first (`auto` and `lanes`).
+    /// Whether these flags try the lane engine first (`lanes`, and `auto` unless the
+    /// work is one unit).
     fn lanes_first(&self) -> bool {
-        matches!(self.engine, EngineChoice::Auto | EngineChoice::Lanes)
+        match self.engine {
+            EngineChoice::Lanes => true,
+            EngineChoice::Auto => !self.one_unit,
+            _ => false,
+        }
+    }
+
+    /// The same flags for work that is one unit (`solve` without a split, `bench` from
+    /// the root): the lane engine walks a lone unit in one lane, where it is slower than
+    /// the compiled engine (one lane is one chain of loads), so `auto` takes the compiled
+    /// engine first, then the lane engine (without rustc), then the reference engine.
+    pub fn one_unit(&self) -> EngineArgs {
+        EngineArgs {
+            one_unit: true,
+            ..self.clone()
+        }
     }
 
     /// The build options these flags describe.
@@ -247,6 +266,20 @@ impl EngineArgs {
                 .context("cannot build the compiled engine"),
             EngineChoice::Auto | EngineChoice::Lanes => match build() {
                 Ok(b) => Ok(Some(b)),
+                // one unit and no compiled engine: the lane engine's one lane before the
+                // reference engine
+                Err(_)
+                    if self.one_unit
+                        && self.engine == EngineChoice::Auto
+                        && let Ok(tables) = LaneTables::new(plan) =>
+                {
+                    emit(None)?;
+                    return Ok(EngineFactory {
+                        plan: plan.clone(),
+                        built: None,
+                        lanes: Some(Arc::new(tables)),
+                    });
+                }
                 Err(e) => {
                     if verbose {
                         eprintln!("note: using the reference engine: {e}");

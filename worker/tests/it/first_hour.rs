@@ -262,6 +262,61 @@ fn bench_walks_the_units_of_a_split_to_the_exact_count() {
     assert_eq!(report["engine"], "reference");
 }
 
+/// `--engine auto` takes the lane engine for a split's units (two at a time) on a board it
+/// walks, and the compiled engine for a lone unit (one lane is slower than the compiled
+/// walk); without rustc, the lane engine for both.
+#[test]
+fn auto_takes_the_lane_engine_for_a_split_and_the_compiled_one_for_a_lone_unit() {
+    let cache = crate::harness::shared_cache();
+    let bench = |split: &str, rustc: &str| -> serde_json::Value {
+        let out = std::process::Command::new(worker_bin())
+            .args([
+                "bench",
+                "--board",
+                "brendan-set1-05x05",
+                "--seconds",
+                "0.1",
+                "--runs",
+                "1",
+                "--split-depth",
+                split,
+                "--json",
+                "--cache-dir",
+            ])
+            .arg(&cache)
+            .env("RUSTC", rustc)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap()
+    };
+    assert_eq!(bench("3", "rustc")["engine"], "lanes");
+    assert_eq!(bench("0", "rustc")["engine"], "compiled");
+    assert_eq!(bench("0", "/nonexistent/rustc")["engine"], "lanes");
+    // bench-hard is past the lane engine's tables: reference without rustc
+    let out = std::process::Command::new(worker_bin())
+        .args([
+            "bench",
+            "--board",
+            "bench-hard",
+            "--seconds",
+            "0.1",
+            "--runs",
+            "1",
+            "--json",
+        ])
+        .env("RUSTC", "/nonexistent/rustc")
+        .output()
+        .unwrap();
+    let report: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    assert_eq!(report["engine"], "reference");
+}
+
 /// `solve --split-depth` with a budget walks every unit in continuation slices, on any
 /// engine: the lane engine (two slices at a time) gives what the reference engine gives,
 /// to the digit and board by board.

@@ -411,7 +411,14 @@ async fn a_paused_compiled_engine_uses_no_cpu_until_resumed() {
         &url,
         &data,
         "w",
-        &["--engine", "compiled", "--walk", "list", "--cpu-percent", "50"],
+        &[
+            "--engine",
+            "compiled",
+            "--walk",
+            "list",
+            "--cpu-percent",
+            "50",
+        ],
         false,
     );
     let pid = w.0.id();
