@@ -3,7 +3,7 @@
 //! the async loop, which journals and reports them.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -52,6 +52,8 @@ struct Shared {
     cpu_percent: AtomicU32,
     /// (nodes, engine nanoseconds) of finished runs, for the per-core rate.
     totals: Mutex<(u64, u128)>,
+    /// The most units an engine of this executor has walked at once (the lane engine 2).
+    at_once: AtomicUsize,
 }
 
 /// How long an engine walks between two rests under `--cpu-percent`.
@@ -143,6 +145,7 @@ impl Executor {
     pub fn start(threads: usize, results: UnboundedSender<Outcome>) -> Executor {
         let shared = Arc::new(Shared {
             cpu_percent: AtomicU32::new(100),
+            at_once: AtomicUsize::new(1),
             ..Shared::default()
         });
         let handles = (0..threads.max(1))
@@ -280,6 +283,13 @@ impl Executor {
         self.threads.len()
     }
 
+    /// Units to hold (running and queued) so no engine waits on a round trip for its
+    /// next: each thread's engine full (one unit, or the lane engine's two) and one more
+    /// queued per thread.
+    pub fn capacity(&self) -> usize {
+        self.threads() * (self.shared.at_once.load(Ordering::Relaxed) + 1)
+    }
+
     /// Lets the threads exit once the queue is empty, and waits for them.
     pub fn join(self) {
         self.shared.exit.store(true, Ordering::SeqCst);
@@ -312,6 +322,9 @@ fn engine_thread(shared: Arc<Shared>, results: UnboundedSender<Outcome>) {
         let Some(task) = task else { return };
         let job_id = task.lease.job_id;
         let engine = engines.entry(job_id).or_insert_with(|| task.engine.make());
+        shared
+            .at_once
+            .fetch_max(engine.units_at_once(), Ordering::Relaxed);
         let mut feed = LeaseFeed {
             shared: &shared,
             results: &results,
@@ -629,6 +642,8 @@ mod tests {
             std::thread::sleep(Duration::from_micros(200));
         }
         assert_eq!(most_running, 2, "one thread walked two leases at once");
+        // the worker keeps two running and one queued for the thread
+        assert_eq!(executor.capacity(), 3);
         assert!(executor.per_core_rate() > 0.0);
         executor.join();
     }

@@ -501,10 +501,11 @@ async fn run_async(args: RunArgs) -> Result<()> {
         let (queued, running) = executor.load();
         let queued = queued + waiting.len();
 
-        // keep every thread busy with a queue of one more unit per thread, so short units
-        // never leave a thread waiting on a round trip; on many threads ask in batches of
-        // at least half the thread count (a queue never runs below half full)
-        let room = (2 * executor.threads()).saturating_sub(queued + running);
+        // keep every thread busy (its engine full: one unit, or the lane engine's two)
+        // with a queue of one more unit per thread, so short units never leave a thread
+        // waiting on a round trip; on many threads ask in batches of at least half the
+        // thread count (a queue never runs below half full)
+        let room = executor.capacity().saturating_sub(queued + running);
         let want = if 2 * room >= executor.threads() {
             room
         } else {
