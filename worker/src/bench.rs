@@ -102,6 +102,10 @@ struct BoardReport {
     /// How that walk was chosen (a race's ratio when raced).
     #[serde(skip_serializing_if = "Option::is_none")]
     walk_choice: Option<e2fleet_engine::compiled::walk::Choice>,
+    /// How `--engine auto` chose between the lane and compiled engines (a race's
+    /// lanes/compiled ratio), when it raced them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    lanes_race: Option<e2fleet_engine::compiled::lanes_race::LanesRace>,
     /// Wall seconds from the puzzle to a ready engine: builds (both walks' under `--walk
     /// auto`), start and the race.
     setup_s: f64,
@@ -331,6 +335,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             compile_cached,
             walk: factory.built().map(|b| b.walk_name()),
             walk_choice: factory.built().map(|b| b.choice.clone()),
+            lanes_race: factory.lanes_race().cloned(),
             setup_s: build_wall.as_secs_f64(),
             median_nodes_per_s: median,
             clock_ghz,
@@ -374,6 +379,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
             );
             if let Some(b) = factory.built() {
                 println!("    {}; ready in {:.2} s", b.describe(), report.setup_s);
+            }
+            if let Some(r) = factory.lanes_race() {
+                println!(
+                    "    the lane engine against the compiled engine on this puzzle: {:.2}x ({}); the {} engine kept",
+                    r.ratio,
+                    match r.rounds {
+                        0 => "remembered".to_string(),
+                        n => format!("{n} alternated rounds"),
+                    },
+                    if r.lanes { "lane" } else { "compiled" }
+                );
             }
             for r in &report.runs {
                 let done = match (report.split_depth, r.finished) {

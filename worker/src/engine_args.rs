@@ -6,6 +6,7 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use e2fleet_engine::compiled::codegen::Prune;
+use e2fleet_engine::compiled::lanes_race::{self, LanesRace};
 use e2fleet_engine::compiled::walk::{self, Built, Walk};
 use e2fleet_engine::compiled::{BuildOptions, CodegenOptions, CompiledProgram};
 use e2fleet_engine::engine::{Engine, EngineKind, ReferenceEngine};
@@ -15,9 +16,10 @@ use e2fleet_engine::plan::SearchPlan;
 /// Which engine to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum EngineChoice {
-    /// The lane engine on the boards it takes (at most 128 pieces and 16 colours: the
-    /// fastest there, and it needs no rustc); elsewhere compiled when rustc is available,
-    /// reference otherwise.
+    /// On the boards the lane engine takes (at most 128 pieces and 16 colours), the faster
+    /// of the lane and compiled engines on this puzzle and machine (raced once, ~2 s,
+    /// remembered in the cache); the lane engine without rustc. Elsewhere compiled when
+    /// rustc is available, reference otherwise.
     Auto,
     /// The portable table-driven interpreter.
     Reference,
@@ -25,18 +27,17 @@ pub enum EngineChoice {
     Compiled,
     /// The branch-free mask walk of two units at once, in this process, on the boards it
     /// takes (at most 128 pieces and 16 colours, such as Brendan's sets; no rustc
-    /// needed); others as `auto` (as `auto` does, but naming the lane engine as the
-    /// worker's engine).
+    /// needed), without a race; others as `auto`.
     Lanes,
 }
 
 /// Engine flags.
 #[derive(Args, Debug, Clone)]
 pub struct EngineArgs {
-    /// Engine: auto (the lane engine on boards of at most 128 pieces and 16 colours, two
-    /// units at once in one thread; elsewhere compiled if rustc is there, else
-    /// reference), reference, compiled, or lanes (as auto, the worker's engine named
-    /// lanes).
+    /// Engine: auto (compiled if rustc is there, else reference; on boards of at most 128
+    /// pieces and 16 colours the lane engine instead where a race on the puzzle finds it
+    /// faster, or without rustc), reference, compiled, or lanes (the lane engine on every
+    /// board it takes, two units at once in one thread; others as auto).
     #[arg(long, value_enum, default_value = "auto")]
     pub engine: EngineChoice,
     /// Where compiled engines are cached.
@@ -105,28 +106,21 @@ pub struct EngineFactory {
     plan: Arc<SearchPlan>,
     built: Option<Built>,
     lanes: Option<Arc<LaneTables>>,
+    race: Option<LanesRace>,
 }
 
 impl EngineArgs {
-    /// Whether these flags walk `plan` with the lane engine (no compile).
+    /// Whether these flags walk `plan` with the lane engine without compiling (`--engine
+    /// lanes` on a board it takes).
     pub fn lanes_take(&self, plan: &SearchPlan) -> bool {
-        self.lanes_first() && LaneTables::new(plan).is_ok()
-    }
-
-    /// Whether these flags try the lane engine first (`lanes`, and `auto` unless the
-    /// work is one unit).
-    fn lanes_first(&self) -> bool {
-        match self.engine {
-            EngineChoice::Lanes => true,
-            EngineChoice::Auto => !self.one_unit,
-            _ => false,
-        }
+        self.engine == EngineChoice::Lanes && LaneTables::new(plan).is_ok()
     }
 
     /// The same flags for work that is one unit (`solve` without a split, `bench` from
     /// the root): the lane engine walks a lone unit in one lane, where it is slower than
     /// the compiled engine (one lane is one chain of loads), so `auto` takes the compiled
-    /// engine first, then the lane engine (without rustc), then the reference engine.
+    /// engine without a race, then the lane engine (without rustc), then the reference
+    /// engine.
     pub fn one_unit(&self) -> EngineArgs {
         EngineArgs {
             one_unit: true,
@@ -239,24 +233,34 @@ impl EngineArgs {
             let source = e2fleet_engine::compiled::codegen::emit(plan, &emitted, "");
             std::fs::write(path, source).with_context(|| format!("cannot write {}", path.display()))
         };
-        if self.lanes_first() {
-            match LaneTables::new(plan) {
-                Ok(tables) => {
-                    emit(None)?;
-                    return Ok(EngineFactory {
-                        plan: plan.clone(),
-                        built: None,
-                        lanes: Some(Arc::new(tables)),
-                    });
-                }
+        let tables = match self.engine {
+            EngineChoice::Auto | EngineChoice::Lanes => match LaneTables::new(plan) {
+                Ok(t) => Some(Arc::new(t)),
                 // a board past the lane engine's tables: compiled (or reference)
-                Err(e) if verbose && self.engine == EngineChoice::Lanes => {
-                    eprintln!(
-                        "note: the lane engine does not take this board ({e}); compiled or reference as --engine auto"
-                    )
+                Err(e) => {
+                    if verbose && self.engine == EngineChoice::Lanes {
+                        eprintln!(
+                            "note: the lane engine does not take this board ({e}); compiled or reference as --engine auto"
+                        );
+                    }
+                    None
                 }
-                Err(_) => {}
-            }
+            },
+            _ => None,
+        };
+        let lanes = |tables: Arc<LaneTables>, race: Option<LanesRace>| -> Result<EngineFactory> {
+            emit(None)?;
+            Ok(EngineFactory {
+                plan: plan.clone(),
+                built: None,
+                lanes: Some(tables),
+                race,
+            })
+        };
+        if self.engine == EngineChoice::Lanes
+            && let Some(t) = &tables
+        {
+            return lanes(t.clone(), None);
         }
         let build = || walk::build(plan, &codegen, &self.build_options(), self.walk());
         let built = match self.engine {
@@ -266,19 +270,10 @@ impl EngineArgs {
                 .context("cannot build the compiled engine"),
             EngineChoice::Auto | EngineChoice::Lanes => match build() {
                 Ok(b) => Ok(Some(b)),
-                // one unit and no compiled engine: the lane engine's one lane before the
-                // reference engine
-                Err(_)
-                    if self.one_unit
-                        && self.engine == EngineChoice::Auto
-                        && let Ok(tables) = LaneTables::new(plan) =>
-                {
-                    emit(None)?;
-                    return Ok(EngineFactory {
-                        plan: plan.clone(),
-                        built: None,
-                        lanes: Some(Arc::new(tables)),
-                    });
+                // no compiled engine: the lane engine where it walks (one lane for a lone
+                // unit is still ~3x the reference engine), else the reference engine
+                Err(_) if tables.is_some() => {
+                    return lanes(tables.clone().expect("some"), None);
                 }
                 Err(e) => {
                     if verbose {
@@ -288,6 +283,36 @@ impl EngineArgs {
                 }
             },
         };
+        // `auto` on a split's units, both engines at hand: the faster on this puzzle and
+        // machine, raced (remembered in the cache); a lone unit walks compiled
+        let mut race = None;
+        if self.engine == EngineChoice::Auto
+            && !self.one_unit
+            && let (Ok(Some(b)), Some(t)) = (&built, &tables)
+        {
+            let r = lanes_race::race(plan, &b.program, t, &self.build_options())
+                .context("racing the lane engine against the compiled engine")?;
+            if verbose {
+                eprintln!(
+                    "lane engine against the compiled engine on this puzzle: {:.2}x ({}), {} kept",
+                    r.ratio,
+                    if r.rounds == 0 {
+                        "remembered".to_string()
+                    } else {
+                        format!("{} rounds", r.rounds)
+                    },
+                    if r.lanes {
+                        "the lane engine"
+                    } else {
+                        "the compiled engine"
+                    }
+                );
+            }
+            if r.lanes {
+                return lanes(t.clone(), Some(r));
+            }
+            race = Some(r);
+        }
         emit(match &built {
             Ok(Some(b)) => Some(b.program.slots),
             _ => None,
@@ -314,6 +339,7 @@ impl EngineArgs {
             plan: plan.clone(),
             built,
             lanes: None,
+            race,
         })
     }
 }
@@ -325,7 +351,13 @@ impl EngineFactory {
             plan: plan.clone(),
             built: None,
             lanes: None,
+            race: None,
         }
+    }
+
+    /// How `auto` chose between the lane and compiled engines, when it raced them.
+    pub fn lanes_race(&self) -> Option<&LanesRace> {
+        self.race.as_ref()
     }
 
     /// A new engine instance.

@@ -15,6 +15,7 @@
 
 pub mod cache;
 pub mod codegen;
+pub mod lanes_race;
 pub mod toolchain;
 pub mod walk;
 

@@ -82,17 +82,17 @@ pub const MAX_RACE_ROUNDS: usize = 15;
 pub const RACE_UNITS: usize = 8;
 
 /// Seed of the race's sample.
-const RACE_SEED: u64 = 0x6532_666c_6565_7421;
+pub(crate) const RACE_SEED: u64 = 0x6532_666c_6565_7421;
 
 /// Target length of one program's share of a round (all the sampled units).
-const ROUND_TARGET: Duration = Duration::from_millis(200);
+pub(crate) const ROUND_TARGET: Duration = Duration::from_millis(200);
 
 /// Nodes per unit of the first calibration run that sizes the rounds.
-const CALIBRATION_NODES: u64 = 250_000;
+pub(crate) const CALIBRATION_NODES: u64 = 250_000;
 
 /// Fewest nodes a round of a race walks: below it (subtrees too small) the sample is taken
 /// nearer the root.
-const MIN_RACE_NODES: u64 = 10_000_000;
+pub(crate) const MIN_RACE_NODES: u64 = 10_000_000;
 
 /// How the walk of a build was chosen.
 #[derive(Clone, Debug, PartialEq, Serialize)]
@@ -171,16 +171,21 @@ pub fn keeps_slots(ratios: &[f64]) -> bool {
 /// so one more round is unlikely to move it across. No ratio, or one not a number, is no
 /// decision to wait for.
 pub fn settled(ratios: &[f64]) -> bool {
+    settled_at(ratios, SLOTS_MARGIN)
+}
+
+/// [`settled`] against `margin`.
+pub(crate) fn settled_at(ratios: &[f64], margin: f64) -> bool {
     let v = finite_sorted(ratios);
     if v.len() < ratios.len() || v.is_empty() {
         return true;
     }
     let n = v.len();
     let spread = v[(3 * n) / 4] - v[n / 4];
-    (v[n / 2] - SLOTS_MARGIN).abs() > spread / 2.0
+    (v[n / 2] - margin).abs() > spread / 2.0
 }
 
-fn median(values: &[f64]) -> Option<f64> {
+pub(crate) fn median(values: &[f64]) -> Option<f64> {
     let v = finite_sorted(values);
     v.get(v.len() / 2).copied()
 }
@@ -365,7 +370,7 @@ fn race(
 }
 
 /// Walks `units` with a budget of `nodes` each; their results and the seconds taken.
-fn timed_units(
+pub(crate) fn timed_units(
     e: &mut super::CompiledEngine,
     units: &[Unit],
     nodes: u64,
@@ -441,24 +446,37 @@ pub fn race_sample(plan: &SearchPlan, k: usize, choices: usize, seed: u64) -> Ve
 
 /// A remembered decision: (slot walk kept, ratio), when the sealed file is there and reads.
 fn remembered(cache: &Cache, memo: &Path) -> Option<(bool, f64)> {
+    remembered_as(cache, memo, ["slots", "list"])
+}
+
+/// A remembered decision between `words[0]` (`true`) and `words[1]`, with its ratio.
+pub(crate) fn remembered_as(cache: &Cache, memo: &Path, words: [&str; 2]) -> Option<(bool, f64)> {
     if !cache.is_sealed(memo) {
         return None;
     }
     let text = std::fs::read_to_string(memo).ok()?;
-    let mut words = text.split_whitespace();
-    let slots = match words.next()? {
-        "slots" => true,
-        "list" => false,
-        _ => return None,
+    let mut read = text.split_whitespace();
+    let first = read.next()?;
+    let kept = if first == words[0] {
+        true
+    } else if first == words[1] {
+        false
+    } else {
+        return None;
     };
-    let ratio = words.next()?.parse().ok()?;
-    Some((slots, ratio))
+    let ratio = read.next()?.parse().ok()?;
+    Some((kept, ratio))
 }
 
 /// Writes the decision (best effort: a worker that cannot write it races again next start).
 fn remember(cache: &Cache, memo: &Path, slots: bool, ratio: f64) {
+    remember_as(cache, memo, if slots { "slots" } else { "list" }, ratio)
+}
+
+/// Writes a decision `word` with its ratio (best effort).
+pub(crate) fn remember_as(cache: &Cache, memo: &Path, word: &str, ratio: f64) {
     let tmp = memo.with_extension("tmp");
-    let text = format!("{} {ratio:.4}\n", if slots { "slots" } else { "list" });
+    let text = format!("{word} {ratio:.4}\n");
     let written = std::fs::write(&tmp, text).is_ok()
         && cache.seal(&tmp, memo).is_ok()
         && std::fs::rename(&tmp, memo).is_ok();

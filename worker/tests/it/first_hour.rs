@@ -262,11 +262,12 @@ fn bench_walks_the_units_of_a_split_to_the_exact_count() {
     assert_eq!(report["engine"], "reference");
 }
 
-/// `--engine auto` takes the lane engine for a split's units (two at a time) on a board it
-/// walks, and the compiled engine for a lone unit (one lane is slower than the compiled
-/// walk); without rustc, the lane engine for both.
+/// `--engine auto` races the lane engine against the compiled engine for a split's units
+/// (two at a time) on a board the lane engine walks, and keeps the faster (remembered in
+/// the cache); a lone unit walks compiled (one lane is slower than the compiled walk);
+/// without rustc, the lane engine for both.
 #[test]
-fn auto_takes_the_lane_engine_for_a_split_and_the_compiled_one_for_a_lone_unit() {
+fn auto_races_the_lane_engine_for_a_split_and_walks_a_lone_unit_compiled() {
     let cache = crate::harness::shared_cache();
     let bench = |split: &str, rustc: &str| -> serde_json::Value {
         let out = std::process::Command::new(worker_bin())
@@ -294,7 +295,19 @@ fn auto_takes_the_lane_engine_for_a_split_and_the_compiled_one_for_a_lone_unit()
         );
         serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap()
     };
-    assert_eq!(bench("3", "rustc")["engine"], "lanes");
+    // a split's units: the engine the race kept (the lane and compiled engines agreed on
+    // every unit of it, or there would be no report)
+    let split = bench("3", "rustc");
+    let race = &split["lanes_race"];
+    let kept = if race["lanes"] == true {
+        "lanes"
+    } else {
+        "compiled"
+    };
+    assert_eq!(split["engine"], kept, "{split}");
+    assert!(race["ratio"].as_f64().unwrap() > 0.0, "{split}");
+    // remembered: the next start does not race again
+    assert_eq!(bench("3", "rustc")["lanes_race"]["rounds"], 0);
     assert_eq!(bench("0", "rustc")["engine"], "compiled");
     assert_eq!(bench("0", "/nonexistent/rustc")["engine"], "lanes");
     // bench-hard is past the lane engine's tables: reference without rustc
