@@ -95,7 +95,7 @@ pub fn race(
         if x == y {
             Ok(())
         } else {
-            Err(CompileError::Start(format!(
+            Err(CompileError::Disagreement(format!(
                 "the lane and compiled engines disagree on {} units of {nodes} nodes: one is wrong",
                 x.len()
             )))

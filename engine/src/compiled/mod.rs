@@ -78,6 +78,10 @@ pub enum CompileError {
     /// The built program did not start or did not greet correctly.
     #[error("the compiled engine did not start: {0}")]
     Start(String),
+    /// Two engines (two walks, or the lane and compiled engines) raced on the same units
+    /// returned different results: one of them is wrong, and neither is used.
+    #[error("{0}")]
+    Disagreement(String),
     /// The plan is past [`MAX_COMPILED_ENTRIES`].
     #[error(
         "the search tables are too large to compile ({0} entries, the limit is {MAX_COMPILED_ENTRIES}); use the reference engine"

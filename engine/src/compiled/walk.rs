@@ -320,7 +320,7 @@ fn race(
         if x == y {
             Ok(())
         } else {
-            Err(CompileError::Start(format!(
+            Err(CompileError::Disagreement(format!(
                 "the list and slot walks disagree on {} units of {nodes} nodes: one build is wrong",
                 x.len()
             )))

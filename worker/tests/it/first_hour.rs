@@ -309,6 +309,33 @@ fn auto_races_the_lane_engine_for_a_split_and_walks_a_lone_unit_compiled() {
     // remembered: the next start does not race again
     assert_eq!(bench("3", "rustc")["lanes_race"]["rounds"], 0);
     assert_eq!(bench("0", "rustc")["engine"], "compiled");
+    // the race is a cross-check too: a compiled build that miscounts (a unit that ends
+    // counts one node too many at depth 6) is caught by the lane engine and never used
+    let faulty = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(worker_bin())
+        .args([
+            "bench",
+            "--board",
+            "brendan-set1-05x05",
+            "--seconds",
+            "0.1",
+            "--runs",
+            "1",
+            "--split-depth",
+            "3",
+            "--fault-depth",
+            "6",
+            "--cache-dir",
+        ])
+        .arg(faulty.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("the lane and compiled engines disagree"),
+        "{err}"
+    );
     assert_eq!(bench("0", "/nonexistent/rustc")["engine"], "lanes");
     // bench-hard is past the lane engine's tables: reference without rustc
     let out = std::process::Command::new(worker_bin())
