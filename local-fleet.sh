@@ -85,10 +85,9 @@ E2FLEET_ON_BATTERY=${E2FLEET_ON_BATTERY:-run} E2FLEET_NICE=${E2FLEET_NICE:-0} \
   --cache-dir "${XDG_CACHE_HOME:-$HOME/.cache}/e2fleet/engines" >"$work/worker.log" 2>&1 &
 worker_pid=$!
 echo "worker started on ${E2FLEET_THREADS:-$(nproc)} cores (log: $work/worker.log)"
-echo "  it first checks this machine against the verification suite and gets the engine for"
-echo "  this puzzle ready: a board of at most 128 pieces and 16 colours runs on the lane engine"
-echo "  at once; a 16x16 one is compiled, ~10-20 s the first time (two walks built and raced),"
-echo "  cached after; units start moving then"
+echo "  it first checks this machine against the verification suite and compiles the engine"
+echo "  for this puzzle: ~10-20 s the first time (its walks, and on a board of at most 128"
+echo "  pieces the lane engine, raced on it), cached after; units start moving then"
 
 "$bin/e2fleet-coordinator" job "$job_id" --watch &
 watch_pid=$!
