@@ -155,13 +155,18 @@ impl EngineArgs {
         if self.slots { Walk::Slots } else { self.walk }
     }
 
-    /// The same engine with the slot walk instead of a race for the walk (`auto`), for
-    /// runs that check counts rather than speed ([`crate::verify::run_units`]); a forced
-    /// walk stays.
+    /// The same engines without races, for runs that check counts rather than speed
+    /// ([`crate::verify::run_units`]): the slot walk instead of a race for the walk
+    /// (`auto`; a forced walk stays), and for `auto` the lane engine on the boards it takes
+    /// instead of a race against the compiled engine (so a suite checks both engines: the
+    /// lane engine on its boards, the compiled one on the others).
     pub fn unraced(&self) -> EngineArgs {
         let mut e = self.clone();
         if e.walk() == Walk::Auto {
             e.walk = Walk::Slots;
+        }
+        if e.engine == EngineChoice::Auto {
+            e.engine = EngineChoice::Lanes;
         }
         e
     }
