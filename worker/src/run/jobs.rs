@@ -9,6 +9,7 @@ use std::sync::atomic::AtomicBool;
 
 use anyhow::Result;
 use e2fleet_engine::SearchSpec;
+use e2fleet_engine::compiled::CompileError;
 use e2fleet_engine::search::{NoControl, RunOptions};
 use e2fleet_proto::REPORT_MAX_SOLUTIONS;
 use e2fleet_proto::api::{JobId, SelfTest, SuiteResult, Verdict};
@@ -187,12 +188,22 @@ pub async fn prepare_job(
     let tests = spec.self_tests.clone();
     let plan_c = plan.clone();
     let built = tokio::task::spawn_blocking(move || {
-        let factory = args.factory(&plan_c, false).map_err(|e| format!("{e:#}"))?;
+        let factory = args.factory(&plan_c, false).map_err(|e| {
+            // two engines raced on the job's own units disagreed: one of them is wrong,
+            // which the coordinator hears of like a failed self-test
+            let disagreed = e.chain().any(|c| {
+                matches!(
+                    c.downcast_ref::<CompileError>(),
+                    Some(CompileError::Disagreement(_))
+                )
+            });
+            (format!("{e:#}"), disagreed)
+        })?;
         let check = self_test(&factory, &tests);
-        Ok::<_, String>((factory, check))
+        Ok::<_, (String, bool)>((factory, check))
     })
     .await
-    .unwrap_or_else(|e| Err(e.to_string()));
+    .unwrap_or_else(|e| Err((e.to_string(), false)));
     let factory = match built {
         Ok((factory, Ok(()))) => {
             let engine = factory.make();
@@ -211,7 +222,12 @@ pub async fn prepare_job(
             let _ = link.api.build_failure(job_id, &build, &why).await;
             EngineFactory::reference(&plan)
         }
-        Err(why) => {
+        Err((why, true)) => {
+            error!(%job_id, %why, "engines raced on the job's units disagree; neither will be used");
+            let _ = link.api.build_failure(job_id, "", &why).await;
+            EngineFactory::reference(&plan)
+        }
+        Err((why, false)) => {
             warn!(%job_id, %why, "cannot build the compiled engine; using the reference engine");
             EngineFactory::reference(&plan)
         }
