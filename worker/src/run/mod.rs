@@ -505,7 +505,10 @@ async fn run_async(args: RunArgs) -> Result<()> {
         // with a queue of one more unit per thread, so short units never leave a thread
         // waiting on a round trip; on many threads ask in batches of at least half the
         // thread count (a queue never runs below half full)
-        let room = executor.capacity().saturating_sub(queued + running);
+        // results not yet reported hold their leases at the coordinator too
+        let room = executor
+            .capacity()
+            .saturating_sub(queued + running + outbox.len());
         let want = if 2 * room >= executor.threads() {
             room
         } else {
