@@ -20,9 +20,8 @@ use serde::Serialize;
 
 use super::cache::Cache;
 use super::walk::{
-    CALIBRATION_NODES, MAX_RACE_ROUNDS, MIN_RACE_NODES, RACE_ROUNDS, RACE_SEED, RACE_UNITS,
-    ROUND_TARGET, default_choices, median, race_sample, remember_as, remembered_as, settled_at,
-    timed_units,
+    MAX_RACE_ROUNDS, MIN_RACE_NODES, RACE_ROUNDS, median, remember_as, remembered_as, settled_at,
+    sized_sample, timed_units,
 };
 use super::{BuildOptions, CompileError, CompiledProgram};
 use crate::engine::{Engine, EngineError, Feed, Work};
@@ -72,25 +71,9 @@ pub fn race(
     // small (most of its units end before their budget) is taken again nearer the root
     // (the root alone at last: one unit, which the lane engine walks in one lane, so a
     // tree that small stays compiled)
-    let mut choices = default_choices(plan);
-    let (units, nodes) = loop {
-        let units = race_sample(plan, RACE_UNITS, choices, RACE_SEED);
-        let mut nodes = CALIBRATION_NODES;
-        let (walked, t) = loop {
-            let (r, t) = timed_units(&mut compiled, &units, nodes)?;
-            let walked: u64 = r.iter().map(|r| r.committed).sum();
-            if t >= ROUND_TARGET.as_secs_f64() / 8.0 || nodes >= 1 << 28 {
-                break (walked, t);
-            }
-            nodes *= 4;
-        };
-        let budgets = nodes * units.len() as u64;
-        if walked >= MIN_RACE_NODES.min(budgets / 2) || choices == 0 {
-            let scale = ROUND_TARGET.as_secs_f64() / t;
-            break (units, ((nodes as f64 * scale) as u64).clamp(nodes, 1 << 30));
-        }
-        choices /= 2;
-    };
+    let (units, nodes) = sized_sample(plan, &mut compiled, |walked, budgets| {
+        walked >= MIN_RACE_NODES.min(budgets / 2)
+    })?;
     let agree = |x: &[UnitResult], y: &[UnitResult]| {
         if x == y {
             Ok(())

@@ -82,13 +82,13 @@ pub const MAX_RACE_ROUNDS: usize = 15;
 pub const RACE_UNITS: usize = 8;
 
 /// Seed of the race's sample.
-pub(crate) const RACE_SEED: u64 = 0x6532_666c_6565_7421;
+const RACE_SEED: u64 = 0x6532_666c_6565_7421;
 
 /// Target length of one program's share of a round (all the sampled units).
-pub(crate) const ROUND_TARGET: Duration = Duration::from_millis(200);
+const ROUND_TARGET: Duration = Duration::from_millis(200);
 
 /// Nodes per unit of the first calibration run that sizes the rounds.
-pub(crate) const CALIBRATION_NODES: u64 = 250_000;
+const CALIBRATION_NODES: u64 = 250_000;
 
 /// Fewest nodes a round of a race walks: below it (subtrees too small) the sample is taken
 /// nearer the root.
@@ -326,27 +326,9 @@ fn race(
             )))
         }
     };
-    // size the rounds on the list walk's speed (runs long enough that a unit's set-up and
-    // the pipe do not count); a sample whose subtrees are too small for that is taken
-    // again nearer the root, down to the root itself
-    let mut choices = default_choices(plan);
-    let (units, nodes) = loop {
-        let units = race_sample(plan, RACE_UNITS, choices, RACE_SEED);
-        let mut nodes = CALIBRATION_NODES;
-        let (walked, t) = loop {
-            let (r, t) = timed_units(&mut a, &units, nodes)?;
-            let walked: u64 = r.iter().map(|r| r.committed).sum();
-            if t >= ROUND_TARGET.as_secs_f64() / 8.0 || nodes >= 1 << 28 {
-                break (walked, t);
-            }
-            nodes *= 4;
-        };
-        if walked >= MIN_RACE_NODES || choices == 0 {
-            let scale = ROUND_TARGET.as_secs_f64() / t;
-            break (units, ((nodes as f64 * scale) as u64).clamp(nodes, 1 << 30));
-        }
-        choices /= 2;
-    };
+    // size the rounds on the list walk's speed; a sample whose subtrees are too small for
+    // that is taken again nearer the root, down to the root itself
+    let (units, nodes) = sized_sample(plan, &mut a, |walked, _| walked >= MIN_RACE_NODES)?;
     let timed = |e: &mut super::CompiledEngine, nodes: u64| timed_units(e, &units, nodes);
     let (x, _) = timed(&mut a, nodes)?;
     let (y, _) = timed(&mut b, nodes)?;
@@ -367,6 +349,37 @@ fn race(
         ratios.push(tl / ts);
     }
     Ok((ratios, walked))
+}
+
+/// A race's sample ([`race_sample`]) and the nodes each of its units walks in a round,
+/// sized on `engine`'s speed so a round takes about [`ROUND_TARGET`] (runs long enough
+/// that a unit's set-up and the pipe do not count). `enough(walked, budgets)` says
+/// whether a sample's subtrees are big enough (the nodes its calibration run walked, of
+/// the budgets it gave); a sample that is not is taken again nearer the root, down to the
+/// root itself.
+pub(crate) fn sized_sample(
+    plan: &SearchPlan,
+    engine: &mut super::CompiledEngine,
+    enough: impl Fn(u64, u64) -> bool,
+) -> Result<(Vec<Unit>, u64), CompileError> {
+    let mut choices = default_choices(plan);
+    loop {
+        let units = race_sample(plan, RACE_UNITS, choices, RACE_SEED);
+        let mut nodes = CALIBRATION_NODES;
+        let (walked, t) = loop {
+            let (r, t) = timed_units(engine, &units, nodes)?;
+            let walked: u64 = r.iter().map(|r| r.committed).sum();
+            if t >= ROUND_TARGET.as_secs_f64() / 8.0 || nodes >= 1 << 28 {
+                break (walked, t);
+            }
+            nodes *= 4;
+        };
+        if enough(walked, nodes * units.len() as u64) || choices == 0 {
+            let scale = ROUND_TARGET.as_secs_f64() / t;
+            return Ok((units, ((nodes as f64 * scale) as u64).clamp(nodes, 1 << 30)));
+        }
+        choices /= 2;
+    }
 }
 
 /// Walks `units` with a budget of `nodes` each; their results and the seconds taken.

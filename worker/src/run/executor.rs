@@ -368,8 +368,7 @@ struct LeaseFeed<'s> {
     together: bool,
     engine_kind: EngineKind,
     engine_build: String,
-    /// Leases handed out and not done, by tag (the lease id's hash would do; a counter
-    /// is simpler).
+    /// Leases handed out and not done, by tag (the smallest tag not in use).
     walking: HashMap<usize, Walking>,
     /// The engine failed on a unit: drop it once its walk returns.
     failed: bool,

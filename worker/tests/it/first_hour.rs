@@ -236,19 +236,16 @@ fn bench_walks_the_units_of_a_split_to_the_exact_count() {
     }
     // a board the lane engine does not take (bench-hard: 256 pieces) runs as `auto`:
     // here, without rustc, the reference engine
+    let report = bench_without_rustc(&["--board", "bench-hard", "--engine", "lanes"]);
+    assert_eq!(report["engine"], "reference");
+}
+
+/// `bench ARGS --seconds 0.1 --runs 1 --json` with no rustc to be found; its report.
+fn bench_without_rustc(args: &[&str]) -> serde_json::Value {
     let out = std::process::Command::new(worker_bin())
-        .args([
-            "bench",
-            "--board",
-            "bench-hard",
-            "--engine",
-            "lanes",
-            "--seconds",
-            "0.1",
-            "--runs",
-            "1",
-            "--json",
-        ])
+        .arg("bench")
+        .args(args)
+        .args(["--seconds", "0.1", "--runs", "1", "--json"])
         .env("RUSTC", "/nonexistent/rustc")
         .output()
         .unwrap();
@@ -257,9 +254,7 @@ fn bench_walks_the_units_of_a_split_to_the_exact_count() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report: serde_json::Value =
-        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
-    assert_eq!(report["engine"], "reference");
+    serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap()
 }
 
 /// `--engine auto` races the lane engine against the compiled engine for a split's units
@@ -338,22 +333,7 @@ fn auto_races_the_lane_engine_for_a_split_and_walks_a_lone_unit_compiled() {
     );
     assert_eq!(bench("0", "/nonexistent/rustc")["engine"], "lanes");
     // bench-hard is past the lane engine's tables: reference without rustc
-    let out = std::process::Command::new(worker_bin())
-        .args([
-            "bench",
-            "--board",
-            "bench-hard",
-            "--seconds",
-            "0.1",
-            "--runs",
-            "1",
-            "--json",
-        ])
-        .env("RUSTC", "/nonexistent/rustc")
-        .output()
-        .unwrap();
-    let report: serde_json::Value =
-        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap();
+    let report = bench_without_rustc(&["--board", "bench-hard"]);
     assert_eq!(report["engine"], "reference");
 }
 
