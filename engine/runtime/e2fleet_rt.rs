@@ -4,12 +4,16 @@
 //! provides only its tables, its fused group functions and a [`Program`] value. This keeps
 //! the per-puzzle compile down to the code that is actually specialised.
 //!
-//! Protocol (version 2, text lines on stdin/stdout): greet with
-//! `e2fleet-engine 2 <build key> <depths>`; for each `run <budget|0> <max_solutions>
+//! Protocol (version 3, text lines on stdin/stdout): greet with
+//! `e2fleet-engine 3 <build key> <depths>`; for each `run <budget|0> <max_solutions>
 //! <prefix> <cursor>` line (placements `pos.piece.rot` joined by `,`, or `-`) print
 //! `progress <committed>` lines while walking and then the result block (`result`,
-//! `nodes`, `cursor`, `deepest`, `solutions`, `sol`..., `end`). A `stop` line makes the
-//! running unit stop at its next countdown check, reported like a budget stop. A `pause`
+//! `nodes`, `cursor`, `deepest`, `solutions`, `sol`..., `end`). `run` lines may come ahead
+//! of their turn: they wait in order, and the next starts the moment a result block is
+//! written (the worker keeps one queued, so the process never idles between units). The
+//! `run` lines are numbered from 1 as they come; a `stop <n>` line makes unit `n` stop at
+//! its next countdown check if it is running, reported like a budget stop, and is
+//! ignored once unit `n` has ended (it may cross the result in the pipes). A `pause`
 //! line makes the walk hold still at its next countdown check: it prints that check's
 //! `progress` line, then `held`, and waits, with its place in the tree kept and no core
 //! used, until a `resume` line (it goes on exactly where it was) or a `stop` (it stops
@@ -18,7 +22,7 @@
 #![allow(clippy::all)]
 
 use std::io::{BufRead, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex};
 
@@ -303,7 +307,17 @@ fn rot_of(c: u64) -> u8 {
     ((c >> 48) & 3) as u8
 }
 
-static STOP: AtomicBool = AtomicBool::new(false);
+/// The number of the unit a `stop` line asked to stop (0: none).
+static STOP: AtomicU64 = AtomicU64::new(0);
+/// The number of the unit being walked (`run` lines count from 1).
+static RUNNING: AtomicU64 = AtomicU64::new(0);
+
+/// Asked to stop the unit being walked.
+#[inline]
+fn stopped() -> bool {
+    let n = STOP.load(Ordering::Relaxed);
+    n != 0 && n == RUNNING.load(Ordering::Relaxed)
+}
 /// Set by a `pause` line, cleared by `resume` (see the protocol above).
 static PAUSE: AtomicBool = AtomicBool::new(false);
 /// The thread that walks, woken when a pause ends.
@@ -429,7 +443,7 @@ impl St {
             self.stop_depth = d;
             return true;
         }
-        if STOP.load(Ordering::Relaxed) {
+        if stopped() {
             self.stop = 2;
             self.stop_depth = d;
             return true;
@@ -447,10 +461,10 @@ impl St {
             pause
         };
         if pause {
-            while PAUSE.load(Ordering::Relaxed) && !STOP.load(Ordering::Relaxed) {
+            while PAUSE.load(Ordering::Relaxed) && !stopped() {
                 std::thread::park_timeout(std::time::Duration::from_millis(200));
             }
-            if STOP.load(Ordering::Relaxed) {
+            if stopped() {
                 self.stop = 2;
                 self.stop_depth = d;
                 return true;
@@ -766,12 +780,12 @@ pub fn serve_in(st: &'static mut St) {
         };
         for line in stdin.lock().lines() {
             let Ok(line) = line else { break };
+            if let Some(n) = line.trim().strip_prefix("stop ").and_then(|n| n.parse::<u64>().ok()) {
+                STOP.store(n, Ordering::Relaxed);
+                wake();
+                continue;
+            }
             match line.trim() {
-                "stop" => {
-                    STOP.store(true, Ordering::Relaxed);
-                    wake();
-                    continue;
-                }
                 "pause" => {
                     PAUSE.store(true, Ordering::Relaxed);
                     continue;
@@ -801,8 +815,10 @@ pub fn serve_in(st: &'static mut St) {
                 None => return,
             }
         };
-        STOP.store(false, Ordering::Relaxed);
         let f: Vec<&str> = line.split_whitespace().collect();
+        if f.first() == Some(&"run") {
+            RUNNING.fetch_add(1, Ordering::Relaxed);
+        }
         let reply = match f.as_slice() {
             ["run", budget, max_sols, prefix, cursor] => {
                 let parsed = (|| -> Result<String, String> {

@@ -967,7 +967,7 @@ impl Engine for LaneEngine {
         one.result.expect("the walk gives its one result")
     }
 
-    fn units_at_once(&self) -> usize {
+    fn units_in_hand(&self) -> usize {
         2
     }
 

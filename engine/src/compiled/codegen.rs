@@ -338,7 +338,7 @@ const MASK_PIECES: usize = 128;
 const MAX_LEVELS: usize = 64;
 
 /// The protocol version spoken by generated programs.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// Emits the program for `plan`. `build_key` is embedded so the host can tell a stale or
 /// corrupted binary from the right one.

@@ -19,16 +19,17 @@ pub mod lanes_race;
 pub mod toolchain;
 pub mod walk;
 
+use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
 use std::process::{ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, sync_channel};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
-use crate::engine::{Engine, EngineError, EngineKind};
+use crate::engine::{Engine, EngineError, EngineKind, Feed, Work};
 use crate::model::Placement;
 use crate::plan::SearchPlan;
 use crate::search::{Control, RunOptions, Walker};
@@ -47,6 +48,15 @@ pub const MAX_COMPILED_ENTRIES: usize = 1 << 18;
 
 /// Longest line an engine process may write (a solution line is a few kilobytes).
 const MAX_LINE: u64 = 1 << 20;
+
+/// A unit answered sooner than this is short: [`Engine::run_feed`] then keeps up to
+/// [`MAX_AHEAD`] units in the process, so the round trip between units (~50-75 µs on a
+/// busy virtual machine) overlaps walks. Longer units go one at a time: the round trip
+/// is then at most a few percent of a unit, and no unit waits behind a long one.
+const SHORT_UNIT: Duration = Duration::from_millis(2);
+
+/// Most units sent to a process and not answered (short units; [`SHORT_UNIT`]).
+const MAX_AHEAD: usize = 8;
 
 /// Why a compiled engine could not be built or started.
 #[derive(Debug, Clone, Error)]
@@ -264,6 +274,8 @@ struct Process {
     silence: Duration,
     /// Told to hold still (`pause`) and not resumed since.
     paused: bool,
+    /// `run` lines sent: the number the process gives the last one (a `stop` names it).
+    runs: u64,
 }
 
 /// Reads `stdout` line by line into a bounded channel until the end, an error, a line
@@ -345,6 +357,7 @@ impl Process {
             lines: spawn_reader(stdout)?,
             silence: program.silence,
             paused: false,
+            runs: 0,
         };
         let line = process.line().map_err(CompileError::Start)?;
         let expected = format!(
@@ -387,50 +400,94 @@ pub struct CompiledEngine {
 }
 
 fn fmt_list(list: &[Placement]) -> String {
+    use std::fmt::Write as _;
     if list.is_empty() {
         return "-".into();
     }
-    list.iter()
-        .map(|p| format!("{}.{}.{}", p.pos, p.piece, p.rot))
-        .collect::<Vec<_>>()
-        .join(",")
+    let mut out = String::with_capacity(list.len() * 10);
+    for (i, p) in list.iter().enumerate() {
+        let sep = if i == 0 { "" } else { "," };
+        let _ = write!(out, "{sep}{}.{}.{}", p.pos, p.piece, p.rot);
+    }
+    out
 }
 
+/// Placements `pos.piece.rot` joined by `,`, or `-` for none: the engine's cursor,
+/// deepest board and solutions, a few lines per unit, read byte by byte (with `str`
+/// splitting and `parse` they took ~17,000 instructions a unit on a 6x6 board, more than
+/// the rest of the exchange).
 fn parse_list(text: &str) -> Result<Vec<Placement>, String> {
     if text == "-" {
         return Ok(Vec::new());
     }
-    text.split(',')
-        .map(|t| {
-            let v: Vec<u32> = t.split('.').filter_map(|x| x.parse().ok()).collect();
-            match v.as_slice() {
-                [pos, piece, rot] if *rot < 4 => {
-                    Ok(Placement::new(*pos as usize, *piece as usize, *rot as u8))
-                }
-                _ => Err(format!("bad placement {t:?}")),
+    let bad = |t: &str| format!("bad placement list {t:?}");
+    let mut out = Vec::with_capacity(text.len() / 6 + 1);
+    let mut fields = [0u32; 3];
+    let mut field = 0;
+    let mut digits = 0;
+    for &b in text.as_bytes().iter().chain(std::iter::once(&b',')) {
+        match b {
+            b'0'..=b'9' if digits < 9 => {
+                fields[field] = fields[field] * 10 + u32::from(b - b'0');
+                digits += 1;
             }
-        })
-        .collect()
+            b'.' if digits > 0 && field < 2 => {
+                field += 1;
+                digits = 0;
+            }
+            b',' if digits > 0 && field == 2 && fields[2] < 4 => {
+                out.push(Placement::new(
+                    fields[0] as usize,
+                    fields[1] as usize,
+                    fields[2] as u8,
+                ));
+                fields = [0; 3];
+                field = 0;
+                digits = 0;
+            }
+            _ => return Err(bad(text)),
+        }
+    }
+    Ok(out)
 }
 
 impl CompiledEngine {
-    fn exchange(
+    /// Checks `unit` against the reference tables and sends it to the process (started if
+    /// there is none): the number the process gives it. A unit that fails the check is
+    /// never sent (`Err(Ok)`: the caller's error, the process is fine); `Err(Err)`: the
+    /// process could not take it.
+    fn send(
         &mut self,
         unit: &Unit,
         options: RunOptions,
-        control: &mut dyn Control,
-    ) -> Result<UnitResult, String> {
+    ) -> Result<u64, Result<EngineError, String>> {
+        let mut path = unit.prefix.clone();
+        path.extend_from_slice(&unit.cursor);
+        options.check().map_err(|e| Ok(e.into()))?;
+        Walker::new(&self.plan)
+            .check_path(&path)
+            .map_err(|e| Ok(e.into()))?;
         if self.process.is_none() {
-            self.process = Some(Process::start(&self.program).map_err(|e| e.to_string())?);
+            self.process = Some(Process::start(&self.program).map_err(|e| Err(e.to_string()))?);
         }
         let process = self.process.as_mut().expect("started above");
-        process.send(&format!(
-            "run {} {} {} {}",
-            options.budget.unwrap_or(0),
-            options.max_solutions,
-            fmt_list(&unit.prefix),
-            fmt_list(&unit.cursor)
-        ))?;
+        process
+            .send(&format!(
+                "run {} {} {} {}",
+                options.budget.unwrap_or(0),
+                options.max_solutions,
+                fmt_list(&unit.prefix),
+                fmt_list(&unit.cursor)
+            ))
+            .map_err(Err)?;
+        process.runs += 1;
+        Ok(process.runs)
+    }
+
+    /// Reads the result of unit `number` (the oldest sent and not answered), steering it
+    /// by `control` as its progress lines come.
+    fn collect(&mut self, number: u64, control: &mut dyn Control) -> Result<UnitResult, String> {
+        let process = self.process.as_mut().ok_or("the engine process is gone")?;
         let mut stop_sent = false;
         // told to pause, not holding yet
         let mut awaiting_hold = false;
@@ -451,13 +508,14 @@ impl CompiledEngine {
                     last = committed;
                     // told to pause, it walks on to its next check, where it holds
                     if !stop_sent && !awaiting_hold {
-                        (stop_sent, awaiting_hold) = steer(process, control, committed, false)?;
+                        (stop_sent, awaiting_hold) =
+                            steer(process, number, control, committed, false)?;
                     }
                 }
                 "held" => {
                     // holding still now: the caller's poll waits out the pause
                     if awaiting_hold && !stop_sent {
-                        (stop_sent, awaiting_hold) = steer(process, control, last, true)?;
+                        (stop_sent, awaiting_hold) = steer(process, number, control, last, true)?;
                     }
                 }
                 "error" => return Err(format!("the engine rejected the unit: {rest}")),
@@ -521,6 +579,7 @@ impl CompiledEngine {
 /// queue), and its walking would be counted as time paused.
 fn steer(
     process: &mut Process,
+    number: u64,
     control: &mut dyn Control,
     committed: u64,
     held: bool,
@@ -531,7 +590,7 @@ fn steer(
     }
     loop {
         if control.poll(committed) {
-            process.send("stop")?;
+            process.send(&format!("stop {number}"))?;
             return Ok((true, false));
         }
         if !control.paused() {
@@ -564,15 +623,126 @@ impl Engine for CompiledEngine {
         options: RunOptions,
         control: &mut dyn Control,
     ) -> Result<UnitResult, EngineError> {
-        let mut path = unit.prefix.clone();
-        path.extend_from_slice(&unit.cursor);
-        options.check()?;
-        Walker::new(&self.plan).check_path(&path)?;
-        let outcome = self.exchange(unit, options, control);
+        let number = match self.send(unit, options) {
+            Ok(number) => number,
+            Err(Ok(e)) => return Err(e),
+            Err(Err(e)) => {
+                self.process = None;
+                return Err(EngineError::Failed(e));
+            }
+        };
+        let outcome = self.collect(number, control);
         if outcome.is_err() {
             // never reuse a process after a protocol error or a crash
             self.process = None;
         }
         outcome.map_err(EngineError::Failed)
+    }
+
+    /// Walks the feed's units one after another; while they are short (under
+    /// [`SHORT_UNIT`]) up to [`MAX_AHEAD`] more are sent ahead, and the process starts
+    /// each the moment it writes the result before, so it does not wait for the worker
+    /// between units. A unit of a few thousand nodes walks in ~15 µs, and a request and
+    /// its answer crossing two processes and their reader threads took ~50-75 µs on a
+    /// 2-vCPU virtual machine: a 6x6 board split at depth 8 walked at 27 M nodes/s one
+    /// unit at a time (`docs/benchmarks.md`, session 30). Long units go one at a time, so
+    /// none waits in a process behind another's hours while a thread is free.
+    fn run_feed<'a>(&mut self, first: Work<'a>, feed: &mut dyn Feed<'a>) {
+        // taken from the feed and not sent yet (first, or sent to a process that failed)
+        let mut waiting: VecDeque<Work<'a>> = VecDeque::from([first]);
+        let mut sent: VecDeque<(Work<'a>, u64)> = VecDeque::new();
+        let mut since = Instant::now();
+        // units sent and not answered, at most: one until a unit is seen to be short
+        let mut ahead = 1;
+        loop {
+            while sent.len() < ahead {
+                let Some(work) = waiting.pop_front().or_else(|| feed.next()) else {
+                    break;
+                };
+                match self.send(&work.unit, work.options) {
+                    Ok(number) => {
+                        if sent.is_empty() {
+                            since = Instant::now();
+                        }
+                        sent.push_back((work, number));
+                    }
+                    Err(Ok(e)) => feed.done(work, Err(e), 0.0),
+                    Err(Err(e)) => {
+                        // no process to take it: units sent before are lost with it
+                        self.process = None;
+                        waiting.extend(sent.drain(..).map(|(w, _)| w));
+                        feed.done(work, Err(EngineError::Failed(e)), 0.0);
+                    }
+                }
+            }
+            let Some((mut work, number)) = sent.pop_front() else {
+                break;
+            };
+            let outcome = self.collect(number, work.control.as_mut());
+            if outcome.is_err() {
+                // never reuse a process after a protocol error or a crash; the units sent
+                // behind this one go to a new process
+                self.process = None;
+                waiting.extend(sent.drain(..).map(|(w, _)| w));
+            }
+            // the process started the next unit as it wrote this one's result
+            let took = since.elapsed();
+            since = Instant::now();
+            ahead = if took < SHORT_UNIT { MAX_AHEAD } else { 1 };
+            let seconds = took.saturating_sub(work.control.held());
+            feed.done(
+                work,
+                outcome.map_err(EngineError::Failed),
+                seconds.as_secs_f64(),
+            );
+        }
+    }
+
+    /// One walking and, when units are short, more waiting in the process
+    /// ([`Engine::run_feed`]): a caller with a queue lends it one of them.
+    fn units_in_hand(&self) -> usize {
+        2
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// What the worker writes into `run` lines, the engine's lines give back.
+        #[test]
+        fn placement_lists_read_back_as_written(
+            list in prop::collection::vec((0usize..1024, 0usize..1024, 0u8..4), 0..300)
+        ) {
+            let list: Vec<Placement> =
+                list.into_iter().map(|(c, p, r)| Placement::new(c, p, r)).collect();
+            prop_assert_eq!(parse_list(&fmt_list(&list)).unwrap(), list);
+        }
+    }
+
+    #[test]
+    fn malformed_placement_lists_are_refused() {
+        for bad in [
+            "",
+            "1.2",
+            "1.2.4",
+            "1.2.3,",
+            ",1.2.3",
+            "1..2.3",
+            "1.2.3.4",
+            "a.2.3",
+            "1.2.3,-",
+            "1234567890.1.1",
+            " 1.2.3",
+        ] {
+            assert!(parse_list(bad).is_err(), "{bad:?} was read");
+        }
+        assert_eq!(parse_list("-").unwrap(), Vec::new());
+        assert_eq!(
+            parse_list("0.17.3,255.0.0").unwrap(),
+            vec![Placement::new(0, 17, 3), Placement::new(255, 0, 0)]
+        );
     }
 }

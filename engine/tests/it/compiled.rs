@@ -9,11 +9,11 @@ use std::time::Duration;
 
 use e2fleet_engine::compiled::cache::Cache;
 use e2fleet_engine::compiled::{BuildOptions, CodegenOptions, CompileError, CompiledProgram};
-use e2fleet_engine::engine::{Engine, EngineError, ReferenceEngine};
+use e2fleet_engine::engine::{Engine, EngineError, Feed, ReferenceEngine, Work};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{Control, NoControl, Walker};
 use e2fleet_engine::testing::{Rng, order_of_kind, random_puzzle};
-use e2fleet_engine::unit::StopReason;
+use e2fleet_engine::unit::{StopReason, UnitResult};
 use e2fleet_engine::{FillOrder, OrderSpec, Puzzle, Unit};
 
 use crate::{agree_down_a_chain, load, opts, random_round};
@@ -1144,5 +1144,179 @@ fn a_zero_budget_is_refused_by_both_engines() {
             .run(&Unit::root(), opts(Some(0)), &mut NoControl)
             .unwrap_err();
         assert!(err.to_string().contains("at least 1"), "{err}");
+    }
+}
+
+/// A feed of units, each with its budget and the poll at which its control asks for a
+/// stop (none: never); keeps every answer by tag.
+struct Queue {
+    todo: Vec<(Unit, Option<u64>, Option<u32>)>,
+    next: usize,
+    answers: Vec<Vec<Result<UnitResult, EngineError>>>,
+}
+
+impl Queue {
+    fn new(todo: Vec<(Unit, Option<u64>, Option<u32>)>) -> Queue {
+        let n = todo.len();
+        Queue {
+            todo,
+            next: 0,
+            answers: (0..n).map(|_| Vec::new()).collect(),
+        }
+    }
+}
+
+impl<'a> Feed<'a> for Queue {
+    fn next(&mut self) -> Option<Work<'a>> {
+        let (unit, budget, stop_at) = self.todo.get(self.next)?.clone();
+        self.next += 1;
+        let mut polls = 0;
+        Some(Work {
+            tag: self.next - 1,
+            unit,
+            options: opts(budget),
+            control: Box::new(move |_: u64| {
+                polls += 1;
+                stop_at.is_some_and(|at| polls >= at)
+            }),
+        })
+    }
+    fn done(&mut self, work: Work<'a>, result: Result<UnitResult, EngineError>, _: f64) {
+        self.answers[work.tag].push(result);
+    }
+}
+
+/// Units of a few hundred to a few hundred thousand nodes through `run_feed`, which sends
+/// short ones ahead of their turn: each is the reference walker's to the digit, and a stop
+/// asked for one unit stops that unit only (a `stop` names its unit), exactly as a budget
+/// stop at the same count.
+#[test]
+fn units_sent_ahead_walk_exactly_and_a_stop_stops_only_its_own() {
+    let plan = plan_of("brendan/set1/pieces_06x06.txt");
+    let (mut reference, mut compiled) = engines(&plan, 6, "ahead");
+    let mut prefixes = Vec::new();
+    Walker::new(&plan)
+        .enumerate_first(&[], 6, 400, &mut |p| prefixes.push(p.to_vec()))
+        .unwrap();
+    let mut rng = Rng::new(30);
+    let todo: Vec<(Unit, Option<u64>, Option<u32>)> = prefixes
+        .into_iter()
+        .map(|p| {
+            let budget = (rng.below(3) == 0).then(|| 1 + rng.below(20_000) as u64);
+            let stop_at = (rng.below(8) == 0).then(|| 1 + rng.below(3) as u32);
+            (Unit::prefix(p), budget, stop_at)
+        })
+        .collect();
+    let mut feed = Queue::new(todo.clone());
+    let first = feed.next().unwrap();
+    compiled.run_feed(first, &mut feed);
+    let mut stopped = 0;
+    for (i, (unit, budget, stop_at)) in todo.iter().enumerate() {
+        assert_eq!(feed.answers[i].len(), 1, "unit {i}: one answer");
+        let got = feed.answers[i][0].as_ref().unwrap();
+        let want = reference.run(unit, opts(*budget), &mut NoControl).unwrap();
+        if got.stop == Some(StopReason::Requested) {
+            assert!(
+                stop_at.is_some(),
+                "unit {i} stopped though its control never asked"
+            );
+            stopped += 1;
+            let same = reference
+                .run(unit, opts(Some(got.committed)), &mut NoControl)
+                .unwrap();
+            assert_eq!(got.cursor, same.cursor, "unit {i}");
+            assert_eq!(got.nodes_by_depth, same.nodes_by_depth, "unit {i}");
+        } else {
+            assert_eq!(got, &want, "unit {i}, budget {budget:?}");
+        }
+    }
+    assert!(
+        stopped > 0,
+        "some unit reached the poll its control stops at"
+    );
+}
+
+/// The protocol's `stop <n>`: it stops unit `n` while it runs and nothing once `n` has
+/// ended, however it crosses the results in the pipes.
+#[test]
+fn a_stop_names_its_unit() {
+    use std::io::{BufRead, BufReader, Write};
+    let plan = plan_of("bench/bench-hard.json");
+    let program = CompiledProgram::build(
+        &plan,
+        &CodegenOptions {
+            poll_interval: 1000,
+            ..CodegenOptions::default()
+        },
+        &options("stop-names"),
+    )
+    .unwrap();
+    let mut child = std::process::Command::new(program.path())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut to = child.stdin.take().unwrap();
+    let mut from = BufReader::new(child.stdout.take().unwrap());
+    let mut hello = String::new();
+    from.read_line(&mut hello).unwrap();
+    assert!(hello.starts_with("e2fleet-engine 3 "), "{hello}");
+    let mut result = |to: &mut std::process::ChildStdin, send: &str| {
+        writeln!(to, "{send}").unwrap();
+        to.flush().unwrap();
+        let mut stop = String::new();
+        loop {
+            let mut line = String::new();
+            assert!(from.read_line(&mut line).unwrap() > 0, "the engine ended");
+            if line.starts_with("result ") {
+                stop = line.split(' ').nth(1).unwrap().to_string();
+            }
+            if line.starts_with("end") {
+                return stop;
+            }
+        }
+    };
+    // unit 1: walked to its budget; a stop naming it after it ended is ignored by unit 2
+    assert_eq!(result(&mut to, "run 5000 1 - -"), "budget");
+    writeln!(to, "stop 1").unwrap();
+    assert_eq!(result(&mut to, "run 5000 1 - -"), "budget");
+    // unit 3 runs with no budget until a stop that names it
+    writeln!(to, "stop 3").unwrap();
+    assert_eq!(result(&mut to, "run 0 1 - -"), "requested");
+    drop(to);
+    let _ = child.wait();
+}
+
+/// A process that dies on every unit: every unit of a feed is answered once, with an
+/// error, whether it was walking or waiting behind another in the process, and the feed
+/// ends.
+#[test]
+fn units_waiting_in_a_process_that_dies_are_answered_once() {
+    let puzzle = load("brendan/set1/pieces_04x04.txt");
+    let plan = plan(&puzzle, &OrderSpec::default());
+    let program =
+        CompiledProgram::build(&plan, &CodegenOptions::default(), &options("ahead-crash")).unwrap();
+    let greeting = format!(
+        "e2fleet-engine {} {} {}",
+        e2fleet_engine::compiled::codegen::PROTOCOL_VERSION,
+        program.key(),
+        plan.len()
+    );
+    replace_sealed(
+        &program,
+        &format!("#!/bin/sh\necho '{greeting}'\nread line\nkill -SEGV $$\n"),
+    );
+    let mut engine = program.engine(plan.clone());
+    let todo: Vec<(Unit, Option<u64>, Option<u32>)> =
+        (0..5).map(|_| (Unit::root(), Some(100), None)).collect();
+    let mut feed = Queue::new(todo);
+    let first = feed.next().unwrap();
+    engine.run_feed(first, &mut feed);
+    for (i, answers) in feed.answers.iter().enumerate() {
+        assert_eq!(answers.len(), 1, "unit {i}");
+        assert!(
+            matches!(answers[0], Err(EngineError::Failed(_))),
+            "unit {i}"
+        );
     }
 }

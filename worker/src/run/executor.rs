@@ -52,8 +52,9 @@ struct Shared {
     cpu_percent: AtomicU32,
     /// (nodes, engine nanoseconds) of finished runs, for the per-core rate.
     totals: Mutex<(u64, u128)>,
-    /// The most units an engine of this executor has walked at once (the lane engine 2).
-    at_once: AtomicUsize,
+    /// The most units an engine of this executor has held at once (the lane engine 2,
+    /// walking; the compiled engine 2, one walking and one waiting in its process).
+    in_hand: AtomicUsize,
 }
 
 /// How long an engine walks between two rests under `--cpu-percent`.
@@ -145,7 +146,7 @@ impl Executor {
     pub fn start(threads: usize, results: UnboundedSender<Outcome>) -> Executor {
         let shared = Arc::new(Shared {
             cpu_percent: AtomicU32::new(100),
-            at_once: AtomicUsize::new(1),
+            in_hand: AtomicUsize::new(1),
             ..Shared::default()
         });
         let handles = (0..threads.max(1))
@@ -284,10 +285,10 @@ impl Executor {
     }
 
     /// Units to hold (running and queued) so no engine waits on a round trip for its
-    /// next: each thread's engine full (one unit, or the lane engine's two) and one more
-    /// queued per thread.
+    /// next: each thread's engine full (one unit, or two: [`Engine::units_in_hand`]) and
+    /// one more queued per thread.
     pub fn capacity(&self) -> usize {
-        self.threads() * (self.shared.at_once.load(Ordering::Relaxed) + 1)
+        self.threads() * (self.shared.in_hand.load(Ordering::Relaxed) + 1)
     }
 
     /// Lets the threads exit once the queue is empty, and waits for them.
@@ -323,13 +324,13 @@ fn engine_thread(shared: Arc<Shared>, results: UnboundedSender<Outcome>) {
         let job_id = task.lease.job_id;
         let engine = engines.entry(job_id).or_insert_with(|| task.engine.make());
         shared
-            .at_once
-            .fetch_max(engine.units_at_once(), Ordering::Relaxed);
+            .in_hand
+            .fetch_max(engine.units_in_hand(), Ordering::Relaxed);
         let mut feed = LeaseFeed {
             shared: &shared,
             results: &results,
             job_id,
-            together: engine.units_at_once() > 1,
+            together: engine.units_in_hand() > 1,
             engine_kind: engine.kind(),
             engine_build: engine.build_id(),
             walking: HashMap::new(),
