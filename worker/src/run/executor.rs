@@ -330,17 +330,17 @@ fn engine_thread(shared: Arc<Shared>, results: UnboundedSender<Outcome>) {
             shared: &shared,
             results: &results,
             job_id,
-            together: engine.units_in_hand() > 1,
+            in_hand: engine.units_in_hand(),
             engine_kind: engine.kind(),
             engine_build: engine.build_id(),
             walking: HashMap::new(),
             failed: false,
         };
         let first = feed.work(task);
-        // an engine that walks one unit at a time logs inside that unit's span
-        let span = match feed.together {
-            false => feed.walking.values().next().map(|w| w.span.clone()),
-            true => None,
+        // an engine that holds one unit at a time logs inside that unit's span
+        let span = match feed.in_hand {
+            1 => feed.walking.values().next().map(|w| w.span.clone()),
+            _ => None,
         };
         let _unit = span.map(tracing::Span::entered);
         engine.run_feed(first, &mut feed);
@@ -359,14 +359,18 @@ struct Walking {
 }
 
 /// Hands one engine thread's engine its leases: the one the thread took, and, to an
-/// engine that walks several units at once (the lane engine), further queued leases of
-/// the same job whenever it has room; every result goes back to the async loop.
+/// engine that holds several units at once (the lane engine walks two; the compiled
+/// engine has a short unit's successor waiting in its process), further queued leases of
+/// the same job, up to [`Engine::units_in_hand`] (so no more than one lease waits behind
+/// a unit that turns out long while another thread could walk it); every result goes
+/// back to the async loop.
 struct LeaseFeed<'s> {
     shared: &'s Shared,
     results: &'s UnboundedSender<Outcome>,
     job_id: JobId,
-    /// The engine walks more than one unit at once: take queued leases of its job.
-    together: bool,
+    /// The most leases the engine holds at once: more than one, take queued leases of
+    /// its job.
+    in_hand: usize,
     engine_kind: EngineKind,
     engine_build: String,
     /// Leases handed out and not done, by tag (the smallest tag not in use).
@@ -414,7 +418,10 @@ impl<'s> LeaseFeed<'s> {
 
 impl<'s> Feed<'s> for LeaseFeed<'s> {
     fn next(&mut self) -> Option<Work<'s>> {
-        if !self.together || self.failed || self.shared.stop_all.load(Ordering::SeqCst) {
+        if self.walking.len() >= self.in_hand
+            || self.failed
+            || self.shared.stop_all.load(Ordering::SeqCst)
+        {
             return None;
         }
         // the first queued lease of this job (another job's lease waits for a thread
@@ -594,15 +601,36 @@ mod tests {
     /// free), and every result is the reference walker's, to the node.
     #[test]
     fn a_lane_engine_thread_walks_two_leases_of_a_job_at_once_to_the_exact_counts() {
+        // units of every size: some end, some stop at their budget
+        let most_running = two_in_hand("lanes", (3, 5, 12), 3_000_000);
+        assert_eq!(most_running, 2, "one thread walked two leases at once");
+    }
+
+    /// One engine thread with the compiled engine, on units of a few thousand nodes,
+    /// sends the next lease of its job to its process while one walks, but holds no more
+    /// than two (the queue's others stay for any thread), and every result is the
+    /// reference walker's.
+    #[test]
+    fn a_compiled_engine_thread_holds_at_most_two_short_leases_with_exact_counts() {
+        let most_running = two_in_hand("compiled", (6, 1, 300), 20_000);
+        assert!(
+            most_running <= 2,
+            "{most_running} leases held by one engine"
+        );
+    }
+
+    /// Leases of one job, the prefixes `depth` deep (every `step`th, `count` of them),
+    /// each under `budget`, queued at once for a one-thread executor with the `kind`
+    /// engine: every result is the reference walker's, the executor holds three leases a
+    /// thread, and the most it had running at once.
+    fn two_in_hand(kind: &str, (depth, step, count): (usize, usize, usize), budget: u64) -> usize {
         let plan = plan();
         let mut units = Vec::new();
         e2fleet_engine::search::Walker::new(&plan)
-            .enumerate(&[], 3, &mut |p| units.push(Unit::prefix(p.to_vec())))
+            .enumerate(&[], depth, &mut |p| units.push(Unit::prefix(p.to_vec())))
             .unwrap();
-        // units of every size: some end, some stop at their budget
-        let units: Vec<Unit> = units.into_iter().step_by(5).take(12).collect();
-        let budget = 3_000_000;
-        let lanes = factory("lanes");
+        let units: Vec<Unit> = units.into_iter().step_by(step).take(count).collect();
+        let lanes = factory(kind);
         let job_id = JobId::random();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let executor = Executor::start(1, tx);
@@ -630,7 +658,7 @@ mod tests {
             most_running = most_running.max(executor.load().1);
             if let Ok(outcome) = rx.try_recv() {
                 let entry = done(outcome);
-                assert_eq!(entry.engine_kind, EngineKind::Lanes);
+                assert_eq!(entry.engine_kind.to_string(), kind);
                 assert_eq!(
                     entry.result, expected[&entry.lease_id],
                     "lease {}",
@@ -641,11 +669,11 @@ mod tests {
             assert!(started.elapsed() < Duration::from_secs(60), "no result");
             std::thread::sleep(Duration::from_micros(200));
         }
-        assert_eq!(most_running, 2, "one thread walked two leases at once");
-        // the worker keeps two running and one queued for the thread
+        // the worker keeps two in the engine and one queued for the thread
         assert_eq!(executor.capacity(), 3);
         assert!(executor.per_core_rate() > 0.0);
         executor.join();
+        most_running
     }
 
     /// The result of `task` walked by a fresh one-thread executor at `percent`% of its
