@@ -20,8 +20,8 @@ use serde::Serialize;
 
 use super::cache::Cache;
 use super::walk::{
-    MAX_RACE_ROUNDS, MIN_RACE_NODES, RACE_ROUNDS, median, remember_as, remembered_as, settled_at,
-    sized_sample, timed_units,
+    MAX_RACE_ROUNDS, RACE_ROUNDS, median, remember_as, remembered_as, settled_at, sized_sample,
+    timed_units,
 };
 use super::{BuildOptions, CompileError, CompiledProgram};
 use crate::engine::{Engine, EngineError, Feed, Work};
@@ -71,9 +71,7 @@ pub fn race(
     // small (most of its units end before their budget) is taken again nearer the root
     // (the root alone at last: one unit, which the lane engine walks in one lane, so a
     // tree that small stays compiled)
-    let (units, nodes) = sized_sample(plan, &mut compiled, |walked, budgets| {
-        walked >= MIN_RACE_NODES.min(budgets / 2)
-    })?;
+    let (units, nodes) = sized_sample(plan, &mut compiled)?;
     let agree = |x: &[UnitResult], y: &[UnitResult]| {
         if x == y {
             Ok(())

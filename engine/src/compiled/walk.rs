@@ -108,6 +108,8 @@ pub enum Choice {
         ratio: f64,
         /// Nodes each program walked per round (all the sampled units).
         nodes: u64,
+        /// Units of the sample ([`RACE_UNITS`], or 1: the root, for a tree too small).
+        units: usize,
         /// Rounds.
         rounds: usize,
     },
@@ -147,9 +149,11 @@ impl Built {
             Choice::Raced {
                 ratio,
                 nodes,
+                units,
                 rounds,
             } => format!(
-                "{walk} walk (raced on this machine: the walk by slots ran at {ratio:.3}x the list walk's speed, median of {rounds} rounds of {nodes} nodes in {RACE_UNITS} units)"
+                "{walk} walk (raced on this machine: the walk by slots ran at {ratio:.3}x the list walk's speed, median of {rounds} rounds of {nodes} nodes in {units} unit{})",
+                if *units == 1 { "" } else { "s" }
             ),
             Choice::Remembered { ratio } => {
                 format!("{walk} walk (an earlier race on this machine: slot/list {ratio:.3}x)")
@@ -274,7 +278,7 @@ pub fn build(
         Err(e) => return Ok(slot_failure(list, e)),
     };
     let memo = memo_path(&cache, &list.key, &slots.key);
-    let (ratios, nodes) = race(plan, &list, &slots)?;
+    let (ratios, nodes, units) = race(plan, &list, &slots)?;
     let keep = keeps_slots(&ratios);
     let ratio = median(&ratios).unwrap_or(0.0);
     remember(&cache, &memo, keep, ratio);
@@ -283,6 +287,7 @@ pub fn build(
         choice: Choice::Raced {
             ratio,
             nodes,
+            units,
             rounds: ratios.len(),
         },
     })
@@ -308,12 +313,13 @@ fn slot_failure(list: CompiledProgram, e: CompileError) -> Built {
 
 /// Runs both programs on the same sample of the puzzle's tree ([`race_sample`]),
 /// alternating; returns the per-round slot/list speed ratios and the nodes each program
-/// walks in a round. Refuses the pair if their results differ anywhere.
+/// walks in a round, and the units of the sample. Refuses the pair if their results
+/// differ anywhere.
 fn race(
     plan: &std::sync::Arc<SearchPlan>,
     list: &CompiledProgram,
     slots: &CompiledProgram,
-) -> Result<(Vec<f64>, u64), CompileError> {
+) -> Result<(Vec<f64>, u64, usize), CompileError> {
     let mut a = list.engine(plan.clone());
     let mut b = slots.engine(plan.clone());
     let agree = |x: &[UnitResult], y: &[UnitResult], nodes: u64| {
@@ -328,7 +334,7 @@ fn race(
     };
     // size the rounds on the list walk's speed; a sample whose subtrees are too small for
     // that is taken again nearer the root, down to the root itself
-    let (units, nodes) = sized_sample(plan, &mut a, |walked, _| walked >= MIN_RACE_NODES)?;
+    let (units, nodes) = sized_sample(plan, &mut a)?;
     let timed = |e: &mut super::CompiledEngine, nodes: u64| timed_units(e, &units, nodes);
     let (x, _) = timed(&mut a, nodes)?;
     let (y, _) = timed(&mut b, nodes)?;
@@ -348,19 +354,20 @@ fn race(
         agree(&x, &y, nodes)?;
         ratios.push(tl / ts);
     }
-    Ok((ratios, walked))
+    Ok((ratios, walked, units.len()))
 }
 
 /// A race's sample ([`race_sample`]) and the nodes each of its units walks in a round,
 /// sized on `engine`'s speed so a round takes about [`ROUND_TARGET`] (runs long enough
-/// that a unit's set-up and the pipe do not count). `enough(walked, budgets)` says
-/// whether a sample's subtrees are big enough (the nodes its calibration run walked, of
-/// the budgets it gave); a sample that is not is taken again nearer the root, down to the
-/// root itself.
+/// that a unit's set-up and the pipe do not count). A sample whose units walked less
+/// than half their budgets in the calibration run (and less than [`MIN_RACE_NODES`] in
+/// all) is taken again nearer the root, down to the root itself. (Until session 30 the
+/// walk race asked for [`MIN_RACE_NODES`] whatever the budgets: calibration stops at 8
+/// units of 1,000,000 nodes on any board walked at more than ~80 M nodes/s, so every
+/// fast board, the real E2 among them, was raced on the root alone.)
 pub(crate) fn sized_sample(
     plan: &SearchPlan,
     engine: &mut super::CompiledEngine,
-    enough: impl Fn(u64, u64) -> bool,
 ) -> Result<(Vec<Unit>, u64), CompileError> {
     let mut choices = default_choices(plan);
     loop {
@@ -374,7 +381,10 @@ pub(crate) fn sized_sample(
             }
             nodes *= 4;
         };
-        if enough(walked, nodes * units.len() as u64) || choices == 0 {
+        // big enough: the units walk at least half their budgets (or MIN_RACE_NODES in
+        // all), so they are not dead ends a few nodes deep
+        let budgets = nodes * units.len() as u64;
+        if walked >= MIN_RACE_NODES.min(budgets / 2) || choices == 0 {
             let scale = ROUND_TARGET.as_secs_f64() / t;
             return Ok((units, ((nodes as f64 * scale) as u64).clamp(nodes, 1 << 30)));
         }

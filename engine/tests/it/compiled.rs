@@ -610,11 +610,14 @@ fn the_auto_walk_races_once_and_remembers() {
     let Choice::Raced {
         ratio,
         nodes,
+        units,
         rounds,
     } = first.choice.clone()
     else {
         panic!("not raced: {:?}", first.choice);
     };
+    // the sample's units, not the root: bench-hard's subtrees walk their budgets
+    assert_eq!(units, walk::RACE_UNITS, "raced on the root alone");
     assert!(
         (RACE_ROUNDS..=MAX_RACE_ROUNDS).contains(&rounds),
         "{rounds} rounds"
