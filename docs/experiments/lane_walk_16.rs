@@ -24,22 +24,30 @@
 //!     # against the compiled engine (list walk) on the identical units
 //! ```
 //!
-//! Measured (Zen 4 host, session 30), K = 4 lanes against the compiled engine, counts
-//! identical to the reference walker's on every board:
-//! - the E2 pieces with the centre clue: 161-165 against 181-189 M nodes/s, **0.89-0.90x**;
-//! - the real E2 with its clues: 157-167 against 192-195, 0.82-0.86x;
-//! - bench-hard (depth 48, 152 units): 168-170 against 177, 0.95-0.96x.
+//! Measured (Zen 4 host, session 30), against the compiled engine (list walk) on the
+//! identical units, counts identical to the reference walker's on every board. With the
+//! lanes in one allocation and the tables in another (as this file is), K = 4:
+//! - the E2 pieces with the centre clue: 194.8-201.6 against 188.1-191.8 M nodes/s,
+//!   **1.02-1.07x** (K = 5: 1.02-1.03x, K = 6: 1.04-1.05x; K = 2: 0.80x, K = 3: 0.94-0.95x);
+//! - the real E2 with its clues: 192.6-196.4 against 196.1-199.5, 0.98-1.00x;
+//! - bench-hard (depth 48, 152 units): 192.6-199.7 against 174.1-178.7, 1.09-1.12x.
 //!
-//! K = 2 ran 0.78-0.79x and K = 3 0.82-0.86x on the centre clue. ~69 instructions a node
-//! (callgrind, `x86-64-v3`; the step itself ~41, the rest spills of the lanes' and tables'
-//! pointers and the loop), ~22 cycles a node: bound by instructions, not by the chain.
-//! Steps: LLVM turned `select_unpredictable` (and the same select written with masks)
-//! into a branch around the `up` load, and one lane ran 88 M nodes/s with two no faster
-//! (the mispredicts serialised them); a `cmov` in inline asm (`pick`) made two lanes 1.6x
-//! one. The key from byte offsets and the previous candidate rotated (as the product's
-//! lane engine) took ~8 instructions off. A generated version with its tables at fixed
-//! addresses (what took the low-colour prototype from 64 to 52 instructions) is what
-//! could take it past the list walk.
+//! The steps before, on the centre clue (M nodes/s, ratio to the compiled engine):
+//! - each lane its own `Box`, tables in `Vec`s: K = 4 161-165 (0.89-0.90x). Each `Box`
+//!   of a lane (~22 KB) came page-aligned from the allocator, so every lane's frame of a
+//!   depth sat at the same place in a 4 KiB page as the others' (4K aliasing again, as in
+//!   session 29's frames); in one allocation the lanes are 1,152 bytes apart in a page;
+//! - before that, LLVM had turned `select_unpredictable` (and the same select written with
+//!   masks) into a branch around the `up` load: one lane ran 88 M nodes/s and two no
+//!   faster (the mispredicts serialised them); a `cmov` in inline asm (`pick`) made two
+//!   lanes 1.6x one;
+//! - the key from byte offsets and the previous candidate rotated in place (as the
+//!   product's lane engine does): ~8 instructions fewer.
+//!
+//! ~69 instructions a node (callgrind, an `x86-64-v3` build, K = 4; the step ~41, the rest
+//! spills and the loop), ~18.5 cycles a node at K = 4-6: bound by instructions. What
+//! would take it further is fewer instructions a step (the lanes' state in registers, a
+//! generated step with its tables at fixed addresses).
 use std::arch::x86_64::*;
 use std::sync::Arc;
 use std::time::Instant;
@@ -96,10 +104,10 @@ struct Tables {
     depths: usize,
     pos: [u32; D],
     steps: [Step; D],
-    keyb: Vec<u16>,
-    buckets: Vec<Bucket>,
-    cands: Vec<u64>,
-    oh: Vec<[__m128i; 2]>,
+    keyb: [u16; 65536],
+    buckets: [Bucket; 2048],
+    cands: [u64; 8192],
+    oh: [[__m128i; 2]; 256],
     free0: [__m128i; 2],
     board0: Vec<u32>,
 }
@@ -108,7 +116,7 @@ fn mm(bytes: [u8; 16]) -> __m128i {
     unsafe { std::mem::transmute(bytes) }
 }
 
-fn build(plan: &SearchPlan) -> Tables {
+fn build(plan: &SearchPlan) -> Box<Tables> {
     assert!(plan.pieces <= 256 && plan.colours <= 32 && plan.len() + 2 < STOP as usize);
     assert!(plan.depths.iter().all(|d| d.extra.is_empty()), "extra sides");
     let c = plan.colours;
@@ -249,19 +257,19 @@ fn build(plan: &SearchPlan) -> Tables {
     board0.resize(plan.cells + 1, 0);
     board0[plan.cells] = 0;
     // empty cells read as 0 too (a key never reads one)
-    assert!(keyb.len() < 65536);
-    Tables {
-        hot,
-        depths: plan.len(),
-        pos,
-        steps,
-        keyb,
-        buckets,
-        cands,
-        oh,
-        free0: [mm(f[..16].try_into().unwrap()), mm(f[16..].try_into().unwrap())],
-        board0,
-    }
+    assert!(keyb.len() <= 65536 && buckets.len() <= 2048 && cands.len() <= 8192);
+    let mut t: Box<Tables> = unsafe { Box::new_zeroed().assume_init() };
+    t.hot = hot;
+    t.depths = plan.len();
+    t.pos = pos;
+    t.steps = steps;
+    t.keyb[..keyb.len()].copy_from_slice(&keyb);
+    t.buckets[..buckets.len()].copy_from_slice(&buckets);
+    t.cands[..cands.len()].copy_from_slice(&cands);
+    t.oh.copy_from_slice(&oh);
+    t.free0 = [mm(f[..16].try_into().unwrap()), mm(f[16..].try_into().unwrap())];
+    unsafe { std::ptr::write(&mut t.board0, board0) };
+    t
 }
 
 #[repr(C, align(64))]
@@ -361,13 +369,6 @@ fn step(t: &Tables, l: &mut Lane) {
     }
 }
 
-fn new_lane(t: &Tables) -> Box<Lane> {
-    let mut l: Box<Lane> = unsafe { Box::new_zeroed().assume_init() };
-    l.board[..t.board0.len()].copy_from_slice(&t.board0);
-    l.d = STOP;
-    l
-}
-
 /// Sets `l` on `prefix` with `budget`.
 fn start(t: &Tables, l: &mut Lane, prefix: &[Placement], budget: u64) {
     l.board[..t.board0.len()].copy_from_slice(&t.board0);
@@ -405,13 +406,19 @@ fn walk_all(t: &Tables, units: &[Vec<Placement>], budget: u64) -> Vec<u64> {
         2 => walk_k::<2>(t, units, budget),
         3 => walk_k::<3>(t, units, budget),
         4 => walk_k::<4>(t, units, budget),
+        5 => walk_k::<5>(t, units, budget),
+        6 => walk_k::<6>(t, units, budget),
         _ => panic!("K"),
     }
 }
 
 fn walk_k<const K: usize>(t: &Tables, units: &[Vec<Placement>], budget: u64) -> Vec<u64> {
     let mut total = vec![0u64; t.depths];
-    let mut lanes: Vec<Box<Lane>> = (0..K).map(|_| new_lane(t)).collect();
+    let mut lanes: Box<[Lane; K]> = unsafe { Box::new_zeroed().assume_init() };
+    for l in lanes.iter_mut() {
+        l.board[..t.board0.len()].copy_from_slice(&t.board0);
+        l.d = STOP;
+    }
     let mut next = 0;
     let mut live = [false; K];
     loop {
@@ -428,7 +435,7 @@ fn walk_k<const K: usize>(t: &Tables, units: &[Vec<Placement>], budget: u64) -> 
         if live.iter().all(|&l| l) {
             let n = lanes.iter().map(|l| l.left).min().unwrap();
             let mut k = 0;
-            let ls: &mut [Box<Lane>; K] = (&mut lanes[..]).try_into().unwrap();
+            let ls: &mut [Lane; K] = &mut lanes;
             while k < n {
                 for l in ls.iter_mut() {
                     step(t, l);
