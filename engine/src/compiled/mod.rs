@@ -53,10 +53,10 @@ const MAX_LINE: u64 = 1 << 20;
 /// [`MAX_AHEAD`] units in the process, so the round trip between units (~50-75 µs on a
 /// busy virtual machine) overlaps walks. Longer units go one at a time: the round trip
 /// is then at most a few percent of a unit, and no unit waits behind a long one.
-const SHORT_UNIT: Duration = Duration::from_millis(2);
+pub const SHORT_UNIT: Duration = Duration::from_millis(2);
 
 /// Most units sent to a process and not answered (short units; [`SHORT_UNIT`]).
-const MAX_AHEAD: usize = 8;
+pub const MAX_AHEAD: usize = 8;
 
 /// Why a compiled engine could not be built or started.
 #[derive(Debug, Clone, Error)]
