@@ -936,14 +936,14 @@ fn rustc_missing_or_failing_is_a_clear_error() {
     assert!(matches!(err, CompileError::Timeout(_)), "{err}");
 }
 
-#[test]
-fn a_crashing_engine_process_is_an_error_not_a_hang() {
+/// A 4x4 board's program in the cache `cache`, replaced by one that greets correctly and
+/// then dies on the first unit it is sent (sealed as the cache would seal a build of its
+/// own, so it is started).
+fn crashing_program(cache: &str) -> (Arc<SearchPlan>, CompiledProgram) {
     let puzzle = load("brendan/set1/pieces_04x04.txt");
     let plan = plan(&puzzle, &OrderSpec::default());
     let program =
-        CompiledProgram::build(&plan, &CodegenOptions::default(), &options("crash")).unwrap();
-    // replace the binary with one that greets correctly, then dies on the first unit
-    // (sealed as the cache would seal a build of its own, so it is started)
+        CompiledProgram::build(&plan, &CodegenOptions::default(), &options(cache)).unwrap();
     let greeting = format!(
         "e2fleet-engine {} {} {}",
         e2fleet_engine::compiled::codegen::PROTOCOL_VERSION,
@@ -954,6 +954,12 @@ fn a_crashing_engine_process_is_an_error_not_a_hang() {
         &program,
         &format!("#!/bin/sh\necho '{greeting}'\nread line\nkill -SEGV $$\n"),
     );
+    (plan, program)
+}
+
+#[test]
+fn a_crashing_engine_process_is_an_error_not_a_hang() {
+    let (plan, program) = crashing_program("crash");
     let mut engine = program.engine(plan.clone());
     let err = engine
         .run(&Unit::root(), opts(None), &mut NoControl)
@@ -1295,20 +1301,7 @@ fn a_stop_names_its_unit() {
 /// ends.
 #[test]
 fn units_waiting_in_a_process_that_dies_are_answered_once() {
-    let puzzle = load("brendan/set1/pieces_04x04.txt");
-    let plan = plan(&puzzle, &OrderSpec::default());
-    let program =
-        CompiledProgram::build(&plan, &CodegenOptions::default(), &options("ahead-crash")).unwrap();
-    let greeting = format!(
-        "e2fleet-engine {} {} {}",
-        e2fleet_engine::compiled::codegen::PROTOCOL_VERSION,
-        program.key(),
-        plan.len()
-    );
-    replace_sealed(
-        &program,
-        &format!("#!/bin/sh\necho '{greeting}'\nread line\nkill -SEGV $$\n"),
-    );
+    let (plan, program) = crashing_program("ahead-crash");
     let mut engine = program.engine(plan.clone());
     let todo: Vec<(Unit, Option<u64>, Option<u32>)> =
         (0..5).map(|_| (Unit::root(), Some(100), None)).collect();
