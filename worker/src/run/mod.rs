@@ -55,6 +55,10 @@ use signals::PAUSED;
 /// and leaves them in the journal (well inside systemd's and Kubernetes' stop timeouts).
 const STOP_DELIVERY_GRACE: Duration = Duration::from_secs(20);
 
+/// Results sent to the coordinator at once. One at a time, a worker on a split's short
+/// units reported ~600 a second (a round trip each, coordinator and worker on 2 cores).
+const REPORTS_IN_FLIGHT: usize = 8;
+
 /// Flags of `run`.
 #[derive(Args, Debug)]
 pub struct RunArgs {
@@ -397,13 +401,26 @@ async fn run_async(args: RunArgs) -> Result<()> {
             collect(outcome, &journal, &mut outbox, args.fault_misreport)?;
         }
         if link.up() && !outbox.is_empty() {
+            // up to REPORTS_IN_FLIGHT reports at once: each is a round trip to the
+            // coordinator (which batches their writes), and a worker on a split's short
+            // units finishes hundreds a second
             let mut keep = Vec::new();
-            for entry in outbox.drain(..) {
-                if !link.up() {
-                    keep.push(entry);
-                    continue;
+            let mut sending = tokio::task::JoinSet::new();
+            let mut entries = outbox.drain(..);
+            loop {
+                while sending.len() < REPORTS_IN_FLIGHT && link.up() {
+                    let Some(entry) = entries.next() else { break };
+                    let mut api = link.api.clone();
+                    sending.spawn(async move {
+                        let answer = api.report(&entry.report()).await;
+                        (entry, answer)
+                    });
                 }
-                match link.api.report(&entry.report()).await {
+                let Some(done) = sending.join_next().await else {
+                    break;
+                };
+                let (entry, answer) = done.context("a report task failed")?;
+                match answer {
                     Ok(outcome) => {
                         link.ok();
                         info!(lease_id = %entry.lease_id, unit_id = %entry.unit_id, committed = entry.result.committed, status = %outcome.status, "result reported");
@@ -425,6 +442,8 @@ async fn run_async(args: RunArgs) -> Result<()> {
                     }
                 }
             }
+            // the link went down before these were sent
+            keep.extend(entries);
             outbox = keep;
         }
 
