@@ -406,6 +406,7 @@ async fn run_async(args: RunArgs) -> Result<()> {
             // units finishes hundreds a second
             let mut keep = Vec::new();
             let mut sending = tokio::task::JoinSet::new();
+            let mut registered_again = false;
             let mut entries = outbox.drain(..);
             loop {
                 while sending.len() < REPORTS_IN_FLIGHT && link.up() {
@@ -429,7 +430,11 @@ async fn run_async(args: RunArgs) -> Result<()> {
                     }
                     Err(s) if s.code() == Code::Unauthenticated => {
                         link.fail("report", &s);
-                        let _ = link.register().await;
+                        // once for the reports in flight: they all carried the old token
+                        if !registered_again {
+                            registered_again = true;
+                            let _ = link.register().await;
+                        }
                         keep.push(entry);
                     }
                     Err(s) if is_transient(&s) => {
