@@ -73,14 +73,7 @@ pub fn race(
     // tree that small stays compiled)
     let (units, nodes) = sized_sample(plan, &mut compiled)?;
     let agree = |x: &[UnitResult], y: &[UnitResult]| {
-        if x == y {
-            Ok(())
-        } else {
-            Err(CompileError::Disagreement(format!(
-                "the lane and compiled engines disagree on {} units of {nodes} nodes: one is wrong",
-                x.len()
-            )))
-        }
+        super::walk::agree("the lane and compiled engines", x, y, nodes)
     };
     let mut ratios = Vec::with_capacity(MAX_RACE_ROUNDS);
     while ratios.len() < RACE_ROUNDS

@@ -323,14 +323,7 @@ fn race(
     let mut a = list.engine(plan.clone());
     let mut b = slots.engine(plan.clone());
     let agree = |x: &[UnitResult], y: &[UnitResult], nodes: u64| {
-        if x == y {
-            Ok(())
-        } else {
-            Err(CompileError::Disagreement(format!(
-                "the list and slot walks disagree on {} units of {nodes} nodes: one build is wrong",
-                x.len()
-            )))
-        }
+        agree("the list and slot walks", x, y, nodes)
     };
     // size the rounds on the list walk's speed; a sample whose subtrees are too small for
     // that is taken again nearer the root, down to the root itself
@@ -389,6 +382,25 @@ pub(crate) fn sized_sample(
             return Ok((units, ((nodes as f64 * scale) as u64).clamp(nodes, 1 << 30)));
         }
         choices /= 2;
+    }
+}
+
+/// `Ok` when two engines (`who`, as a sentence names them) returned the same results on a
+/// race's units of `nodes` nodes; else the disagreement: one of them is wrong, and a race
+/// never keeps either.
+pub(crate) fn agree(
+    who: &str,
+    x: &[UnitResult],
+    y: &[UnitResult],
+    nodes: u64,
+) -> Result<(), CompileError> {
+    if x == y {
+        Ok(())
+    } else {
+        Err(CompileError::Disagreement(format!(
+            "{who} disagree on {} units of {nodes} nodes: one of them is wrong",
+            x.len()
+        )))
     }
 }
 

@@ -240,21 +240,32 @@ fn bench_walks_the_units_of_a_split_to_the_exact_count() {
     assert_eq!(report["engine"], "reference");
 }
 
-/// `bench ARGS --seconds 0.1 --runs 1 --json` with no rustc to be found; its report.
-fn bench_without_rustc(args: &[&str]) -> serde_json::Value {
-    let out = std::process::Command::new(worker_bin())
+/// `bench ARGS --seconds 0.1 --runs 1` with `rustc` as the compiler to use.
+fn bench_run(args: &[&str], rustc: &str) -> std::process::Output {
+    std::process::Command::new(worker_bin())
         .arg("bench")
         .args(args)
-        .args(["--seconds", "0.1", "--runs", "1", "--json"])
-        .env("RUSTC", "/nonexistent/rustc")
+        .args(["--seconds", "0.1", "--runs", "1"])
+        .env("RUSTC", rustc)
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// The report of `bench ARGS --seconds 0.1 --runs 1 --json`, which must succeed.
+fn bench_report(args: &[&str], rustc: &str) -> serde_json::Value {
+    let args: Vec<&str> = args.iter().copied().chain(["--json"]).collect();
+    let out = bench_run(&args, rustc);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap()
+}
+
+/// [`bench_report`] with no rustc to be found.
+fn bench_without_rustc(args: &[&str]) -> serde_json::Value {
+    bench_report(args, "/nonexistent/rustc")
 }
 
 /// `--engine auto` races the lane engine against the compiled engine for a split's units
@@ -264,31 +275,11 @@ fn bench_without_rustc(args: &[&str]) -> serde_json::Value {
 #[test]
 fn auto_races_the_lane_engine_for_a_split_and_walks_a_lone_unit_compiled() {
     let cache = crate::harness::shared_cache();
+    let cache = cache.to_str().unwrap();
+    let board = ["--board", "brendan-set1-05x05"];
     let bench = |split: &str, rustc: &str| -> serde_json::Value {
-        let out = std::process::Command::new(worker_bin())
-            .args([
-                "bench",
-                "--board",
-                "brendan-set1-05x05",
-                "--seconds",
-                "0.1",
-                "--runs",
-                "1",
-                "--split-depth",
-                split,
-                "--json",
-                "--cache-dir",
-            ])
-            .arg(&cache)
-            .env("RUSTC", rustc)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_str(String::from_utf8_lossy(&out.stdout).lines().last().unwrap()).unwrap()
+        let split = ["--split-depth", split, "--cache-dir", cache];
+        bench_report(&[&board[..], &split[..]].concat(), rustc)
     };
     // a split's units: the engine the race kept (the lane and compiled engines agreed on
     // every unit of it, or there would be no report)
@@ -307,24 +298,15 @@ fn auto_races_the_lane_engine_for_a_split_and_walks_a_lone_unit_compiled() {
     // the race is a cross-check too: a compiled build that miscounts (a unit that ends
     // counts one node too many at depth 6) is caught by the lane engine and never used
     let faulty = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(worker_bin())
-        .args([
-            "bench",
-            "--board",
-            "brendan-set1-05x05",
-            "--seconds",
-            "0.1",
-            "--runs",
-            "1",
-            "--split-depth",
-            "3",
-            "--fault-depth",
-            "6",
-            "--cache-dir",
-        ])
-        .arg(faulty.path())
-        .output()
-        .unwrap();
+    let fault = [
+        "--split-depth",
+        "3",
+        "--fault-depth",
+        "6",
+        "--cache-dir",
+        faulty.path().to_str().unwrap(),
+    ];
+    let out = bench_run(&[&board[..], &fault[..]].concat(), "rustc");
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
