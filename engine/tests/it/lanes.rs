@@ -1,15 +1,16 @@
-//! The lane engine against the reference engine, to the digit: low-colour boards under
-//! budgets and down continuation chains, random puzzles in every fill-order kind, whole
-//! small trees, units walked two at a time through a feed, requested stops, and the
-//! boards it refuses.
+//! The lane engine against the reference engine, to the digit, in both its forms (the
+//! narrow one, two lanes, and the wide one, four lanes): low-colour boards under budgets
+//! and down continuation chains, random puzzles in every fill-order kind, whole small
+//! trees, units walked several at a time through a feed, requested stops, the hard 16x16
+//! boards (wide), and the boards it refuses.
 
 use std::sync::Arc;
 
 use e2fleet_engine::engine::{Engine, EngineError, Feed, ReferenceEngine, Work};
-use e2fleet_engine::lanes::{LaneEngine, NotEligible};
+use e2fleet_engine::lanes::{LaneEngine, LaneTables, NotEligible};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{NoControl, Walker};
-use e2fleet_engine::testing::Rng;
+use e2fleet_engine::testing::{Rng, random_puzzle};
 use e2fleet_engine::unit::{StopReason, UnitResult};
 use e2fleet_engine::{FillOrder, OrderSpec, Puzzle, Unit};
 
@@ -20,10 +21,34 @@ fn plan(puzzle: &Puzzle, spec: &OrderSpec) -> Arc<SearchPlan> {
     Arc::new(SearchPlan::new(puzzle, &order))
 }
 
-fn engines(plan: &Arc<SearchPlan>) -> (ReferenceEngine, LaneEngine) {
+/// The lane engine's two forms of tables.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Form {
+    /// What [`LaneTables::new`] takes on boards of at most 128 pieces.
+    Narrow,
+    /// [`LaneTables::wide`], whatever the board.
+    Wide,
+}
+
+const FORMS: [Form; 2] = [Form::Narrow, Form::Wide];
+
+fn lanes_in(plan: &Arc<SearchPlan>, form: Form) -> Result<LaneEngine, NotEligible> {
+    let tables = match form {
+        Form::Narrow => LaneTables::new(plan)?,
+        Form::Wide => LaneTables::wide(plan)?,
+    };
+    let name = if form == Form::Wide { "wide" } else { "narrow" };
+    if plan.pieces <= 128 || form == Form::Wide {
+        assert_eq!(tables.form(), name, "{form:?}");
+    }
+    assert_eq!(tables.lanes(), if tables.form() == "wide" { 4 } else { 2 });
+    Ok(LaneEngine::with_tables(plan.clone(), Arc::new(tables)))
+}
+
+fn engines(plan: &Arc<SearchPlan>, form: Form) -> (ReferenceEngine, LaneEngine) {
     (
         ReferenceEngine::new(plan.clone()),
-        LaneEngine::new(plan.clone()).expect("a lane board"),
+        lanes_in(plan, form).expect("a lane board"),
     )
 }
 
@@ -70,8 +95,15 @@ impl<'a> Feed<'a> for Units {
 }
 
 /// The first `count` prefixes `depth` deep, each under a budget drawn from `rng` (or
-/// none), walked two at a time through a feed: every result is the reference's.
-fn pairs_agree(plan: &Arc<SearchPlan>, depth: usize, count: usize, rng: &mut Rng, what: &str) {
+/// none, on a board whose subtrees end), walked several at a time through a feed: every
+/// result is the reference's.
+fn pairs_agree(
+    (plan, form): (&Arc<SearchPlan>, Form),
+    depth: usize,
+    count: usize,
+    rng: &mut Rng,
+    what: &str,
+) {
     let mut prefixes = Vec::new();
     Walker::new(plan)
         .enumerate_first(&[], depth, count, &mut |p| prefixes.push(p.to_vec()))
@@ -79,18 +111,19 @@ fn pairs_agree(plan: &Arc<SearchPlan>, depth: usize, count: usize, rng: &mut Rng
     let todo: Vec<(Unit, Option<u64>)> = prefixes
         .into_iter()
         .map(|p| {
-            let budget = (rng.below(4) > 0).then(|| 1 + rng.below(300_000) as u64);
+            let budget = (rng.below(4) > 0 || plan.pieces > 128)
+                .then(|| 1 + rng.below(300_000) as u64);
             (Unit::prefix(p), budget)
         })
         .collect();
-    let (mut reference, mut lanes) = engines(plan);
+    let (mut reference, mut lanes) = engines(plan, form);
     let mut feed = Units::new(todo.clone());
     let first = feed.take().expect("a unit");
     lanes.run_feed(first, &mut feed);
     for (i, (unit, budget)) in todo.iter().enumerate() {
         let r = reference.run(unit, opts(*budget), &mut NoControl).unwrap();
         let l = feed.results[i].as_ref().expect("every unit walked");
-        assert_eq!(l, &r, "{what}: unit {i} budget {budget:?}");
+        assert_eq!(l, &r, "{what} {form:?}: unit {i} budget {budget:?}");
     }
 }
 
@@ -106,13 +139,20 @@ fn low_colour_boards_agree_under_budgets() {
         "brendan/set2/pieces_10x10.txt",
     ] {
         let plan = plan(&load(rel), &OrderSpec::default());
-        let (mut reference, mut lanes) = engines(&plan);
-        let budgets = [1, 7, 1000, 123_457, 2_000_000, 1 << 20, 3_000_001];
-        agree_down_a_chain(
-            (&mut reference, &mut lanes as &mut dyn Engine),
-            budgets,
-            rel,
-        );
+        for form in FORMS {
+            let (mut reference, mut lanes) = match lanes_in(&plan, form) {
+                Ok(l) => (ReferenceEngine::new(plan.clone()), l),
+                // low colours: buckets past the wide form's 16 candidates
+                Err(NotEligible::LongBucket(_)) if form == Form::Wide => continue,
+                Err(e) => panic!("{rel} {form:?}: {e}"),
+            };
+            let budgets = [1, 7, 1000, 123_457, 2_000_000, 1 << 20, 3_000_001];
+            agree_down_a_chain(
+                (&mut reference, &mut lanes as &mut dyn Engine),
+                budgets,
+                &format!("{rel} {form:?}"),
+            );
+        }
     }
 }
 
@@ -121,128 +161,215 @@ fn low_colour_boards_agree_under_budgets() {
 #[test]
 fn whole_trees_agree_walked_in_pairs() {
     let mut rng = Rng::new(7);
+    let mut wide = 0;
     for rel in [
         "brendan/set2/pieces_05x05.txt",
         "brendan/set1/pieces_06x06.txt",
     ] {
         let plan = plan(&load(rel), &OrderSpec::default());
+        let depth = 3;
         let mut prefixes = Vec::new();
         Walker::new(&plan)
-            .enumerate(&[], 3, &mut |p| prefixes.push(p.to_vec()))
+            .enumerate(&[], depth, &mut |p| prefixes.push(p.to_vec()))
             .unwrap();
         let todo: Vec<(Unit, Option<u64>)> = prefixes
             .into_iter()
             .map(|p| (Unit::prefix(p), None))
             .collect();
-        let (mut reference, mut lanes) = engines(&plan);
-        let mut feed = Units::new(todo.clone());
-        let first = feed.take().expect("a unit");
-        lanes.run_feed(first, &mut feed);
-        let mut total = UnitResult::default();
-        for (i, (unit, _)) in todo.iter().enumerate() {
-            let r = reference.run(unit, opts(None), &mut NoControl).unwrap();
-            let l = feed.results[i].as_ref().expect("every unit walked");
-            assert_eq!(l, &r, "{rel}: unit {i}");
-            total.absorb(l, 1000);
-        }
+        let mut reference = ReferenceEngine::new(plan.clone());
         let whole = reference
             .run(&Unit::root(), opts(None), &mut NoControl)
             .unwrap();
-        let below: u64 = whole.nodes_by_depth[3..].iter().sum();
-        assert_eq!(
-            total.committed, below,
-            "{rel}: the units add up to the tree"
-        );
-        assert_eq!(total.solutions_count, whole.solutions_count, "{rel}");
-        pairs_agree(&plan, 4, 60, &mut rng, rel);
+        let mut walked: Vec<Vec<UnitResult>> = Vec::new();
+        for form in FORMS {
+            let mut lanes = match lanes_in(&plan, form) {
+                Ok(l) => l,
+                Err(NotEligible::LongBucket(_)) if form == Form::Wide => continue,
+                Err(e) => panic!("{rel} {form:?}: {e}"),
+            };
+            wide += usize::from(form == Form::Wide);
+            let mut feed = Units::new(todo.clone());
+            let first = feed.take().expect("a unit");
+            lanes.run_feed(first, &mut feed);
+            let mut total = UnitResult::default();
+            for l in &feed.results {
+                total.absorb(l.as_ref().expect("every unit walked"), 1000);
+            }
+            let below: u64 = whole.nodes_by_depth[depth..].iter().sum();
+            assert_eq!(
+                total.committed, below,
+                "{rel} {form:?}: the units add up to the tree"
+            );
+            assert_eq!(total.solutions_count, whole.solutions_count, "{rel}");
+            walked.push(feed.results.into_iter().map(Option::unwrap).collect());
+            pairs_agree((&plan, form), 4, 60, &mut rng, rel);
+        }
+        for (i, (unit, _)) in todo.iter().enumerate() {
+            let r = reference.run(unit, opts(None), &mut NoControl).unwrap();
+            for w in &walked {
+                assert_eq!(w[i], r, "{rel}: unit {i}");
+            }
+        }
     }
+    assert!(wide > 0, "the wide form walked a whole tree");
     // Brendan set 1 6x6: 69,284,103 nodes and 260 solutions (docs/counting.md)
     let plan = plan(
         &load("brendan/set1/pieces_06x06.txt"),
         &OrderSpec::default(),
     );
-    let (_, mut lanes) = engines(&plan);
+    let (_, mut lanes) = engines(&plan, Form::Narrow);
     let whole = lanes
         .run(&Unit::root(), opts(None), &mut NoControl)
         .unwrap();
     assert_eq!((whole.committed, whole.solutions_count), (69_284_103, 260));
 }
 
-/// Random puzzles (hints, every fill-order kind) the lane engine takes: whole trees,
-/// budget chains and prefixes walked in pairs all agree with the reference walker.
+/// Random puzzles (hints, every fill-order kind) each form takes: whole trees, budget
+/// chains and prefixes walked several at a time all agree with the reference walker.
 #[test]
 fn lanes_match_reference_on_random_puzzles() {
     let mut rng = Rng::new(2027);
-    let mut walked = 0;
+    let mut walked = [0; 2];
     for round in 0..40 {
         let (_, puzzle, spec) = random_round(&mut rng, round);
         let plan = plan(&puzzle, &spec);
-        let (mut reference, mut lanes) = match LaneEngine::new(plan.clone()) {
-            Ok(l) => (ReferenceEngine::new(plan.clone()), l),
-            Err(NotEligible::ExtraSides) => continue,
-            Err(e) => panic!("round {round}: {e}"),
-        };
-        walked += 1;
-        let whole_r = reference
-            .run(&Unit::root(), opts(None), &mut NoControl)
-            .unwrap();
-        let whole_l = lanes
-            .run(&Unit::root(), opts(None), &mut NoControl)
-            .unwrap();
-        assert_eq!(whole_l, whole_r, "round {round} {spec}");
-        let most = 1 + whole_r.committed as usize / 4;
-        agree_down_a_chain(
-            (&mut reference, &mut lanes as &mut dyn Engine),
-            (0..30).map(|_| 1 + rng.below(most) as u64),
-            &format!("round {round} {spec}"),
-        );
-        let depth = rng.below(plan.len() + 1);
-        pairs_agree(&plan, depth, 12, &mut rng, &format!("round {round} {spec}"));
+        // the narrow form draws its budgets from `rng`, so the puzzles are those this test
+        // had before the wide form (whose trees are known to be small); the wide form
+        // draws from a generator of its own
+        let mut own = Rng::new(round as u64);
+        for (f, form) in FORMS.into_iter().enumerate() {
+            let rng = if form == Form::Narrow { &mut rng } else { &mut own };
+            let (mut reference, mut lanes) = match lanes_in(&plan, form) {
+                Ok(l) => (ReferenceEngine::new(plan.clone()), l),
+                Err(NotEligible::ExtraSides) => continue,
+                Err(NotEligible::LongBucket(_)) if form == Form::Wide => continue,
+                Err(e) => panic!("round {round} {form:?}: {e}"),
+            };
+            walked[f] += 1;
+            let what = format!("round {round} {spec} {form:?}");
+            let whole_r = reference
+                .run(&Unit::root(), opts(None), &mut NoControl)
+                .unwrap();
+            let whole_l = lanes
+                .run(&Unit::root(), opts(None), &mut NoControl)
+                .unwrap();
+            assert_eq!(whole_l, whole_r, "{what}");
+            let most = 1 + whole_r.committed as usize / 4;
+            agree_down_a_chain(
+                (&mut reference, &mut lanes as &mut dyn Engine),
+                (0..30).map(|_| 1 + rng.below(most) as u64),
+                &what,
+            );
+            let depth = rng.below(plan.len() + 1);
+            pairs_agree((&plan, form), depth, 12, rng, &what);
+        }
     }
     assert!(
-        walked >= 25,
-        "most random puzzles are lane boards ({walked} of 40)"
+        walked[0] >= 25 && walked[1] >= 10,
+        "most random puzzles are lane boards (narrow {}, wide {} of 40)",
+        walked[0],
+        walked[1]
     );
+}
+
+/// The hard 16x16 boards, which only the wide form takes: budget slices down a
+/// continuation chain, and the units of a split under budgets walked four at a time,
+/// agree with the reference walker to the digit.
+#[test]
+fn the_hard_16x16_boards_agree_in_the_wide_form() {
+    let mut rng = Rng::new(16);
+    for (rel, depth) in [
+        ("bench/bench-hard.json", 40),
+        ("e2/official.json", 20),
+        ("e2/centre-clue.json", 20),
+        ("planted/inst_n16_c22_s1.json", 30),
+    ] {
+        let plan = plan(&load(rel), &OrderSpec::default());
+        let (mut reference, mut lanes) = engines(&plan, Form::Wide);
+        assert_eq!(
+            LaneTables::new(&plan).map(|t| t.form()),
+            Ok("wide"),
+            "{rel}: the board's form"
+        );
+        agree_down_a_chain(
+            (&mut reference, &mut lanes as &mut dyn Engine),
+            [1, 2, 999, 123_457, 1 << 20, 1_500_001],
+            rel,
+        );
+        pairs_agree((&plan, Form::Wide), depth, 14, &mut rng, rel);
+    }
 }
 
 /// A stop the control asks for ends exactly like a budget stop at that count.
 #[test]
 fn a_requested_stop_matches_a_budget_stop() {
-    let plan = plan(
-        &load("brendan/set2/pieces_10x10.txt"),
-        &OrderSpec::default(),
-    );
-    let (mut reference, mut lanes) = engines(&plan);
-    let mut polls = 0;
-    let stopped = lanes
-        .run(&Unit::root(), opts(None), &mut |_c: u64| {
-            polls += 1;
-            polls >= 3
-        })
-        .unwrap();
-    assert_eq!(stopped.stop, Some(StopReason::Requested));
-    let same = reference
-        .run(&Unit::root(), opts(Some(stopped.committed)), &mut NoControl)
-        .unwrap();
-    assert_eq!(same.cursor, stopped.cursor);
-    assert_eq!(same.nodes_by_depth, stopped.nodes_by_depth);
+    for (rel, form) in [
+        ("brendan/set2/pieces_10x10.txt", Form::Narrow),
+        ("e2/centre-clue.json", Form::Wide),
+    ] {
+        let plan = plan(&load(rel), &OrderSpec::default());
+        let (mut reference, mut lanes) = engines(&plan, form);
+        let mut polls = 0;
+        let stopped = lanes
+            .run(&Unit::root(), opts(None), &mut |_c: u64| {
+                polls += 1;
+                polls >= 3
+            })
+            .unwrap();
+        assert_eq!(stopped.stop, Some(StopReason::Requested), "{rel}");
+        let same = reference
+            .run(&Unit::root(), opts(Some(stopped.committed)), &mut NoControl)
+            .unwrap();
+        assert_eq!(same.cursor, stopped.cursor, "{rel}");
+        assert_eq!(same.nodes_by_depth, stopped.nodes_by_depth, "{rel}");
+    }
 }
 
-/// Boards it does not walk say why: more than 128 pieces, or a fill order that gives a
-/// cell three placed neighbours.
+/// Boards it does not walk say why: a fill order that gives a cell three placed
+/// neighbours, or (in the wide form) a bucket longer than a frame's mask; and a unit that
+/// does not fit the puzzle is an error in both forms.
 #[test]
 fn boards_it_does_not_walk_say_why() {
-    let hard = plan(&load("bench/bench-hard.json"), &OrderSpec::default());
+    let small = load("brendan/set1/pieces_07x07.txt");
+    // fill the first row, then the third, then the second: the second row's cells have
+    // three placed neighbours
+    let w = small.width();
+    let cells: Vec<String> = (0..w)
+        .chain(2 * w..3 * w)
+        .chain(w..2 * w)
+        .chain(3 * w..small.width() * small.height())
+        .map(|c| c.to_string())
+        .collect();
+    let spec: OrderSpec = format!("cells:{}", cells.join(","))
+        .parse()
+        .expect("an order");
+    let three = plan(&small, &spec);
     assert!(matches!(
-        LaneEngine::new(hard).err(),
-        Some(NotEligible::TooManyPieces(256))
+        LaneEngine::new(three.clone()).err(),
+        Some(NotEligible::ExtraSides)
+    ));
+    assert!(matches!(
+        LaneTables::wide(&three).err(),
+        Some(NotEligible::ExtraSides)
+    ));
+    let rows = plan(&small, &OrderSpec::default());
+    // two inner colours on 8x8: 36 inner pieces in 4 buckets a cell
+    let (few, _) = random_puzzle(&mut Rng::new(3), 8, 8, 1, 2, 0);
+    assert!(matches!(
+        LaneTables::wide(&plan(&few, &OrderSpec::default())).err(),
+        Some(NotEligible::LongBucket(n)) if n > 16
     ));
     // a unit that does not fit the puzzle is an error, as for every engine
-    let plan = plan(
-        &load("brendan/set1/pieces_07x07.txt"),
-        &OrderSpec::default(),
-    );
-    let (_, mut lanes) = engines(&plan);
+    for form in FORMS {
+        let (_, mut lanes) = engines(&rows, form);
+        let bad = Unit::prefix(vec![e2fleet_engine::Placement::new(3, 0, 0)]);
+        assert!(matches!(
+            lanes.run(&bad, opts(None), &mut NoControl),
+            Err(EngineError::Unit(_))
+        ));
+    }
+    let hard = plan(&load("bench/bench-hard.json"), &OrderSpec::default());
+    let (_, mut lanes) = engines(&hard, Form::Wide);
     let bad = Unit::prefix(vec![e2fleet_engine::Placement::new(3, 0, 0)]);
     assert!(matches!(
         lanes.run(&bad, opts(None), &mut NoControl),

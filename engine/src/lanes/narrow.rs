@@ -1,5 +1,5 @@
-//! The lane engine: a branch-free mask walk that takes exactly one node per step, and
-//! walks two units at once in one thread, their steps interleaved (issue #15).
+//! The narrow form of the lane engine: a branch-free mask walk of two units at once in
+//! one thread, for boards of at most 128 pieces and 16 colours.
 //!
 //! # Why
 //! A branchy depth-first walk spends most of a node waiting on the tree's own branches
@@ -44,35 +44,12 @@
 //! form). ~70 instructions a node; on Brendan's sets 6x6-10x10, on the units of a split,
 //! 1.08-1.25x the compiled engine and 2.04-2.68x the build issue #15 was filed on.
 
-use std::sync::Arc;
-use std::time::Instant;
-
-use crate::engine::{Engine, EngineError, EngineKind, Feed, Work};
+use super::{Form, Head, NotEligible};
 use crate::model::{GREY, Placement};
 use crate::plan::{SENTINEL, SearchPlan, candidate_piece, candidate_rot};
-use crate::search::{Control, POLL_INTERVAL, RunOptions, UnitError, Walker};
-use crate::unit::{StopReason, Unit, UnitResult};
 
-/// Why a plan has no lane tables.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum NotEligible {
-    /// More than 128 pieces.
-    #[error("the lane engine walks boards of at most 128 pieces (this one has {0})")]
-    TooManyPieces(usize),
-    /// A cell with more than two sides read from the board.
-    #[error("the fill order gives a cell more than two placed neighbours")]
-    ExtraSides,
-    /// A candidate list with both rim and inner pieces (a cell on the rim that takes
-    /// inner pieces: not a puzzle of this project's kind).
-    #[error("a candidate list mixes rim and inner pieces")]
-    MixedBucket,
-    /// Nothing to walk.
-    #[error("every cell is a hint")]
-    Empty,
-    /// Tables past the room the walk has.
-    #[error("the board's tables are too large for the lane engine")]
-    TooLarge,
-}
+/// The most pieces the narrow form takes.
+pub(crate) const MAX_PIECES: usize = 128;
 
 /// A candidate as the lane walk reads it: the plan's packed colours (bits 0..32), the
 /// piece (bits 32..40), the rotation (bits 40..42), [`MORE`], and in bits 48..64 the
@@ -151,7 +128,7 @@ struct Depth {
 }
 
 /// The lane walk's tables for one plan.
-pub struct LaneTables {
+pub(crate) struct Tables {
     depths: usize,
     /// What a step reads, in one allocation (one address for the walk to keep).
     hot: Box<Hot>,
@@ -176,11 +153,14 @@ struct Hot {
     piece_hi: [u64; 128],
 }
 
-impl LaneTables {
+impl Tables {
     /// The tables for `plan`, or why it cannot be walked this way.
-    pub fn new(plan: &SearchPlan) -> Result<LaneTables, NotEligible> {
-        if plan.pieces > 128 {
-            return Err(NotEligible::TooManyPieces(plan.pieces));
+    pub fn new(plan: &SearchPlan) -> Result<Tables, NotEligible> {
+        if plan.pieces > MAX_PIECES {
+            return Err(NotEligible::TooManyPieces {
+                pieces: plan.pieces,
+                most: MAX_PIECES,
+            });
         }
         if plan.is_empty() {
             return Err(NotEligible::Empty);
@@ -210,7 +190,10 @@ impl LaneTables {
         for (p, colours) in plan.piece_colours.iter().enumerate() {
             let g = usize::from(!colours.contains(&GREY));
             if counts[g] == 64 {
-                return Err(NotEligible::TooManyPieces(plan.pieces));
+                return Err(NotEligible::TooManyPieces {
+                pieces: plan.pieces,
+                most: MAX_PIECES,
+            });
             }
             group[p] = g as u8;
             index[p] = counts[g] as u8;
@@ -348,7 +331,7 @@ impl LaneTables {
                 free.1 |= piece_hi[p];
             }
         }
-        Ok(LaneTables {
+        Ok(Tables {
             depths: plan.len(),
             hot: Box::new(Hot {
                 steps: *steps,
@@ -403,20 +386,6 @@ struct Frame {
     hi: u64,
     block: u16,
     up: u32,
-}
-
-/// One lane: a unit being walked.
-struct Lane {
-    /// The depth of the next step, or `stop` when the unit is walked.
-    d: usize,
-    /// Nodes left before the next poll or the budget.
-    left: u64,
-    /// The depth of the last node committed.
-    last: usize,
-    /// Watch: the next step at or past this depth goes to the cold path (a new deepest
-    /// board or a solution).
-    watch: usize,
-    mem: Box<LaneMem>,
 }
 
 /// Bytes between one per-depth array of a lane and the next, past the array itself: with
@@ -480,39 +449,32 @@ struct LaneMem {
     nodes: [u64; DEPTHS],
 }
 
-/// What the cold path of a lane keeps.
-struct LaneState {
-    floor: usize,
-    budget: u64,
-    committed: u64,
-    window: u64,
-    deepest: usize,
-    deepest_board: Vec<Placement>,
-    solutions: u64,
-    boards: Vec<Vec<Placement>>,
-    cap: usize,
-    stop: Option<StopReason>,
+/// One lane: its head and its memory.
+pub(crate) struct Lane {
+    h: Head,
+    mem: Box<LaneMem>,
 }
 
-/// Walks units two at a time over one plan.
-pub struct LaneWalker<'p> {
-    plan: &'p SearchPlan,
-    tables: &'p LaneTables,
-}
+impl Form for Tables {
+    type Lanes = [Lane; 2];
+    const LANES: usize = 2;
+    const STOP: usize = STOP;
 
-impl<'p> LaneWalker<'p> {
-    /// A walker over `plan` with its `tables`.
-    pub fn new(plan: &'p SearchPlan, tables: &'p LaneTables) -> Self {
-        LaneWalker { plan, tables }
+    fn depths(&self) -> usize {
+        self.depths
     }
 
-    fn new_lane(&self) -> Lane {
-        let t = self.tables;
-        Lane {
-            d: STOP,
-            left: 0,
-            last: 0,
-            watch: 0,
+    fn hints(&self) -> &[Placement] {
+        &self.hints
+    }
+
+    fn lanes(&self) -> Box<[Lane; 2]> {
+        let t = self;
+        let lane = || Lane {
+            h: Head {
+                d: STOP,
+                ..Head::default()
+            },
             mem: Box::new(LaneMem {
                 frames: Frames {
                     rem: [0; DEPTHS],
@@ -530,16 +492,21 @@ impl<'p> LaneWalker<'p> {
                 _p: [0; PAD],
                 nodes: [0; DEPTHS],
             }),
-        }
+        };
+        Box::new([lane(), lane()])
     }
 
-    /// Sets `lane` up on `unit`: its frames from the prefix and cursor. `Ok(false)` when
-    /// there is nothing to walk.
-    fn start(&self, lane: &mut Lane, st: &mut LaneState, unit: &Unit) -> Result<bool, UnitError> {
-        let t = self.tables;
-        let floor = unit.prefix.len();
-        let path: Vec<Placement> = unit.prefix.iter().chain(&unit.cursor).copied().collect();
-        Walker::new(self.plan).check_path(&path)?;
+    fn head(lanes: &[Lane; 2], slot: usize) -> &Head {
+        &lanes[slot].h
+    }
+
+    fn head_mut(lanes: &mut [Lane; 2], slot: usize) -> &mut Head {
+        &mut lanes[slot].h
+    }
+
+    fn start(&self, lanes: &mut [Lane; 2], slot: usize, path: &[Placement], floor: usize) {
+        let t = self;
+        let lane = &mut lanes[slot];
         lane.mem.board = *t.initial_board;
         lane.mem.nodes.iter_mut().for_each(|n| *n = 0);
         let stop = STOP as u32;
@@ -596,187 +563,29 @@ impl<'p> LaneWalker<'p> {
                 up,
             },
         );
-        lane.d = if rem != 0 { depth } else { up as usize };
-        st.floor = floor;
-        st.deepest = floor;
-        st.deepest_board = unit.prefix.clone();
-        lane.watch = floor.min(t.depths - 1);
-        Ok(lane.d != STOP)
+        lane.h.d = if rem != 0 { depth } else { up as usize };
     }
 
-    fn placements(&self, lane: &Lane, to: usize) -> Vec<Placement> {
-        (0..to)
-            .map(|d| {
-                let c = u64::from_le_bytes(lane.mem.board[d]);
-                Placement::new(self.tables.plan_pos[d], lane_piece(c), candidate_rot_of(c))
-            })
-            .collect()
+    fn step(&self, lanes: &mut [Lane; 2], slot: usize) {
+        step(&self.hot, &mut lanes[slot]);
     }
 
-    /// The cold path after a step that asked for it. Returns `true` when the lane's unit
-    /// has ended (its result is then ready).
-    fn cold(&self, ln: &mut Lane, st: &mut LaneState, control: &mut dyn Control) -> bool {
-        let t = self.tables;
-        loop {
-            if ln.left == 0 {
-                st.committed += st.window;
-                if st.committed == st.budget {
-                    st.stop = Some(StopReason::Budget);
-                    return true;
-                }
-                if control.poll(st.committed) {
-                    st.stop = Some(StopReason::Requested);
-                    return true;
-                }
-                st.window = (st.budget - st.committed).min(POLL_INTERVAL);
-                ln.left = st.window;
-            }
-            if ln.d == STOP {
-                st.committed += st.window - ln.left;
-                st.stop = Some(StopReason::Finished);
-                return true;
-            }
-            if ln.d < ln.watch {
-                return false;
-            }
-            // the next node is at or past the watch depth: take it alone, then see
-            // whether it is a new deepest board or a solution
-            step(&t.hot, ln);
-            ln.left -= 1;
-            let d = ln.last;
-            if d >= st.deepest {
-                st.deepest = d + 1;
-                st.deepest_board = self.placements(ln, d + 1);
-            }
-            if d + 1 == t.depths {
-                st.solutions += 1;
-                if st.boards.len() < st.cap {
-                    let mut board = t.hints.clone();
-                    board.extend(self.placements(ln, d + 1));
-                    board.sort_by_key(|p| p.pos);
-                    st.boards.push(board);
-                }
-            }
-            ln.watch = st.deepest.min(t.depths - 1);
-        }
+    fn placement(&self, lanes: &[Lane; 2], slot: usize, depth: usize) -> Placement {
+        let c = u64::from_le_bytes(lanes[slot].mem.board[depth % DEPTHS]);
+        Placement::new(self.plan_pos[depth], lane_piece(c), candidate_rot_of(c))
     }
 
-    fn result(&self, ln: &Lane, st: LaneState) -> UnitResult {
-        let t = self.tables;
-        let nodes: Vec<u64> = ln.mem.nodes[..t.depths].to_vec();
-        let reason = st.stop.unwrap_or(StopReason::Finished);
-        let cursor = match reason {
-            StopReason::Finished => None,
-            _ => Some(self.placements(ln, ln.last + 1)[st.floor..].to_vec()),
-        };
-        UnitResult {
-            committed: nodes.iter().sum(),
-            nodes_by_depth: nodes,
-            solutions_count: st.solutions,
-            solutions: st.boards,
-            max_depth: st.deepest,
-            deepest: st.deepest_board,
-            cursor,
-            stop: Some(reason),
-        }
+    fn nodes(&self, lanes: &[Lane; 2], slot: usize) -> Vec<u64> {
+        lanes[slot].mem.nodes[..self.depths].to_vec()
     }
 
-    /// Walks `first`, and the units `feed` hands out, two at a time, until the feed has
-    /// none left; every result goes back through `feed.done`.
-    pub fn run<'a>(&self, first: Work<'a>, feed: &mut dyn Feed<'a>) {
-        let mut lanes = [self.new_lane(), self.new_lane()];
-        // a walking lane's unit, its cold-path state and its seconds so far
-        let mut states: [Option<(Work<'a>, LaneState, f64)>; 2] = [None, None];
-        let mut pending = Some(first);
-        loop {
-            // fill idle lanes
-            for i in 0..2 {
-                while states[i].is_none() {
-                    let Some(work) = pending.take().or_else(|| feed.next()) else {
-                        break;
-                    };
-                    match self.begin(&mut lanes[i], work) {
-                        Begin::Walk(mut work, mut st) => {
-                            // the first node may already be one to look at
-                            if self.cold(&mut lanes[i], &mut st, work.control.as_mut()) {
-                                feed.done(work, Ok(self.result(&lanes[i], st)), 0.0);
-                            } else {
-                                states[i] = Some((work, st, 0.0));
-                            }
-                        }
-                        Begin::Done(work, result) => {
-                            feed.done(work, result.map_err(EngineError::from), 0.0)
-                        }
-                    }
-                }
-            }
-            let live = [states[0].is_some(), states[1].is_some()];
-            if !live[0] && !live[1] {
-                return;
-            }
-            let started = Instant::now();
-            let before = [lanes[0].left, lanes[1].left];
-            let which = if live[0] && live[1] {
-                let [a, b] = &mut lanes;
-                drive_pair(&self.tables.hot, a, b)
-            } else {
-                let i = if live[0] { 0 } else { 1 };
-                drive_one(&self.tables.hot, &mut lanes[i]);
-                [i == 0, i == 1]
-            };
-            // share the elapsed time by the nodes each lane walked (each step takes one
-            // off its countdown, which only the cold path refills)
-            let walked = [before[0] - lanes[0].left, before[1] - lanes[1].left];
-            let total = (walked[0] + walked[1]).max(1) as f64;
-            let secs = started.elapsed().as_secs_f64();
-            for i in 0..2 {
-                if let Some(s) = states[i].as_mut() {
-                    s.2 += secs * walked[i] as f64 / total;
-                }
-            }
-            for i in 0..2 {
-                if !which[i] {
-                    continue;
-                }
-                let (work, st, _) = states[i].as_mut().expect("a live lane");
-                // the cold path (and a poll that blocks for a pause) is outside the timed
-                // drive: held time is not walking time
-                if self.cold(&mut lanes[i], st, work.control.as_mut()) {
-                    let (work, st, seconds) = states[i].take().expect("a live lane");
-                    feed.done(work, Ok(self.result(&lanes[i], st)), seconds);
-                }
-            }
-        }
-    }
-
-    fn begin<'a>(&self, lane: &mut Lane, work: Work<'a>) -> Begin<'a> {
-        let budget = match work.options.check() {
-            Ok(()) => work.options.budget.unwrap_or(u64::MAX),
-            Err(e) => return Begin::Done(work, Err(e)),
-        };
-        let mut st = LaneState {
-            floor: 0,
-            budget,
-            committed: 0,
-            window: budget.min(POLL_INTERVAL),
-            deepest: 0,
-            deepest_board: Vec::new(),
-            solutions: 0,
-            boards: Vec::new(),
-            cap: work.options.max_solutions,
-            stop: None,
-        };
-        match self.start(lane, &mut st, &work.unit) {
-            Err(e) => Begin::Done(work, Err(e)),
-            Ok(false) => {
-                st.stop = Some(StopReason::Finished);
-                let result = self.result(lane, st);
-                Begin::Done(work, Ok(result))
-            }
-            Ok(true) => {
-                lane.left = st.window;
-                Begin::Walk(work, st)
-            }
+    fn drive(&self, lanes: &mut [Lane; 2], live: &[usize]) {
+        let [a, b] = lanes;
+        match live {
+            [_, _] => drive_pair(&self.hot, a, b),
+            [0] => drive_one(&self.hot, a),
+            [1] => drive_one(&self.hot, b),
+            _ => unreachable!("one or two lanes of two"),
         }
     }
 }
@@ -791,7 +600,7 @@ impl<'p> LaneWalker<'p> {
 #[inline(always)]
 fn step(t: &Hot, ln: &mut Lane) {
     use core::hint::select_unpredictable as pick;
-    let d = ln.d % DEPTHS;
+    let d = ln.h.d % DEPTHS;
     let f = ln.mem.frames.get(d);
     let bit = f.rem.trailing_zeros() as usize;
     let c = t.cands[f.block as usize + bit];
@@ -819,59 +628,47 @@ fn step(t: &Hot, ln: &mut Lane) {
             up,
         },
     );
-    ln.d = pick(child != 0, dn, up as usize);
-    ln.last = d;
+    ln.h.d = pick(child != 0, dn, up as usize);
+    ln.h.last = d;
 }
 
-/// Whether a lane that took its steps needs its cold path.
-#[inline(always)]
-fn needs_cold(ln: &Lane) -> bool {
-    ln.left == 0 || ln.d >= ln.watch
-}
-
-/// Steps both lanes in turn until one needs its cold path; says which do. Both enter with
+/// Steps both lanes in turn until one needs its cold path. Both enter with
 /// steps left on their countdowns and their next nodes above their watches (the cold
 /// path leaves them so). The pair takes as many steps as the shorter countdown at most,
 /// so one counter stands for both; and a depth at or past its watch is one where
 /// `watch - 1 - depth` wraps below zero, so one sign test asks it of both lanes.
 #[inline(never)]
-fn drive_pair(t: &Hot, a: &mut Lane, b: &mut Lane) -> [bool; 2] {
-    let most = a.left.min(b.left);
-    let (wa, wb) = (a.watch.wrapping_sub(1), b.watch.wrapping_sub(1));
+fn drive_pair(t: &Hot, a: &mut Lane, b: &mut Lane) {
+    let most = a.h.left.min(b.h.left);
+    let (wa, wb) = (a.h.watch.wrapping_sub(1), b.h.watch.wrapping_sub(1));
     let mut steps = 0;
     loop {
         step(t, a);
         step(t, b);
         steps += 1;
-        let watched = (wa.wrapping_sub(a.d) | wb.wrapping_sub(b.d)) as isize;
+        let watched = (wa.wrapping_sub(a.h.d) | wb.wrapping_sub(b.h.d)) as isize;
         if (steps == most) | (watched < 0) {
             break;
         }
     }
-    a.left -= steps;
-    b.left -= steps;
-    [needs_cold(a), needs_cold(b)]
+    a.h.left -= steps;
+    b.h.left -= steps;
 }
 
 /// Steps one lane until it needs its cold path.
 #[inline(never)]
 fn drive_one(t: &Hot, lane: &mut Lane) {
-    let most = lane.left;
-    let watch = lane.watch;
+    let most = lane.h.left;
+    let watch = lane.h.watch;
     let mut steps = 0;
     loop {
         step(t, lane);
         steps += 1;
-        if (steps == most) | (lane.d >= watch) {
+        if (steps == most) | (lane.h.d >= watch) {
             break;
         }
     }
-    lane.left -= steps;
-}
-
-enum Begin<'a> {
-    Walk(Work<'a>, LaneState),
-    Done(Work<'a>, Result<UnitResult, UnitError>),
+    lane.h.left -= steps;
 }
 
 #[inline(always)]
@@ -884,94 +681,3 @@ fn delta_of(c: u64) -> i32 {
     (c >> 48) as u16 as i16 as i32
 }
 
-/// The lane engine over a shared plan: [`Engine::run`] walks one unit alone (one lane,
-/// slower than the compiled walk), [`Engine::run_feed`] two at a time.
-pub struct LaneEngine {
-    plan: Arc<SearchPlan>,
-    tables: Arc<LaneTables>,
-}
-
-impl LaneEngine {
-    /// The engine for `plan`, or why its board cannot be walked this way.
-    pub fn new(plan: Arc<SearchPlan>) -> Result<LaneEngine, NotEligible> {
-        let tables = Arc::new(LaneTables::new(&plan)?);
-        Ok(LaneEngine { plan, tables })
-    }
-
-    /// The engine over tables built before (one set per plan, shared by threads).
-    pub fn with_tables(plan: Arc<SearchPlan>, tables: Arc<LaneTables>) -> LaneEngine {
-        LaneEngine { plan, tables }
-    }
-
-    /// The tables, to share with other threads' engines.
-    pub fn tables(&self) -> Arc<LaneTables> {
-        self.tables.clone()
-    }
-}
-
-/// The lane engine's release id: the same program for every puzzle.
-pub fn lanes_release() -> String {
-    format!("lanes-{}", env!("CARGO_PKG_VERSION"))
-}
-
-impl Engine for LaneEngine {
-    fn kind(&self) -> EngineKind {
-        EngineKind::Lanes
-    }
-
-    fn build_id(&self) -> String {
-        lanes_release()
-    }
-
-    fn run(
-        &mut self,
-        unit: &Unit,
-        options: RunOptions,
-        control: &mut dyn Control,
-    ) -> Result<UnitResult, EngineError> {
-        struct One<'c> {
-            result: Option<Result<UnitResult, EngineError>>,
-            _c: std::marker::PhantomData<&'c ()>,
-        }
-        impl<'a> Feed<'a> for One<'_> {
-            fn next(&mut self) -> Option<Work<'a>> {
-                None
-            }
-            fn done(&mut self, _: Work<'a>, result: Result<UnitResult, EngineError>, _: f64) {
-                self.result = Some(result);
-            }
-        }
-        struct Borrowed<'c>(&'c mut dyn Control);
-        impl Control for Borrowed<'_> {
-            fn poll(&mut self, committed: u64) -> bool {
-                self.0.poll(committed)
-            }
-            fn paused(&mut self) -> bool {
-                self.0.paused()
-            }
-            fn held(&self) -> std::time::Duration {
-                self.0.held()
-            }
-        }
-        let mut one = One {
-            result: None,
-            _c: std::marker::PhantomData,
-        };
-        let work = Work {
-            tag: 0,
-            unit: unit.clone(),
-            options,
-            control: Box::new(Borrowed(control)),
-        };
-        LaneWalker::new(&self.plan, &self.tables).run(work, &mut one);
-        one.result.expect("the walk gives its one result")
-    }
-
-    fn units_in_hand(&self) -> usize {
-        2
-    }
-
-    fn run_feed<'a>(&mut self, first: Work<'a>, feed: &mut dyn Feed<'a>) {
-        LaneWalker::new(&self.plan, &self.tables).run(first, feed);
-    }
-}

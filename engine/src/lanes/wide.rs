@@ -1,0 +1,575 @@
+//! The wide form of the lane engine: boards of up to 256 pieces and 32 colours (every
+//! Eternity II-style 16x16 board), four units at once in one thread.
+//!
+//! # Frames
+//! On a hard 16x16 board most nodes are where 70-95 inner pieces are free (88% of the
+//! centre clue's at depths 144-176), so the free pieces cannot be renumbered into one
+//! 64-bit word as the narrow form does. Each frame keeps instead the whole 256-bit set of
+//! free pieces (two SSE registers) and a *bucket-local* mask of its untaken candidates:
+//! bit i is the bucket's candidate i, in the plan's (canonical) order, at most 16 a
+//! bucket (E2's largest has 12). A step works out the child's mask from its bucket with
+//! two byte shuffles (`pshufb`): per bucket, each candidate's byte of the free set, from
+//! its low or its high half, and its bit in that byte; one compare and `pmovmskb` make
+//! the mask. Every step is one node, in canonical order, as in the narrow form.
+//!
+//! # Keys
+//! `table + (a << 5) + b`: a depth's table (1,024 keys each) and the two colours read
+//! from the board. A colour facing the cell filled at the depth before is taken from
+//! that candidate in a register (rotated into place and masked) rather than read back
+//! from the board it was just stored to.
+//!
+//! # `unsafe`
+//! This module is the one place of the engine crate with `unsafe` code, for three things
+//! the walk's speed rests on (session 30's prototype, `docs/experiments/lane_walk_16.rs`,
+//! measured each):
+//! - the SSSE3/BMI1 kernel ([`drive_n`]) is a `#[target_feature]` function, called only
+//!   when [`Tables::new`] found both features on this processor;
+//! - the two selects of a step are a `cmov` in inline assembly ([`pick`]): LLVM turned
+//!   `select_unpredictable` (and the same select written with masks) into a branch
+//!   around a load, and the mispredicts serialised the lanes (0.44x);
+//! - the step's table reads are unchecked: every index it forms is in range by the way
+//!   the tables are built, which [`Tables::new`] checks (each read says which check).
+
+#![allow(unsafe_code)]
+
+use std::arch::x86_64::*;
+
+use super::{Form, Head, NotEligible};
+use crate::plan::{SENTINEL, SearchPlan, candidate_piece, candidate_rot};
+use crate::model::Placement;
+
+/// Room for frames (depths 0..=256) and [`STOP`].
+const D: usize = 272;
+/// The depth a lane goes to when its unit is walked: past every frame a walk uses.
+const STOP: usize = D - 1;
+/// Room for cells: at most 256 and the dummy cell (always 0, read by keys with fewer
+/// than two colours).
+const CELLS: usize = 264;
+/// Keys: 1,024 a table, table 0 the empty bucket's (the step past the last depth).
+const KEYS: usize = 1 << 16;
+/// Room for buckets (0 is the empty one).
+const BUCKETS: usize = 4096;
+/// Room for candidates, and 16 past the last bucket's (a mask's bit never goes past its
+/// bucket's candidates, but the room makes that not a matter of trust).
+const CANDS: usize = 16 * 1024 + 16;
+/// The most pieces.
+const MAX_PIECES: usize = 256;
+/// The most candidates a bucket: the bits of a frame's mask.
+const MAX_BUCKET: usize = 16;
+
+/// A bucket as the step reads it: for candidate i, the byte of the free set that holds
+/// its piece (`ia[i]` from bytes 0-15, `ib[i]` from 16-31; `0x80` where the other half
+/// holds it, or past the bucket's end, so `pshufb` gives 0) and its bit in that byte.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Bucket {
+    ia: __m128i,
+    ib: __m128i,
+    bits: __m128i,
+    /// Where its candidate 0 is in [`Hot::cands`].
+    base: u32,
+    /// Its candidates.
+    len: u32,
+    _p: [u32; 2],
+}
+
+/// Per-depth reads of a key: the board bytes of its two colours (`cell * 8 + byte`) and
+/// its table; `rot` and `m` take the colour facing the cell filled just before from that
+/// candidate (rotated right by `rot`, masked with `m`), whose board byte is then the
+/// dummy cell's.
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct Step {
+    a: u16,
+    b: u16,
+    table: u16,
+    m: u16,
+    rot: u32,
+    _p: u32,
+}
+
+/// What a step reads, in one allocation.
+#[repr(C)]
+struct Hot {
+    steps: [Step; D],
+    /// The cell of each depth (the dummy cell past the last).
+    pos: [u32; D],
+    /// Each key's bucket.
+    keyb: [u16; KEYS],
+    buckets: [Bucket; BUCKETS],
+    cands: [u64; CANDS],
+    /// Each piece as a bit of the 256-bit free set.
+    oh: [[__m128i; 2]; 256],
+}
+
+impl Hot {
+    /// The key of depth `e`'s bucket on `board`, where `prev` is the candidate of the
+    /// depth before (0 at depth 0).
+    #[inline(always)]
+    fn key(&self, board: &[u64; CELLS], e: usize, prev: u64) -> usize {
+        let s = &self.steps[e % D];
+        let bytes = board.as_ptr().cast::<u8>();
+        // SAFETY: `a` and `b` are below `8 * (cells + 1)` <= `8 * CELLS` (checked in
+        // `Tables::new`), inside `board`
+        let (a, b) = unsafe {
+            (
+                *bytes.add(s.a as usize) as u32,
+                *bytes.add(s.b as usize) as u32,
+            )
+        };
+        let from_prev = (prev.rotate_right(s.rot) as u32) & s.m as u32;
+        (s.table as u32 + (a << 5) + b + from_prev) as usize
+    }
+}
+
+/// One frame: depth `d`'s free pieces and untaken candidates, and how to go on.
+#[repr(C, align(64))]
+#[derive(Clone, Copy)]
+struct Frame {
+    free: [__m128i; 2],
+    /// Untaken candidates, as bits of the bucket's list.
+    rem: u32,
+    /// The bucket's candidate 0 in [`Hot::cands`].
+    base: u32,
+    /// The deepest shallower depth with candidates left (or [`STOP`]).
+    up: u32,
+    _p: u32,
+    /// Nodes committed at this depth.
+    nodes: u64,
+    _q: u64,
+}
+
+/// One lane: its head, frames and board (the plan's candidates, by cell).
+#[repr(C, align(64))]
+pub(crate) struct Lane {
+    h: Head,
+    frames: [Frame; D],
+    board: [u64; CELLS],
+}
+
+/// The wide form's tables for one plan.
+pub(crate) struct Tables {
+    hot: Box<Hot>,
+    depths: usize,
+    free: [u8; 32],
+    board: [u64; CELLS],
+    hints: Vec<Placement>,
+    plan_pos: Vec<usize>,
+}
+
+fn m128(bytes: [u8; 16]) -> __m128i {
+    // SAFETY: 16 bytes to a 16-byte vector: every bit pattern is a value
+    unsafe { std::mem::transmute::<[u8; 16], __m128i>(bytes) }
+}
+
+fn halves(bytes: &[u8; 32]) -> [__m128i; 2] {
+    let (lo, hi) = bytes.split_at(16);
+    [
+        m128(lo.try_into().expect("16 bytes")),
+        m128(hi.try_into().expect("16 bytes")),
+    ]
+}
+
+/// A zeroed value on the heap.
+///
+/// # Safety
+/// `T` must be valid all zeros (integers, arrays of them, SSE vectors).
+unsafe fn zeroed<T>() -> Box<T> {
+    // SAFETY: the caller's
+    unsafe { Box::<T>::new_zeroed().assume_init() }
+}
+
+impl Tables {
+    /// The tables for `plan`, or why it cannot be walked this way.
+    pub(crate) fn new(plan: &SearchPlan) -> Result<Tables, NotEligible> {
+        if !std::arch::is_x86_feature_detected!("ssse3")
+            || !std::arch::is_x86_feature_detected!("bmi1")
+        {
+            return Err(NotEligible::Processor("SSSE3 and BMI1"));
+        }
+        if plan.is_empty() {
+            return Err(NotEligible::Empty);
+        }
+        if plan.pieces > MAX_PIECES {
+            return Err(NotEligible::TooManyPieces {
+                pieces: plan.pieces,
+                most: MAX_PIECES,
+            });
+        }
+        if plan.depths.iter().any(|d| !d.extra.is_empty()) {
+            return Err(NotEligible::ExtraSides);
+        }
+        let c = plan.colours;
+        if c > 32 || plan.cells + 1 > CELLS || plan.len() + 1 >= STOP {
+            return Err(NotEligible::TooLarge);
+        }
+        let mut tables: Vec<usize> = plan.depths.iter().map(|d| d.table).collect();
+        tables.sort_unstable();
+        tables.dedup();
+        // table i's keys from (i + 1) * 1024; every key a step forms is below KEYS
+        if (tables.len() + 1) * 1024 + 1024 > KEYS {
+            return Err(NotEligible::TooLarge);
+        }
+        let key_of = |t: usize| (tables.binary_search(&t).expect("a depth's table") + 1) * 1024;
+        // SAFETY: integers, arrays of them and SSE vectors
+        let mut hot: Box<Hot> = unsafe { zeroed() };
+        let empty = Bucket {
+            ia: m128([0x80; 16]),
+            ib: m128([0x80; 16]),
+            bits: m128([1; 16]),
+            base: 0,
+            len: 0,
+            _p: [0; 2],
+        };
+        let mut buckets = vec![empty];
+        let mut cands: Vec<u64> = Vec::new();
+        // buckets are shared by keys with the same candidate list
+        let mut seen = std::collections::HashMap::new();
+        for &t in &tables {
+            for a in 0..c {
+                for b in 0..c {
+                    let start = plan.offsets[t + a * c + b] as usize;
+                    let list: Vec<u64> = plan.candidates[start..]
+                        .iter()
+                        .copied()
+                        .take_while(|&x| x != SENTINEL)
+                        .collect();
+                    if list.is_empty() {
+                        continue;
+                    }
+                    if list.len() > MAX_BUCKET {
+                        return Err(NotEligible::LongBucket(list.len()));
+                    }
+                    let id = *seen.entry(start).or_insert_with(|| {
+                        let mut ia = [0x80u8; 16];
+                        let mut ib = [0x80u8; 16];
+                        let mut bits = [1u8; 16];
+                        for (i, &x) in list.iter().enumerate() {
+                            let p = candidate_piece(x);
+                            let byte = (p >> 3) as u8;
+                            if byte < 16 {
+                                ia[i] = byte;
+                            } else {
+                                ib[i] = byte - 16;
+                            }
+                            bits[i] = 1 << (p & 7);
+                        }
+                        buckets.push(Bucket {
+                            ia: m128(ia),
+                            ib: m128(ib),
+                            bits: m128(bits),
+                            base: cands.len() as u32,
+                            len: list.len() as u32,
+                            _p: [0; 2],
+                        });
+                        cands.extend_from_slice(&list);
+                        buckets.len() - 1
+                    });
+                    hot.keyb[key_of(t) + (a << 5) + b] = id as u16;
+                }
+            }
+        }
+        if buckets.len() > BUCKETS || cands.len() + MAX_BUCKET > CANDS {
+            return Err(NotEligible::TooLarge);
+        }
+        hot.buckets[..buckets.len()].copy_from_slice(&buckets);
+        hot.cands[..cands.len()].copy_from_slice(&cands);
+        let dummy = plan.cells;
+        for (e, d) in plan.depths.iter().enumerate() {
+            let mut s = Step {
+                table: key_of(d.table) as u16,
+                ..Step::default()
+            };
+            let prev = e.checked_sub(1).map(|p| plan.depths[p].pos);
+            for (k, read) in d.key.iter().enumerate() {
+                // bit of the colour in the key: 5 for the first, 0 for the second
+                let at = if k == 0 { 5 } else { 0 };
+                let byte = if Some(read.cell) == prev && s.m == 0 {
+                    s.rot = (read.shift + 64 - at) % 64;
+                    s.m = 0xFF << at;
+                    dummy * 8
+                } else {
+                    read.cell * 8 + read.shift as usize / 8
+                };
+                if k == 0 {
+                    s.a = byte as u16;
+                } else {
+                    s.b = byte as u16;
+                }
+            }
+            hot.steps[e] = s;
+            hot.pos[e] = d.pos as u32;
+        }
+        // past the last depth: key 0 (the empty bucket), reads of the dummy cell
+        hot.steps[plan.len()] = Step {
+            a: (dummy * 8) as u16,
+            b: (dummy * 8) as u16,
+            ..Step::default()
+        };
+        hot.pos[plan.len()..].fill(dummy as u32);
+        for p in 0..256 {
+            let mut b = [0u8; 32];
+            b[p >> 3] = 1 << (p & 7);
+            hot.oh[p] = halves(&b);
+        }
+        let mut free = [0u8; 32];
+        for p in 0..plan.pieces {
+            if plan.initial_used[p] == 0 {
+                free[p >> 3] |= 1 << (p & 7);
+            }
+        }
+        let mut board = [0u64; CELLS];
+        for (cell, &x) in plan.initial_board.iter().enumerate() {
+            board[cell] = x as u64;
+        }
+        board[dummy] = 0;
+        Ok(Tables {
+            hot,
+            depths: plan.len(),
+            free,
+            board,
+            hints: plan.hints.clone(),
+            plan_pos: plan.depths.iter().map(|d| d.pos).collect(),
+        })
+    }
+
+    /// Lane `l`'s mask of `bucket`'s candidates free in `free`, without SSSE3 (a lane's
+    /// start).
+    fn mask(&self, bucket: usize, free: &[u8; 32]) -> u32 {
+        let b = &self.hot.buckets[bucket];
+        let list = &self.hot.cands[b.base as usize..(b.base + b.len) as usize];
+        list.iter()
+            .enumerate()
+            .filter(|(_, x)| {
+                let p = candidate_piece(**x);
+                free[p >> 3] & (1 << (p & 7)) != 0
+            })
+            .fold(0, |m, (i, _)| m | 1 << i)
+    }
+}
+
+/// `cond != 0 ? a : b` as a `cmov` (LLVM turned every safe form of this select into a
+/// branch; see the module's docs).
+#[inline(always)]
+fn pick(cond: u32, a: u32, b: u32) -> u32 {
+    let mut r = b;
+    // SAFETY: a test and a conditional move between registers
+    unsafe {
+        std::arch::asm!(
+            "test {c:e}, {c:e}",
+            "cmovnz {r:e}, {a:e}",
+            c = in(reg) cond,
+            a = in(reg) a,
+            r = inout(reg) r,
+            options(pure, nomem, nostack),
+        );
+    }
+    r
+}
+
+/// One step of lane `l`: commits the node at its depth, writes the child's frame, and
+/// moves to the child, the next sibling or the frame above.
+///
+/// # Safety
+/// SSSE3 is available, and the lane is at a real depth (below the plan's depths, not
+/// [`STOP`]), as the driver only steps such lanes.
+#[inline(always)]
+unsafe fn step(t: &Hot, l: &mut Lane) {
+    let d = l.h.d;
+    // SAFETY (every read below): `d` is a real depth (the caller's), `e = d + 1` at most
+    // the plan's depths < D; a bucket's mask has bits only for its candidates, so `base +
+    // i` is in `cands`; `pos` holds cells below CELLS; keys are below KEYS (`Hot::key`,
+    // `Tables::new`); `keyb` holds ids of built buckets; `p` is a byte
+    unsafe {
+        let fr = l.frames.get_unchecked_mut(d);
+        let rem = fr.rem;
+        let i = rem.trailing_zeros() as usize;
+        let rest = rem & rem.wrapping_sub(1);
+        fr.rem = rest;
+        fr.nodes += 1;
+        let c = *t.cands.get_unchecked(fr.base as usize + i);
+        let f = fr.free;
+        let up = pick(rest, d as u32, fr.up);
+        *l.board.get_unchecked_mut(*t.pos.get_unchecked(d) as usize) = c;
+        let oh = t.oh.get_unchecked((c >> 32) as u8 as usize);
+        let free = [_mm_andnot_si128(oh[0], f[0]), _mm_andnot_si128(oh[1], f[1])];
+        let e = d + 1;
+        let key = t.key(&l.board, e, c);
+        let bucket = t
+            .buckets
+            .get_unchecked(*t.keyb.get_unchecked(key) as usize);
+        let got = _mm_or_si128(
+            _mm_shuffle_epi8(free[0], bucket.ia),
+            _mm_shuffle_epi8(free[1], bucket.ib),
+        );
+        let mask = _mm_movemask_epi8(_mm_cmpeq_epi8(
+            _mm_and_si128(got, bucket.bits),
+            bucket.bits,
+        )) as u32;
+        let child = l.frames.get_unchecked_mut(e);
+        child.rem = mask;
+        child.free = free;
+        child.base = bucket.base;
+        child.up = up;
+        l.h.last = d;
+        l.h.d = pick(mask, e as u32, up) as usize;
+    }
+}
+
+/// Steps `N` lanes in turn until one needs its cold path. Each enters with steps left on
+/// its countdown and its next node above its watch (the cold path leaves it so). They
+/// take as many steps as the shortest countdown at most, so one counter stands for all;
+/// and a depth at or past its watch is one where `watch - 1 - depth` wraps below zero,
+/// so one sign test of the lanes' ORed differences asks it of every lane.
+///
+/// # Safety
+/// SSSE3 and BMI1 are available.
+#[target_feature(enable = "ssse3,bmi1")]
+unsafe fn drive_n<const N: usize>(t: &Hot, mut lanes: [&mut Lane; N]) {
+    let most = lanes.iter().map(|l| l.h.left).min().unwrap_or(0);
+    let watch: [usize; N] = std::array::from_fn(|k| lanes[k].h.watch.wrapping_sub(1));
+    let mut steps = 0;
+    loop {
+        for l in lanes.iter_mut() {
+            // SAFETY: the features are the caller's; each lane is at a real depth (above
+            // its watch, which is below the plan's depths)
+            unsafe { step(t, l) };
+        }
+        steps += 1;
+        let mut watched = 0;
+        for k in 0..N {
+            watched |= watch[k].wrapping_sub(lanes[k].h.d);
+        }
+        if (steps == most) | ((watched as isize) < 0) {
+            break;
+        }
+    }
+    for l in lanes {
+        l.h.left -= steps;
+    }
+}
+
+impl Form for Tables {
+    type Lanes = [Lane; 4];
+    const LANES: usize = 4;
+    const STOP: usize = STOP;
+
+    fn depths(&self) -> usize {
+        self.depths
+    }
+
+    fn hints(&self) -> &[Placement] {
+        &self.hints
+    }
+
+    fn lanes(&self) -> Box<[Lane; 4]> {
+        // SAFETY: integers, arrays of them and SSE vectors
+        let mut lanes: Box<[Lane; 4]> = unsafe { zeroed() };
+        for l in lanes.iter_mut() {
+            l.h.d = STOP;
+        }
+        lanes
+    }
+
+    fn head(lanes: &[Lane; 4], slot: usize) -> &Head {
+        &lanes[slot].h
+    }
+
+    fn head_mut(lanes: &mut [Lane; 4], slot: usize) -> &mut Head {
+        &mut lanes[slot].h
+    }
+
+    fn start(&self, lanes: &mut [Lane; 4], slot: usize, path: &[Placement], floor: usize) {
+        let t = &*self.hot;
+        let lane = &mut lanes[slot];
+        lane.board = self.board;
+        for f in lane.frames.iter_mut() {
+            f.nodes = 0;
+        }
+        let mut free = self.free;
+        let mut up = STOP as u32;
+        let mut prev = 0;
+        let frame = |lane: &mut Lane, depth: usize, free: &[u8; 32], rem, base, up| {
+            let f = &mut lane.frames[depth];
+            f.free = halves(free);
+            f.rem = rem;
+            f.base = base;
+            f.up = up;
+        };
+        for (depth, p) in path.iter().enumerate() {
+            let bucket = t.keyb[t.key(&lane.board, depth, prev)] as usize;
+            let b = &t.buckets[bucket];
+            let i = (0..b.len as usize)
+                .find(|&i| {
+                    let x = t.cands[b.base as usize + i];
+                    candidate_piece(x) == p.piece as usize && candidate_rot(x) == p.rot
+                })
+                .expect("a checked path's placement is in its bucket");
+            // the candidates after this one
+            let rem = self.mask(bucket, &free) & !((2u32 << i) - 1);
+            frame(lane, depth, &free, rem, b.base, up);
+            let c = t.cands[b.base as usize + i];
+            lane.board[t.pos[depth] as usize % CELLS] = c;
+            let piece = candidate_piece(c);
+            free[piece >> 3] &= !(1 << (piece & 7));
+            prev = c;
+            if depth >= floor && rem != 0 {
+                up = depth as u32;
+            }
+        }
+        let depth = path.len();
+        let bucket = t.keyb[t.key(&lane.board, depth, prev)] as usize;
+        let rem = self.mask(bucket, &free);
+        frame(lane, depth, &free, rem, t.buckets[bucket].base, up);
+        lane.h.d = if rem != 0 { depth } else { up as usize };
+    }
+
+    fn step(&self, lanes: &mut [Lane; 4], slot: usize) {
+        // SAFETY: the features were found when the tables were built; the driver steps
+        // lanes at real depths only
+        unsafe { drive_one(&self.hot, &mut lanes[slot]) }
+    }
+
+    fn placement(&self, lanes: &[Lane; 4], slot: usize, depth: usize) -> Placement {
+        let c = lanes[slot].board[self.hot.pos[depth % D] as usize % CELLS];
+        Placement::new(self.plan_pos[depth], candidate_piece(c), candidate_rot(c))
+    }
+
+    fn nodes(&self, lanes: &[Lane; 4], slot: usize) -> Vec<u64> {
+        lanes[slot].frames[..self.depths]
+            .iter()
+            .map(|f| f.nodes)
+            .collect()
+    }
+
+    fn drive(&self, lanes: &mut [Lane; 4], live: &[usize]) {
+        let t = &*self.hot;
+        // SAFETY (each call): the features were found when the tables were built
+        match *live {
+            [a, b, c, d] => {
+                let l = lanes.get_disjoint_mut([a, b, c, d]).expect("distinct lanes");
+                unsafe { drive_n::<4>(t, l) }
+            }
+            [a, b, c] => {
+                let l = lanes.get_disjoint_mut([a, b, c]).expect("distinct lanes");
+                unsafe { drive_n::<3>(t, l) }
+            }
+            [a, b] => {
+                let l = lanes.get_disjoint_mut([a, b]).expect("distinct lanes");
+                unsafe { drive_n::<2>(t, l) }
+            }
+            [a] => unsafe { drive_n::<1>(t, [&mut lanes[a]]) },
+            _ => unreachable!("one to four lanes of four"),
+        }
+    }
+}
+
+/// One step of one lane (the cold path's), with the kernel's features.
+///
+/// # Safety
+/// SSSE3 and BMI1 are available; the lane is at a real depth.
+#[target_feature(enable = "ssse3,bmi1")]
+unsafe fn drive_one(t: &Hot, l: &mut Lane) {
+    // SAFETY: the caller's
+    unsafe { step(t, l) }
+}
