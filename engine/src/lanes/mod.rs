@@ -463,9 +463,14 @@ impl LaneEngine {
     }
 }
 
+/// The lane engine's revision: raised whenever its walk changes, so a race decided
+/// against an earlier lane engine (remembered in the build cache under
+/// [`lanes_release`]) is run again. 2: the wide form (16x16 boards).
+pub const LANES_REVISION: u32 = 2;
+
 /// The lane engine's release id: the same program for every puzzle.
 pub fn lanes_release() -> String {
-    format!("lanes-{}", env!("CARGO_PKG_VERSION"))
+    format!("lanes-{}-r{LANES_REVISION}", env!("CARGO_PKG_VERSION"))
 }
 
 impl Engine for LaneEngine {
