@@ -47,12 +47,13 @@ pub const TREE_PROBES: usize = 50;
 /// How long a count of live parties is reused, ms.
 pub const LIVE_PARTIES_EVERY_MS: i64 = 2_000;
 
-/// Most active leases a worker identity may hold: about three per engine thread it
-/// reported (the lane engine walks two at once, and one waits queued) plus slack; at least
-/// [`MIN_LEASES_HELD`], at most [`MAX_LEASES_HELD`] whatever it claims.
+/// Most active leases a worker identity may hold: about five per engine thread it
+/// reported (the lane engine walks up to four at once on 16x16 boards, and one waits
+/// queued) plus slack; at least [`MIN_LEASES_HELD`], at most [`MAX_LEASES_HELD`] whatever
+/// it claims.
 pub fn lease_cap(threads: u32, cores: u32) -> u64 {
     let threads = if threads > 0 { threads } else { cores.max(1) } as u64;
-    (3 * threads + 2).clamp(MIN_LEASES_HELD, MAX_LEASES_HELD)
+    (5 * threads + 2).clamp(MIN_LEASES_HELD, MAX_LEASES_HELD)
 }
 
 /// Fewest leases any identity may hold.

@@ -191,9 +191,9 @@ impl Tables {
             let g = usize::from(!colours.contains(&GREY));
             if counts[g] == 64 {
                 return Err(NotEligible::TooManyPieces {
-                pieces: plan.pieces,
-                most: MAX_PIECES,
-            });
+                    pieces: plan.pieces,
+                    most: MAX_PIECES,
+                });
             }
             group[p] = g as u8;
             index[p] = counts[g] as u8;
@@ -680,4 +680,3 @@ fn candidate_rot_of(c: u64) -> u8 {
 fn delta_of(c: u64) -> i32 {
     (c >> 48) as u16 as i16 as i32
 }
-

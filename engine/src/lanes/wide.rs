@@ -35,8 +35,8 @@
 use std::arch::x86_64::*;
 
 use super::{Form, Head, NotEligible};
-use crate::plan::{SENTINEL, SearchPlan, candidate_piece, candidate_rot};
 use crate::model::Placement;
+use crate::plan::{SENTINEL, SearchPlan, candidate_piece, candidate_rot};
 
 /// Room for frames (depths 0..=256) and [`STOP`].
 const D: usize = 272;
@@ -399,17 +399,13 @@ unsafe fn step(t: &Hot, l: &mut Lane) {
         let free = [_mm_andnot_si128(oh[0], f[0]), _mm_andnot_si128(oh[1], f[1])];
         let e = d + 1;
         let key = t.key(&l.board, e, c);
-        let bucket = t
-            .buckets
-            .get_unchecked(*t.keyb.get_unchecked(key) as usize);
+        let bucket = t.buckets.get_unchecked(*t.keyb.get_unchecked(key) as usize);
         let got = _mm_or_si128(
             _mm_shuffle_epi8(free[0], bucket.ia),
             _mm_shuffle_epi8(free[1], bucket.ib),
         );
-        let mask = _mm_movemask_epi8(_mm_cmpeq_epi8(
-            _mm_and_si128(got, bucket.bits),
-            bucket.bits,
-        )) as u32;
+        let mask =
+            _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(got, bucket.bits), bucket.bits)) as u32;
         let child = l.frames.get_unchecked_mut(e);
         child.rem = mask;
         child.free = free;

@@ -111,8 +111,8 @@ fn pairs_agree(
     let todo: Vec<(Unit, Option<u64>)> = prefixes
         .into_iter()
         .map(|p| {
-            let budget = (rng.below(4) > 0 || plan.pieces > 128)
-                .then(|| 1 + rng.below(300_000) as u64);
+            let budget =
+                (rng.below(4) > 0 || plan.pieces > 128).then(|| 1 + rng.below(300_000) as u64);
             (Unit::prefix(p), budget)
         })
         .collect();
@@ -238,7 +238,11 @@ fn lanes_match_reference_on_random_puzzles() {
         // draws from a generator of its own
         let mut own = Rng::new(round as u64);
         for (f, form) in FORMS.into_iter().enumerate() {
-            let rng = if form == Form::Narrow { &mut rng } else { &mut own };
+            let rng = if form == Form::Narrow {
+                &mut rng
+            } else {
+                &mut own
+            };
             let (mut reference, mut lanes) = match lanes_in(&plan, form) {
                 Ok(l) => (ReferenceEngine::new(plan.clone()), l),
                 Err(NotEligible::ExtraSides) => continue,

@@ -499,10 +499,15 @@ mod tests {
 
     /// Brendan set 1 6x6 in row-major order.
     fn plan() -> Arc<SearchPlan> {
-        let text = e2fleet_engine::suite::builtin_puzzle("brendan-set1-06x06").unwrap();
+        plan_of("brendan-set1-06x06")
+    }
+
+    /// The built-in board `name`, in row-major order.
+    fn plan_of(name: &str) -> Arc<SearchPlan> {
+        let text = e2fleet_engine::suite::builtin_puzzle(name).unwrap();
         let puzzle = e2fleet_engine::formats::parse_str(
             text,
-            &e2fleet_engine::suite::builtin_label("brendan-set1-06x06", text),
+            &e2fleet_engine::suite::builtin_label(name, text),
             &e2fleet_engine::formats::LoadOptions::default(),
         )
         .unwrap();
@@ -526,8 +531,12 @@ mod tests {
 
     /// Engines of `kind` for Brendan set 1 6x6.
     fn factory(kind: &str) -> Arc<EngineFactory> {
+        factory_on(kind, &plan())
+    }
+
+    fn factory_on(kind: &str, plan: &Arc<SearchPlan>) -> Arc<EngineFactory> {
         let flags = Flags::parse_from(["t", "--engine", kind]);
-        Arc::new(flags.engine.factory(&plan(), false).unwrap())
+        Arc::new(flags.engine.factory(plan, false).unwrap())
     }
 
     /// The reference engine on Brendan set 1 6x6, from the root with `budget`, a job of
@@ -602,8 +611,17 @@ mod tests {
     #[test]
     fn a_lane_engine_thread_walks_two_leases_of_a_job_at_once_to_the_exact_counts() {
         // units of every size: some end, some stop at their budget
-        let most_running = two_in_hand("lanes", (3, 5, 12), 3_000_000);
+        let most_running = two_in_hand(("lanes", &plan()), (3, 5, 12), 3_000_000);
         assert_eq!(most_running, 2, "one thread walked two leases at once");
+    }
+
+    /// On a 16x16 board (the lane engine's wide form) one engine thread walks four leases
+    /// at once, to the reference walker's counts.
+    #[test]
+    fn a_lane_engine_thread_walks_four_leases_of_a_16x16_job_at_once() {
+        let plan = plan_of("e2-official");
+        let most_running = two_in_hand(("lanes", &plan), (12, 1, 12), 200_000);
+        assert_eq!(most_running, 4, "one thread walked four leases at once");
     }
 
     /// One engine thread with the compiled engine, on units of a few thousand nodes,
@@ -612,25 +630,31 @@ mod tests {
     /// reference walker's.
     #[test]
     fn a_compiled_engine_thread_holds_at_most_two_short_leases_with_exact_counts() {
-        let most_running = two_in_hand("compiled", (6, 1, 300), 20_000);
+        let most_running = two_in_hand(("compiled", &plan()), (6, 1, 300), 20_000);
         assert!(
             most_running <= 2,
             "{most_running} leases held by one engine"
         );
     }
 
-    /// Leases of one job, the prefixes `depth` deep (every `step`th, `count` of them),
-    /// each under `budget`, queued at once for a one-thread executor with the `kind`
-    /// engine: every result is the reference walker's, the executor holds three leases a
-    /// thread, and the most it had running at once.
-    fn two_in_hand(kind: &str, (depth, step, count): (usize, usize, usize), budget: u64) -> usize {
-        let plan = plan();
+    /// Leases of one job on `plan`, the prefixes `depth` deep (every `step`th, the first
+    /// `count` of them), each under `budget`, queued at once for a one-thread executor
+    /// with the `kind` engine: every result is the reference walker's, the executor holds
+    /// one lease a thread past what its engine holds, and the most it had running at once.
+    fn two_in_hand(
+        (kind, plan): (&str, &Arc<SearchPlan>),
+        (depth, step, count): (usize, usize, usize),
+        budget: u64,
+    ) -> usize {
         let mut units = Vec::new();
-        e2fleet_engine::search::Walker::new(&plan)
-            .enumerate(&[], depth, &mut |p| units.push(Unit::prefix(p.to_vec())))
+        e2fleet_engine::search::Walker::new(plan)
+            .enumerate_first(&[], depth, step * count, &mut |p| {
+                units.push(Unit::prefix(p.to_vec()))
+            })
             .unwrap();
         let units: Vec<Unit> = units.into_iter().step_by(step).take(count).collect();
-        let lanes = factory(kind);
+        let lanes = factory_on(kind, plan);
+        let in_hand = lanes.make().units_in_hand();
         let job_id = JobId::random();
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
         let executor = Executor::start(1, tx);
@@ -642,7 +666,7 @@ mod tests {
                 budget: Some(budget),
                 max_solutions: REPORT_MAX_SOLUTIONS,
             };
-            let reference = e2fleet_engine::search::Walker::new(&plan)
+            let reference = e2fleet_engine::search::Walker::new(plan)
                 .run(unit, options, &mut e2fleet_engine::search::NoControl)
                 .unwrap();
             expected.insert(task.lease.lease_id, reference);
@@ -669,8 +693,8 @@ mod tests {
             assert!(started.elapsed() < Duration::from_secs(60), "no result");
             std::thread::sleep(Duration::from_micros(200));
         }
-        // the worker keeps two in the engine and one queued for the thread
-        assert_eq!(executor.capacity(), 3);
+        // the worker keeps the engine full and one queued for the thread
+        assert_eq!(executor.capacity(), in_hand + 1);
         assert!(executor.per_core_rate() > 0.0);
         executor.join();
         most_running
