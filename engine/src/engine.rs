@@ -94,7 +94,7 @@ pub trait Engine: Send {
     }
 
     /// How many units the engine holds at once through [`Engine::run_feed`]: the lane
-    /// engine walks two in one thread; the compiled engine walks one and has the next
+    /// engine walks two in one thread (four on boards past 128 pieces or 16 colours); the compiled engine walks one and has the next
     /// waiting in its process. A caller with one unit in hand and more to come hands an
     /// engine of more than one its units through a feed; one unit at a time is as fast
     /// on the others. Default: 1.

@@ -21,8 +21,8 @@
 //!   the tiling check, re-run comparison).
 //! - [`suite`]: verification suites (fixed units with golden exact results).
 //! - [`compiled`]: the compiled engine: code generator, local rustc build and cache, child process.
-//! - [`lanes`]: the lane engine: a branch-free mask walk of two units at once in one thread
-//!   (boards of at most 128 pieces).
+//! - [`lanes`]: the lane engine: a branch-free walk of several units at once in one thread
+//!   (two on boards of at most 128 pieces and 16 colours, four on 16x16 boards).
 //! - [`engine`]: one interface over every engine kind.
 //! - [`testing`]: random planted puzzles and the brute-force oracle for tests.
 //!

@@ -16,28 +16,30 @@ use e2fleet_engine::plan::SearchPlan;
 /// Which engine to use.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum EngineChoice {
-    /// On the boards the lane engine takes (at most 128 pieces and 16 colours), the faster
-    /// of the lane and compiled engines on this puzzle and machine (raced once, ~2 s,
-    /// remembered in the cache); the lane engine without rustc. Elsewhere compiled when
-    /// rustc is available, reference otherwise.
+    /// On the boards the lane engine takes (up to 256 pieces and 32 colours, with at most
+    /// 16 candidates a bucket past 128 pieces or 16 colours), the faster of the lane and
+    /// compiled engines on this puzzle and machine (raced once, ~2 s, remembered in the
+    /// cache); the lane engine without rustc. Elsewhere compiled when rustc is available,
+    /// reference otherwise.
     Auto,
     /// The portable table-driven interpreter.
     Reference,
     /// Puzzle-specialised Rust built with the local rustc.
     Compiled,
-    /// The branch-free mask walk of two units at once, in this process, on the boards it
-    /// takes (at most 128 pieces and 16 colours, such as Brendan's sets; no rustc
-    /// needed), without a race; others as `auto`.
+    /// The branch-free walk of several units at once (two on boards of at most 128
+    /// pieces and 16 colours, such as Brendan's sets; four on larger ones), in this
+    /// process, on the boards it takes (no rustc needed), without a race; others as
+    /// `auto`.
     Lanes,
 }
 
 /// Engine flags.
 #[derive(Args, Debug, Clone)]
 pub struct EngineArgs {
-    /// Engine: auto (compiled if rustc is there, else reference; on boards of at most 128
-    /// pieces and 16 colours the lane engine instead where a race on the puzzle finds it
-    /// faster, or without rustc), reference, compiled, or lanes (the lane engine on every
-    /// board it takes, two units at once in one thread; others as auto).
+    /// Engine: auto (compiled if rustc is there, else reference; on the boards the lane
+    /// engine takes, the lane engine instead where a race on the puzzle finds it faster,
+    /// or without rustc), reference, compiled, or lanes (the lane engine on every board
+    /// it takes, several units at once in one thread; others as auto).
     #[arg(long, value_enum, default_value = "auto")]
     pub engine: EngineChoice,
     /// Where compiled engines are cached.
@@ -85,6 +87,9 @@ pub struct EngineArgs {
     /// The work is one unit at a time ([`EngineArgs::one_unit`]).
     #[arg(skip)]
     one_unit: bool,
+    /// The lane engine only in its narrow form ([`EngineArgs::unraced`]).
+    #[arg(skip)]
+    narrow_lanes_only: bool,
 }
 
 /// `--prune`: `off` or `EVERY,LAG`.
@@ -113,7 +118,8 @@ impl EngineArgs {
     /// Whether these flags walk `plan` with the lane engine without compiling (`--engine
     /// lanes` on a board it takes).
     pub fn lanes_take(&self, plan: &SearchPlan) -> bool {
-        self.engine == EngineChoice::Lanes && LaneTables::new(plan).is_ok()
+        self.engine == EngineChoice::Lanes
+            && LaneTables::new(plan).is_ok_and(|t| !self.narrow_lanes_only || t.form() == "narrow")
     }
 
     /// The same flags for work that is one unit (`solve` without a split, `bench` from
@@ -157,9 +163,12 @@ impl EngineArgs {
 
     /// The same engines without races, for runs that check counts rather than speed
     /// ([`crate::verify::run_units`]): the slot walk instead of a race for the walk
-    /// (`auto`; a forced walk stays), and for `auto` the lane engine on the boards it takes
-    /// instead of a race against the compiled engine (so a suite checks both engines: the
-    /// lane engine on its boards, the compiled one on the others).
+    /// (`auto`; a forced walk stays), and for `auto` the lane engine on the boards its
+    /// narrow form takes (at most 128 pieces and 16 colours) instead of a race against the
+    /// compiled engine, and the compiled engine on the others: so a suite checks both
+    /// engines, as every board of the suite is one the lane engine's wide form takes (and
+    /// a job's race checks the two engines' results against each other on its own units
+    /// before either walks one).
     pub fn unraced(&self) -> EngineArgs {
         let mut e = self.clone();
         if e.walk() == Walk::Auto {
@@ -167,6 +176,7 @@ impl EngineArgs {
         }
         if e.engine == EngineChoice::Auto {
             e.engine = EngineChoice::Lanes;
+            e.narrow_lanes_only = true;
         }
         e
     }
@@ -240,6 +250,7 @@ impl EngineArgs {
         };
         let tables = match self.engine {
             EngineChoice::Auto | EngineChoice::Lanes => match LaneTables::new(plan) {
+                Ok(t) if self.narrow_lanes_only && t.form() != "narrow" => None,
                 Ok(t) => Some(Arc::new(t)),
                 // a board past the lane engine's tables: compiled (or reference)
                 Err(e) => {

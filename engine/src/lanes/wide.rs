@@ -156,7 +156,7 @@ pub(crate) struct Tables {
     hot: Box<Hot>,
     depths: usize,
     free: [u8; 32],
-    board: [u64; CELLS],
+    board: Box<[u64; CELLS]>,
     hints: Vec<Placement>,
     plan_pos: Vec<usize>,
 }
@@ -179,8 +179,17 @@ fn halves(bytes: &[u8; 32]) -> [__m128i; 2] {
 /// # Safety
 /// `T` must be valid all zeros (integers, arrays of them, SSE vectors).
 unsafe fn zeroed<T>() -> Box<T> {
-    // SAFETY: the caller's
-    unsafe { Box::<T>::new_zeroed().assume_init() }
+    let layout = std::alloc::Layout::new::<T>();
+    assert!(layout.size() > 0, "a sized table");
+    // SAFETY: a non-zero size; the memory is `T`'s layout, zeroed, which the caller says
+    // is a `T`; `Box` frees it with the same layout
+    unsafe {
+        let p = std::alloc::alloc_zeroed(layout).cast::<T>();
+        if p.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        Box::from_raw(p)
+    }
 }
 
 impl Tables {
@@ -322,7 +331,7 @@ impl Tables {
                 free[p >> 3] |= 1 << (p & 7);
             }
         }
-        let mut board = [0u64; CELLS];
+        let mut board = Box::new([0u64; CELLS]);
         for (cell, &x) in plan.initial_board.iter().enumerate() {
             board[cell] = x as u64;
         }
@@ -504,7 +513,7 @@ impl Form for Tables {
     fn start(&self, lanes: &mut [Lane; 4], slot: usize, path: &[Placement], floor: usize) {
         let t = &*self.hot;
         let lane = &mut lanes[slot];
-        lane.board = self.board;
+        lane.board = *self.board;
         for f in lane.frames.iter_mut() {
             f.nodes = 0;
         }

@@ -52,8 +52,8 @@ struct Shared {
     cpu_percent: AtomicU32,
     /// (nodes, engine nanoseconds) of finished runs, for the per-core rate.
     totals: Mutex<(u64, u128)>,
-    /// The most units an engine of this executor has held at once (the lane engine 2,
-    /// walking; the compiled engine 2, one walking and one waiting in its process).
+    /// The most units an engine of this executor has held at once (the lane engine 2 or
+    /// 4, walking; the compiled engine 2, one walking and one waiting in its process).
     in_hand: AtomicUsize,
 }
 
@@ -359,7 +359,7 @@ struct Walking {
 }
 
 /// Hands one engine thread's engine its leases: the one the thread took, and, to an
-/// engine that holds several units at once (the lane engine walks two; the compiled
+/// engine that holds several units at once (the lane engine walks two or four; the compiled
 /// engine has a short unit's successor waiting in its process), further queued leases of
 /// the same job, up to [`Engine::units_in_hand`] (so no more than one lease waits behind
 /// a unit that turns out long while another thread could walk it); every result goes

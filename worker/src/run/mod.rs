@@ -525,7 +525,7 @@ async fn run_async(args: RunArgs) -> Result<()> {
         let (queued, running) = executor.load();
         let queued = queued + waiting.len();
 
-        // keep every thread busy (its engine full: one unit, or the lane engine's two)
+        // keep every thread busy (its engine full: one unit, or the lane engine's two or four)
         // with a queue of one more unit per thread, so short units never leave a thread
         // waiting on a round trip; on many threads ask in batches of at least half the
         // thread count (a queue never runs below half full)

@@ -234,11 +234,23 @@ fn bench_walks_the_units_of_a_split_to_the_exact_count() {
         assert_eq!(run["units_done"], 62, "{engine}");
         assert_eq!(run["finished"], true, "{engine}");
     }
-    // a board the lane engine does not take (bench-hard: 256 pieces) runs as `auto`:
-    // here, without rustc, the reference engine
-    let report = bench_without_rustc(&["--board", "bench-hard", "--engine", "lanes"]);
+    // a board the lane engine does not take (a fill order that gives a cell three placed
+    // neighbours) runs as `auto`: here, without rustc, the reference engine
+    let report = bench_without_rustc(&[&THREE_NEIGHBOURS[..], &["--engine", "lanes"]].concat());
     assert_eq!(report["engine"], "reference");
+    // bench-hard (256 pieces) is the lane engine's wide form
+    let report = bench_without_rustc(&["--board", "bench-hard", "--engine", "lanes"]);
+    assert_eq!(report["engine"], "lanes");
 }
+
+/// Brendan set 1 5x5 filled row 0, row 2, then row 1 and the rest: row 1's cells have
+/// three placed neighbours, which neither form of the lane engine takes.
+const THREE_NEIGHBOURS: [&str; 4] = [
+    "--board",
+    "brendan-set1-05x05",
+    "--order",
+    "cells:0,1,2,3,4,10,11,12,13,14,5,6,7,8,9,15,16,17,18,19,20,21,22,23,24",
+];
 
 /// `bench ARGS --seconds 0.1 --runs 1` with `rustc` as the compiler to use.
 fn bench_run(args: &[&str], rustc: &str) -> std::process::Output {
@@ -314,9 +326,14 @@ fn auto_races_the_lane_engine_for_a_split_and_walks_a_lone_unit_compiled() {
         "{err}"
     );
     assert_eq!(bench("0", "/nonexistent/rustc")["engine"], "lanes");
-    // bench-hard is past the lane engine's tables: reference without rustc
+    // without rustc: bench-hard in the lane engine's wide form, and a board past the lane
+    // engine's tables in the reference engine
     let report = bench_without_rustc(&["--board", "bench-hard"]);
-    assert_eq!(report["engine"], "reference");
+    assert_eq!(report["engine"], "lanes");
+    assert_eq!(
+        bench_without_rustc(&THREE_NEIGHBOURS)["engine"],
+        "reference"
+    );
 }
 
 /// `solve --split-depth` with a budget walks every unit in continuation slices, on any

@@ -27,6 +27,29 @@ fn the_suite_passes_with_both_engines() {
     }
 }
 
+/// With `--engine auto` (the default) the suite checks both engines, racing neither: the
+/// lane engine on the boards of its narrow form, the compiled engine on the 16x16 boards
+/// (which the lane engine's wide form takes too; a job's race checks the two against each
+/// other on its own units).
+#[test]
+fn the_auto_suite_checks_the_lane_and_the_compiled_engine() {
+    let (ok, text) = verify(&["--json"]);
+    assert!(ok, "{text}");
+    let doc: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    let engine_of = |name: &str| {
+        doc["units"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|u| u["name"] == name)
+            .unwrap_or_else(|| panic!("{name} in {doc}"))["engine"]
+            .clone()
+    };
+    assert_eq!(engine_of("brendan1-5x5-whole"), "lanes", "{doc}");
+    assert_eq!(engine_of("hard-root-budget"), "compiled", "{doc}");
+    assert_eq!(engine_of("e2-clues-budget"), "compiled", "{doc}");
+}
+
 /// The suite's 16x16 units run the slot walk, and nothing races for them: a fresh cache
 /// holds no remembered walk after the suite.
 #[test]
