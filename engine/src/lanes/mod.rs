@@ -30,8 +30,8 @@
 //! What is common to both forms is here: a lane's [`Head`] (its depth, countdown, last
 //! depth and watch), the cold path (polls, budgets, new deepest boards, solutions), and the
 //! loop that hands units to free lanes and shares the thread's time between them by the
-//! nodes each walked. A form ([`Form`]) supplies the tables, a lane's start on a unit's
-//! path, one step, and the hot loop ([`Form::drive`]) that steps its live lanes in turn
+//! nodes each walked. A form (the `Form` trait) supplies the tables, a lane's start on a unit's
+//! path, one step, and the hot loop (`Form::drive`) that steps its live lanes in turn
 //! until one of them needs its cold path.
 
 use std::sync::Arc;
