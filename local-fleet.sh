@@ -86,8 +86,8 @@ E2FLEET_ON_BATTERY=${E2FLEET_ON_BATTERY:-run} E2FLEET_NICE=${E2FLEET_NICE:-0} \
 worker_pid=$!
 echo "worker started on ${E2FLEET_THREADS:-$(nproc)} cores (log: $work/worker.log)"
 echo "  it first checks this machine against the verification suite and compiles the engine"
-echo "  for this puzzle: ~10-20 s the first time (its walks, and on a board of at most 128"
-echo "  pieces the lane engine, raced on it), cached after; units start moving then"
+echo "  for this puzzle: ~10-20 s the first time (its walks, and the lane engine, raced on"
+echo "  it), cached after; units start moving then"
 
 "$bin/e2fleet-coordinator" job "$job_id" --watch &
 watch_pid=$!
