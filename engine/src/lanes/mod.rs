@@ -251,6 +251,12 @@ impl<F: Form> Driver<'_, F> {
     /// Walks `first`, and the units `feed` hands out, [`Form::LANES`] at a time, until
     /// the feed has none left; every result goes back through `feed.done`.
     fn run<'a>(&self, first: Work<'a>, feed: &mut dyn Feed<'a>) {
+        const {
+            assert!(
+                F::LANES <= MAX_LANES,
+                "a form walks at most MAX_LANES lanes"
+            )
+        };
         let k = F::LANES;
         let mut lanes = self.form.lanes();
         // a walking lane's unit, its cold-path state and its seconds so far

@@ -346,8 +346,8 @@ impl Tables {
         })
     }
 
-    /// Lane `l`'s mask of `bucket`'s candidates free in `free`, without SSSE3 (a lane's
-    /// start).
+    /// The mask of `bucket`'s candidates whose pieces are free in `free`, worked out
+    /// without SSSE3 (a lane's start).
     fn mask(&self, bucket: usize, free: &[u8; 32]) -> u32 {
         let b = &self.hot.buckets[bucket];
         let list = &self.hot.cands[b.base as usize..(b.base + b.len) as usize];
