@@ -7,6 +7,10 @@
 //! 0-15, `ib` for 16-31) and its bit. Row-major boards without extra sides (the hinted
 //! E2 boards' hint neighbours have their own tables in the plan, so they qualify).
 //!
+//! Session 31 built this walk into the product as the lane engine's wide form
+//! (`engine/src/lanes/wide.rs`, with the budgets, cursors, stops and watches of the lane
+//! engine's driver); this file stays as the measured record of the prototype.
+//!
 //! Not part of the build: a scratch cargo project with this file as `src/main.rs` and
 //!
 //! ```toml
