@@ -32,6 +32,14 @@ enum Form {
 
 const FORMS: [Form; 2] = [Form::Narrow, Form::Wide];
 
+/// The forms this machine has (the wide form is x86-64's).
+fn forms_here() -> Vec<Form> {
+    FORMS
+        .into_iter()
+        .filter(|&f| f == Form::Narrow || cfg!(target_arch = "x86_64"))
+        .collect()
+}
+
 fn lanes_in(plan: &Arc<SearchPlan>, form: Form) -> Result<LaneEngine, NotEligible> {
     let tables = match form {
         Form::Narrow => LaneTables::new(plan)?,
@@ -143,7 +151,11 @@ fn low_colour_boards_agree_under_budgets() {
             let (mut reference, mut lanes) = match lanes_in(&plan, form) {
                 Ok(l) => (ReferenceEngine::new(plan.clone()), l),
                 // low colours: buckets past the wide form's 16 candidates
-                Err(NotEligible::LongBucket(_)) if form == Form::Wide => continue,
+                Err(NotEligible::LongBucket(_) | NotEligible::Processor(_))
+                    if form == Form::Wide =>
+                {
+                    continue;
+                }
                 Err(e) => panic!("{rel} {form:?}: {e}"),
             };
             let budgets = [1, 7, 1000, 123_457, 2_000_000, 1 << 20, 3_000_001];
@@ -184,7 +196,11 @@ fn whole_trees_agree_walked_in_pairs() {
         for form in FORMS {
             let mut lanes = match lanes_in(&plan, form) {
                 Ok(l) => l,
-                Err(NotEligible::LongBucket(_)) if form == Form::Wide => continue,
+                Err(NotEligible::LongBucket(_) | NotEligible::Processor(_))
+                    if form == Form::Wide =>
+                {
+                    continue;
+                }
                 Err(e) => panic!("{rel} {form:?}: {e}"),
             };
             wide += usize::from(form == Form::Wide);
@@ -211,7 +227,10 @@ fn whole_trees_agree_walked_in_pairs() {
             }
         }
     }
-    assert!(wide > 0, "the wide form walked a whole tree");
+    assert!(
+        wide > 0 || !cfg!(target_arch = "x86_64"),
+        "the wide form walked a whole tree"
+    );
     // Brendan set 1 6x6: 69,284,103 nodes and 260 solutions (docs/counting.md)
     let plan = plan(
         &load("brendan/set1/pieces_06x06.txt"),
@@ -246,7 +265,11 @@ fn lanes_match_reference_on_random_puzzles() {
             let (mut reference, mut lanes) = match lanes_in(&plan, form) {
                 Ok(l) => (ReferenceEngine::new(plan.clone()), l),
                 Err(NotEligible::ExtraSides) => continue,
-                Err(NotEligible::LongBucket(_)) if form == Form::Wide => continue,
+                Err(NotEligible::LongBucket(_) | NotEligible::Processor(_))
+                    if form == Form::Wide =>
+                {
+                    continue;
+                }
                 Err(e) => panic!("round {round} {form:?}: {e}"),
             };
             walked[f] += 1;
@@ -269,7 +292,7 @@ fn lanes_match_reference_on_random_puzzles() {
         }
     }
     assert!(
-        walked[0] >= 25 && walked[1] >= 10,
+        walked[0] >= 25 && (walked[1] >= 10 || !cfg!(target_arch = "x86_64")),
         "most random puzzles are lane boards (narrow {}, wide {} of 40)",
         walked[0],
         walked[1]
@@ -280,6 +303,7 @@ fn lanes_match_reference_on_random_puzzles() {
 /// continuation chain, and the units of a split under budgets walked four at a time,
 /// agree with the reference walker to the digit.
 #[test]
+#[cfg(target_arch = "x86_64")]
 fn the_hard_16x16_boards_agree_in_the_wide_form() {
     let mut rng = Rng::new(16);
     for (rel, depth) in [
@@ -310,7 +334,10 @@ fn a_requested_stop_matches_a_budget_stop() {
     for (rel, form) in [
         ("brendan/set2/pieces_10x10.txt", Form::Narrow),
         ("e2/centre-clue.json", Form::Wide),
-    ] {
+    ]
+    .into_iter()
+    .filter(|(_, f)| forms_here().contains(f))
+    {
         let plan = plan(&load(rel), &OrderSpec::default());
         let (mut reference, mut lanes) = engines(&plan, form);
         let mut polls = 0;
@@ -352,25 +379,35 @@ fn boards_it_does_not_walk_say_why() {
         LaneEngine::new(three.clone()).err(),
         Some(NotEligible::ExtraSides)
     ));
-    assert!(matches!(
-        LaneTables::wide(&three).err(),
-        Some(NotEligible::ExtraSides)
-    ));
+    let wide = cfg!(target_arch = "x86_64");
+    assert!(
+        !wide
+            || matches!(
+                LaneTables::wide(&three).err(),
+                Some(NotEligible::ExtraSides)
+            )
+    );
     let rows = plan(&small, &OrderSpec::default());
     // two inner colours on 8x8: 36 inner pieces in 4 buckets a cell
     let (few, _) = random_puzzle(&mut Rng::new(3), 8, 8, 1, 2, 0);
-    assert!(matches!(
-        LaneTables::wide(&plan(&few, &OrderSpec::default())).err(),
-        Some(NotEligible::LongBucket(n)) if n > 16
-    ));
+    assert!(
+        !wide
+            || matches!(
+                LaneTables::wide(&plan(&few, &OrderSpec::default())).err(),
+                Some(NotEligible::LongBucket(n)) if n > 16
+            )
+    );
     // a unit that does not fit the puzzle is an error, as for every engine
-    for form in FORMS {
+    for form in forms_here() {
         let (_, mut lanes) = engines(&rows, form);
         let bad = Unit::prefix(vec![e2fleet_engine::Placement::new(3, 0, 0)]);
         assert!(matches!(
             lanes.run(&bad, opts(None), &mut NoControl),
             Err(EngineError::Unit(_))
         ));
+    }
+    if !wide {
+        return;
     }
     let hard = plan(&load("bench/bench-hard.json"), &OrderSpec::default());
     let (_, mut lanes) = engines(&hard, Form::Wide);

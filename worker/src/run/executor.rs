@@ -618,6 +618,7 @@ mod tests {
     /// On a 16x16 board (the lane engine's wide form) one engine thread walks four leases
     /// at once, to the reference walker's counts.
     #[test]
+    #[cfg(target_arch = "x86_64")]
     fn a_lane_engine_thread_walks_four_leases_of_a_16x16_job_at_once() {
         let plan = plan_of("e2-official");
         let most_running = two_in_hand(("lanes", &plan), (12, 1, 12), 200_000);
