@@ -113,10 +113,6 @@ trait Form {
     /// The depth a lane goes to when its unit is walked.
     const STOP: usize;
 
-    /// Depths of the plan.
-    fn depths(&self) -> usize;
-    /// The plan's hints (a solution's board has them).
-    fn hints(&self) -> &[Placement];
     /// Memory for [`Form::LANES`] lanes.
     fn lanes(&self) -> Box<Self::Lanes>;
     /// Lane `slot`'s head.
@@ -179,7 +175,7 @@ impl<F: Form> Driver<'_, F> {
         st: &mut LaneState,
         control: &mut dyn Control,
     ) -> bool {
-        let depths = self.form.depths();
+        let depths = self.plan.len();
         loop {
             let h = F::head_mut(lanes, slot);
             if h.left == 0 {
@@ -216,7 +212,7 @@ impl<F: Form> Driver<'_, F> {
             if d + 1 == depths {
                 st.solutions += 1;
                 if st.boards.len() < st.cap {
-                    let mut board = self.form.hints().to_vec();
+                    let mut board = self.plan.hints.clone();
                     board.extend(self.placements(lanes, slot, d + 1));
                     board.sort_by_key(|p| p.pos);
                     st.boards.push(board);
@@ -359,7 +355,7 @@ impl<F: Form> Driver<'_, F> {
             return Begin::Done(work, Err(e));
         }
         self.form.start(lanes, slot, &path, floor);
-        let watch = floor.min(self.form.depths() - 1);
+        let watch = floor.min(self.plan.len() - 1);
         let h = F::head_mut(lanes, slot);
         h.watch = watch;
         if h.d == F::STOP {

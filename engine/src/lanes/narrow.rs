@@ -136,7 +136,6 @@ pub(crate) struct Tables {
     index: [u8; 128],
     free: (u64, u64),
     initial_board: Box<Board>,
-    hints: Vec<Placement>,
     plan_pos: Vec<usize>,
 }
 
@@ -353,7 +352,6 @@ impl Tables {
                 }
                 b
             },
-            hints: plan.hints.clone(),
             plan_pos: plan.depths.iter().map(|d| d.pos).collect(),
         })
     }
@@ -459,14 +457,6 @@ impl Form for Tables {
     type Lanes = [Lane; 2];
     const LANES: usize = 2;
     const STOP: usize = STOP;
-
-    fn depths(&self) -> usize {
-        self.depths
-    }
-
-    fn hints(&self) -> &[Placement] {
-        &self.hints
-    }
 
     fn lanes(&self) -> Box<[Lane; 2]> {
         let t = self;

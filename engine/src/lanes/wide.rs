@@ -157,7 +157,6 @@ pub(crate) struct Tables {
     depths: usize,
     free: [u8; 32],
     board: Box<[u64; CELLS]>,
-    hints: Vec<Placement>,
     plan_pos: Vec<usize>,
 }
 
@@ -341,7 +340,6 @@ impl Tables {
             depths: plan.len(),
             free,
             board,
-            hints: plan.hints.clone(),
             plan_pos: plan.depths.iter().map(|d| d.pos).collect(),
         })
     }
@@ -428,18 +426,18 @@ unsafe fn step(t: &Hot, l: &mut Lane) {
 /// `N` lanes, as the kernel reaches them: all four of a thread's in their array (one
 /// base address, each lane at a fixed offset from it: the common case, and ~15% faster
 /// than through four pointers), or some of them through references.
-trait Lanes<const N: usize> {
+trait LaneRefs<const N: usize> {
     fn lane(&mut self, k: usize) -> &mut Lane;
 }
 
-impl Lanes<4> for &mut [Lane; 4] {
+impl LaneRefs<4> for &mut [Lane; 4] {
     #[inline(always)]
     fn lane(&mut self, k: usize) -> &mut Lane {
         &mut self[k]
     }
 }
 
-impl<const N: usize> Lanes<N> for [&mut Lane; N] {
+impl<const N: usize> LaneRefs<N> for [&mut Lane; N] {
     #[inline(always)]
     fn lane(&mut self, k: usize) -> &mut Lane {
         self[k]
@@ -455,7 +453,7 @@ impl<const N: usize> Lanes<N> for [&mut Lane; N] {
 /// # Safety
 /// SSSE3 and BMI1 are available.
 #[target_feature(enable = "ssse3,bmi1")]
-unsafe fn drive_n<const N: usize, L: Lanes<N>>(t: &Hot, mut lanes: L) {
+unsafe fn drive_n<const N: usize, L: LaneRefs<N>>(t: &Hot, mut lanes: L) {
     let most = (0..N).map(|k| lanes.lane(k).h.left).min().unwrap_or(0);
     let mut steps = 0;
     loop {
@@ -484,14 +482,6 @@ impl Form for Tables {
     type Lanes = [Lane; 4];
     const LANES: usize = 4;
     const STOP: usize = STOP;
-
-    fn depths(&self) -> usize {
-        self.depths
-    }
-
-    fn hints(&self) -> &[Placement] {
-        &self.hints
-    }
 
     fn lanes(&self) -> Box<[Lane; 4]> {
         // SAFETY: integers, arrays of them and SSE vectors
@@ -560,7 +550,7 @@ impl Form for Tables {
     fn step(&self, lanes: &mut [Lane; 4], slot: usize) {
         // SAFETY: the features were found when the tables were built; the driver steps
         // lanes at real depths only
-        unsafe { drive_one(&self.hot, &mut lanes[slot]) }
+        unsafe { step_alone(&self.hot, &mut lanes[slot]) }
     }
 
     fn placement(&self, lanes: &[Lane; 4], slot: usize, depth: usize) -> Placement {
@@ -595,12 +585,12 @@ impl Form for Tables {
     }
 }
 
-/// One step of one lane (the cold path's), with the kernel's features.
+/// One step of one lane alone (the cold path's), with the kernel's features.
 ///
 /// # Safety
 /// SSSE3 and BMI1 are available; the lane is at a real depth.
 #[target_feature(enable = "ssse3,bmi1")]
-unsafe fn drive_one(t: &Hot, l: &mut Lane) {
+unsafe fn step_alone(t: &Hot, l: &mut Lane) {
     // SAFETY: the caller's
     unsafe { step(t, l) }
 }
