@@ -378,15 +378,16 @@ fn pick(cond: u32, a: u32, b: u32) -> u32 {
     r
 }
 
-/// One step of lane `l`: commits the node at its depth, writes the child's frame, and
-/// moves to the child, the next sibling or the frame above.
+/// One step of lane `l` at depth `d`: commits the node at `d`, writes the child's frame,
+/// and returns the depth of the lane's next step (the child, the next sibling or the
+/// frame above). The lane's head is the caller's: the kernel keeps each lane's depth in
+/// a register through its loop.
 ///
 /// # Safety
-/// SSSE3 is available, and the lane is at a real depth (below the plan's depths, not
-/// [`STOP`]), as the driver only steps such lanes.
+/// SSSE3 is available, and `d` is a real depth (below the plan's depths, not [`STOP`]),
+/// as the driver only steps such lanes.
 #[inline(always)]
-unsafe fn step(t: &Hot, l: &mut Lane) {
-    let d = l.h.d;
+unsafe fn step(t: &Hot, l: &mut Lane, d: usize) -> usize {
     // SAFETY (every read below): `d` is a real depth (the caller's), `e = d + 1` at most
     // the plan's depths < D; a bucket's mask has bits only for its candidates, so `base +
     // i` is in `cands`; `pos` holds cells below CELLS; keys are below KEYS (`Hot::key`,
@@ -418,8 +419,7 @@ unsafe fn step(t: &Hot, l: &mut Lane) {
         child.free = free;
         child.base = bucket.base;
         child.up = up;
-        l.h.last = d;
-        l.h.d = pick(mask, e as u32, up) as usize;
+        pick(mask, e as u32, up) as usize
     }
 }
 
@@ -455,26 +455,47 @@ impl<const N: usize> LaneRefs<N> for [&mut Lane; N] {
 #[target_feature(enable = "ssse3,bmi1")]
 unsafe fn drive_n<const N: usize, L: LaneRefs<N>>(t: &Hot, mut lanes: L) {
     let most = (0..N).map(|k| lanes.lane(k).h.left).min().unwrap_or(0);
+    // each lane's depth, last depth and watch as locals (registers: the lanes are
+    // written out one by one, so every index is a constant), not through the lanes'
+    // memory, where each step would store its depth and the next load it back
+    let mut d = [0usize; 4];
+    let mut watch = [0usize; 4];
+    let mut last = [0usize; 4];
+    for k in 0..N {
+        d[k] = lanes.lane(k).h.d;
+        watch[k] = lanes.lane(k).h.watch;
+    }
     let mut steps = 0;
     loop {
-        for k in 0..N {
-            // SAFETY: the features are the caller's; each lane is at a real depth (above
-            // its watch, which is below the plan's depths)
-            unsafe { step(t, lanes.lane(k)) };
+        macro_rules! lane {
+            ($k:literal) => {
+                if $k < N {
+                    last[$k] = d[$k];
+                    // SAFETY: the features are the caller's; each lane is at a real depth
+                    // (above its watch, which is below the plan's depths)
+                    d[$k] = unsafe { step(t, lanes.lane($k), d[$k]) };
+                }
+            };
         }
+        lane!(0);
+        lane!(1);
+        lane!(2);
+        lane!(3);
         steps += 1;
         // `depth - watch` is negative in every lane until one is at or past its watch
         let mut above = usize::MAX;
         for k in 0..N {
-            let h = &lanes.lane(k).h;
-            above &= h.d.wrapping_sub(h.watch);
+            above &= d[k].wrapping_sub(watch[k]);
         }
         if (steps == most) | ((above as isize) >= 0) {
             break;
         }
     }
     for k in 0..N {
-        lanes.lane(k).h.left -= steps;
+        let h = &mut lanes.lane(k).h;
+        h.d = d[k];
+        h.last = last[k];
+        h.left -= steps;
     }
 }
 
@@ -591,6 +612,8 @@ impl Form for Tables {
 /// SSSE3 and BMI1 are available; the lane is at a real depth.
 #[target_feature(enable = "ssse3,bmi1")]
 unsafe fn step_alone(t: &Hot, l: &mut Lane) {
+    let d = l.h.d;
+    l.h.last = d;
     // SAFETY: the caller's
-    unsafe { step(t, l) }
+    l.h.d = unsafe { step(t, l, d) };
 }
