@@ -467,8 +467,9 @@ impl LaneEngine {
 
 /// The lane engine's revision: raised whenever its walk changes, so a race decided
 /// against an earlier lane engine (remembered in the build cache under
-/// [`lanes_release`]) is run again. 2: the wide form (16x16 boards).
-pub const LANES_REVISION: u32 = 2;
+/// [`lanes_release`]) is run again. 2: the wide form (16x16 boards); 3: the wide form's
+/// kernel keeps each lane's depth in a register (~1.25x on the hard 16x16 boards).
+pub const LANES_REVISION: u32 = 3;
 
 /// The lane engine's release id: the same program for every puzzle.
 pub fn lanes_release() -> String {
