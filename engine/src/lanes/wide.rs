@@ -52,6 +52,11 @@ const BUCKETS: usize = 4096;
 /// Room for candidates, and 16 past the last bucket's (a mask's bit never goes past its
 /// bucket's candidates, but the room makes that not a matter of trust).
 const CANDS: usize = 16 * 1024 + 16;
+/// Where a candidate's top bits hold its piece's offset in [`Hot::oh`] (the plan's
+/// candidates leave bits 50-63 clear: colours in bits 0-31, the piece in 32-47, the
+/// rotation in 48-49; the key's rotations never bring bits past 31 into the colour it
+/// masks).
+const OH_AT: u32 = 50;
 /// The most pieces.
 const MAX_PIECES: usize = 256;
 /// The most candidates a bucket: the bits of a frame's mask.
@@ -82,10 +87,11 @@ struct Bucket {
 struct Step {
     a: u16,
     b: u16,
-    table: u16,
-    m: u16,
+    // the two the step adds and masks with as words, so each is an operand of its
+    // instruction rather than a load of its own
+    table: u32,
+    m: u32,
     rot: u32,
-    _p: u32,
 }
 
 /// What a step reads, in one allocation.
@@ -121,8 +127,8 @@ impl Hot {
                 *bytes.add(s.b as usize) as u32,
             )
         };
-        let from_prev = (prev.rotate_right(s.rot) as u32) & s.m as u32;
-        (s.table as u32 + (a << 5) + b + from_prev) as usize
+        let from_prev = (prev.rotate_right(s.rot) as u32) & s.m;
+        (s.table + (a << 5) + b + from_prev) as usize
     }
 }
 
@@ -274,7 +280,9 @@ impl Tables {
                             len: list.len() as u32,
                             _p: [0; 2],
                         });
-                        cands.extend_from_slice(&list);
+                        cands.extend(list.iter().map(|&x| {
+                            x | ((candidate_piece(x) * size_of::<[__m128i; 2]>()) as u64) << OH_AT
+                        }));
                         buckets.len() - 1
                     });
                     hot.keyb[key_of(t) + (a << 5) + b] = id as u16;
@@ -289,7 +297,7 @@ impl Tables {
         let dummy = plan.cells;
         for (e, d) in plan.depths.iter().enumerate() {
             let mut s = Step {
-                table: key_of(d.table) as u16,
+                table: key_of(d.table) as u32,
                 ..Step::default()
             };
             let prev = e.checked_sub(1).map(|p| plan.depths[p].pos);
@@ -393,7 +401,9 @@ unsafe fn step(t: &Hot, l: &mut Lane, d: usize) -> usize {
     // i` is in `cands`; `pos` holds cells below CELLS; keys are below KEYS (`Hot::key`,
     // `Tables::new`); `keyb` holds ids of built buckets; `p` is a byte
     unsafe {
-        let fr = l.frames.get_unchecked_mut(d);
+        // the frame and its child from one address (the child's at a fixed offset)
+        let fp = l.frames.as_mut_ptr().add(d);
+        let fr = &mut *fp;
         let rem = fr.rem;
         let i = rem.trailing_zeros() as usize;
         let rest = rem & rem.wrapping_sub(1);
@@ -403,7 +413,13 @@ unsafe fn step(t: &Hot, l: &mut Lane, d: usize) -> usize {
         let f = fr.free;
         let up = pick(rest, d as u32, fr.up);
         *l.board.get_unchecked_mut(*t.pos.get_unchecked(d) as usize) = c;
-        let oh = t.oh.get_unchecked((c >> 32) as u8 as usize);
+        // the piece's bits, at the byte offset the candidate's top bits hold
+        let oh = &*t
+            .oh
+            .as_ptr()
+            .cast::<u8>()
+            .add((c >> OH_AT) as usize)
+            .cast::<[__m128i; 2]>();
         let free = [_mm_andnot_si128(oh[0], f[0]), _mm_andnot_si128(oh[1], f[1])];
         let e = d + 1;
         let key = t.key(&l.board, e, c);
@@ -414,7 +430,7 @@ unsafe fn step(t: &Hot, l: &mut Lane, d: usize) -> usize {
         );
         let mask =
             _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(got, bucket.bits), bucket.bits)) as u32;
-        let child = l.frames.get_unchecked_mut(e);
+        let child = &mut *fp.add(1);
         child.rem = mask;
         child.free = free;
         child.base = bucket.base;
