@@ -3,7 +3,7 @@
 
     tools/enginebench/side_by_side.py --peer PEER_BIN puzzles/bench/bench-hard.json \\
         [--worker target/release/e2fleet-worker] [--walk auto|list|slots ...] \\
-        [--old OLD_WORKER] [--rounds 5] [--seconds 4]
+        [--old OLD_WORKER] [--rounds 5] [--seconds 4] [--split-depth D --unit-budget N]
 
 Each round runs, in turn (the order reversed every other round), `e2fleet-worker bench
 --board B --seconds S --runs 1 --walk W --json` for every walk asked for, the same for an
@@ -12,6 +12,13 @@ and the public engine's `run_dfs_codegen_jit --chain2 --opt native --budget-s S 
 B.json` (built by peer.sh). It prints per-engine medians of M nodes/s and of cycles per node
 (our bench's `cycles_per_node`; the public engine's from the clock our runs measured in
 the same round), and the ratios of the medians and the median of the per-round ratios.
+With `--split-depth D --unit-budget N` our runs walk the units a job split at depth D
+would lease, each to at most N nodes (`bench --split-depth D --unit-budget N`): the
+per-core speed a fleet sees, with `--engine auto`'s race deciding between the lane and the
+compiled engines (a lone unit, the default, always walks compiled). The public engine has
+no units; it walks from the root as always, so that comparison is of the same board and
+the same depths (the nodes of a hard 16x16 board are 150-180 deep either way), not of the
+same nodes.
 Boards in Brendan's text format (a `W H` line, then `u r d l` per piece) are written as
 site JSON for the public engine next to a temporary copy; site JSON boards go as they are.
 Don't compile or run anything else while it runs: both cores are the measurement.
@@ -34,8 +41,12 @@ def site_json(board, tmp):
     return out
 
 
+SPLIT = []  # `--split-depth D --unit-budget N` for our runs, when asked for
+
+
 def ours(worker, board, seconds, walk):
     cmd = [worker, 'bench', '--board', board, '--seconds', str(seconds), '--runs', '1', '--json']
+    cmd += SPLIT
     if walk:
         cmd += ['--walk', walk]
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -63,7 +74,11 @@ def main():
     a.add_argument('--old', help='an older e2fleet-worker to run beside (its default walk)')
     a.add_argument('--rounds', type=int, default=5)
     a.add_argument('--seconds', type=float, default=4)
+    a.add_argument('--split-depth', type=int, help='our runs walk a split\'s units (see above)')
+    a.add_argument('--unit-budget', type=int, default=5_000_000)
     args = a.parse_args()
+    if args.split_depth is not None:
+        SPLIT.extend(['--split-depth', str(args.split_depth), '--unit-budget', str(args.unit_budget)])
     # (name, worker, walk) for ours; the first run of each compiles and caches its engine
     mine = [(f'ours ({w})' if w else 'ours', args.worker, w) for w in (args.walk or [None])]
     if args.old:
@@ -84,7 +99,8 @@ def main():
             if ghz:
                 clocks.append(ghz)
     base = engines[0][0]
-    print(f'{args.board}: {args.rounds} alternated rounds of {args.seconds:g} s')
+    units = f', ours on a split at depth {args.split_depth} ({args.unit_budget} nodes a unit at most)' if SPLIT else ''
+    print(f'{args.board}: {args.rounds} alternated rounds of {args.seconds:g} s{units}')
     ghz = st.median(clocks) if clocks else None
     for name, _ in engines:
         v = rates[name]

@@ -39,8 +39,10 @@ pub struct BenchArgs {
     order: OrderSpec,
     /// Walk the units a job split at this depth would lease, one after another from the
     /// first, instead of the whole tree from the root: the per-core speed a fleet sees
-    /// (0: the root; at most 12; the first 100,000 units of a larger split).
-    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=12))]
+    /// (0: the root; at most 64; the first 100,000 units of a larger split). Hard boards
+    /// with many hints may need a deep split for more than a few units (bench-hard has 2
+    /// units at depth 12 and ~150 at 48).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=64))]
     split_depth: u32,
     /// With `--split-depth`: walk each unit at most this many nodes (a budget) before
     /// taking the next, so a run samples many units instead of the first one or two; the
