@@ -482,35 +482,55 @@ unsafe fn drive_n<const N: usize, L: LaneRefs<N>>(t: &Hot, mut lanes: L) {
         watch[k] = lanes.lane(k).h.watch;
     }
     let mut steps = 0;
-    loop {
-        macro_rules! lane {
-            ($k:literal) => {
-                if $k < N {
+    macro_rules! round {
+        // one step of every lane; `$last`: each lane's depth before it is kept as its
+        // last depth
+        ($last:literal) => {
+            round!(@lane 0, $last);
+            round!(@lane 1, $last);
+            round!(@lane 2, $last);
+            round!(@lane 3, $last);
+            steps += 1;
+        };
+        (@lane $k:literal, $last:literal) => {
+            if $k < N {
+                if $last {
                     last[$k] = d[$k];
-                    // SAFETY: the features are the caller's; each lane is at a real depth
-                    // (above its watch, which is below the plan's depths)
-                    d[$k] = unsafe { step(t, lanes.lane($k), d[$k]) };
                 }
-            };
-        }
-        lane!(0);
-        lane!(1);
-        lane!(2);
-        lane!(3);
-        steps += 1;
-        // `depth - watch` is negative in every lane until one is at or past its watch
+                // SAFETY: the features are the caller's; each lane is at a real depth
+                // (above its watch, which is below the plan's depths)
+                d[$k] = unsafe { step(t, lanes.lane($k), d[$k]) };
+            }
+        };
+    }
+    // `depth - watch` is negative in every lane until one is at or past its watch
+    let watched = |d: &[usize; 4]| {
         let mut above = usize::MAX;
         for k in 0..N {
             above &= d[k].wrapping_sub(watch[k]);
         }
-        if (steps == most) | ((above as isize) >= 0) {
+        (above as isize) >= 0
+    };
+    // a lane's last depth matters only where its countdown ends (the cold path's cursor);
+    // after a watch, the cold path takes the next step itself. So only the round that
+    // may end the countdowns keeps them (not a store a lane a round)
+    let mut at_watch = false;
+    while steps + 1 < most {
+        round!(false);
+        if watched(&d) {
+            at_watch = true;
             break;
         }
+    }
+    if !at_watch {
+        round!(true);
     }
     for k in 0..N {
         let h = &mut lanes.lane(k).h;
         h.d = d[k];
-        h.last = last[k];
+        if !at_watch {
+            h.last = last[k];
+        }
         h.left -= steps;
     }
 }
