@@ -421,6 +421,17 @@ impl LaneTables {
         }
     }
 
+    /// Whether the wide form's kernel reads two colours from the board at some depth
+    /// (fill orders other than scans; scans read one, and their kernel leaves the second
+    /// out). `false` for the narrow form.
+    pub fn two_reads(&self) -> bool {
+        match &self.form {
+            Tables::Narrow(_) => false,
+            #[cfg(target_arch = "x86_64")]
+            Tables::Wide(w) => w.two_reads(),
+        }
+    }
+
     /// The form's name: `narrow` or `wide`.
     pub fn form(&self) -> &'static str {
         match &self.form {

@@ -110,12 +110,13 @@ struct Hot {
 
 impl Hot {
     /// The key of depth `e`'s bucket on `board`, where `prev` is the candidate of the
-    /// depth before (0 at depth 0).
+    /// depth before (0 at depth 0). `TWO`: read the step's second colour from the board
+    /// (without it, where [`Tables::two_reads`] is not set, it is the dummy cell's 0).
     ///
     /// # Safety
     /// `e` is at most the plan's depths (below [`D`]).
     #[inline(always)]
-    unsafe fn key(&self, board: &[u64; CELLS], e: usize, prev: u64) -> usize {
+    unsafe fn key<const TWO: bool>(&self, board: &[u64; CELLS], e: usize, prev: u64) -> usize {
         // SAFETY: `e` is the caller's; `a` and `b` are below `8 * (cells + 1)` <= `8 *
         // CELLS` (checked in `Tables::new`), inside `board`
         let (s, a, b) = unsafe {
@@ -124,7 +125,11 @@ impl Hot {
             (
                 s,
                 *bytes.add(s.a as usize) as u32,
-                *bytes.add(s.b as usize) as u32,
+                if TWO {
+                    *bytes.add(s.b as usize) as u32
+                } else {
+                    0
+                },
             )
         };
         let from_prev = (prev.rotate_right(s.rot) as u32) & s.m;
@@ -164,6 +169,12 @@ pub(crate) struct Tables {
     free: [u8; 32],
     board: Box<[u64; CELLS]>,
     plan_pos: Vec<usize>,
+    /// Some depth's key reads two colours from the board, neither of them the cell filled
+    /// just before (the plan's keys never read hints or the rim: their sides are in its
+    /// tables). Scan orders read one, the neighbour one line back, so their kernel
+    /// leaves the second read out ([`step`]'s `TWO`): 63.2 -> 59.7 instructions a node
+    /// on the centre clue.
+    two_reads: bool,
 }
 
 fn m128(bytes: [u8; 16]) -> __m128i {
@@ -327,6 +338,9 @@ impl Tables {
             ..Step::default()
         };
         hot.pos[plan.len()..].fill(dummy as u32);
+        let two_reads = hot.steps[..=plan.len()]
+            .iter()
+            .any(|s| s.b as usize != dummy * 8);
         for p in 0..256 {
             let mut b = [0u8; 32];
             b[p >> 3] = 1 << (p & 7);
@@ -349,6 +363,7 @@ impl Tables {
             free,
             board,
             plan_pos: plan.depths.iter().map(|d| d.pos).collect(),
+            two_reads,
         })
     }
 
@@ -395,7 +410,7 @@ fn pick(cond: u32, a: u32, b: u32) -> u32 {
 /// SSSE3 is available, and `d` is a real depth (below the plan's depths, not [`STOP`]),
 /// as the driver only steps such lanes.
 #[inline(always)]
-unsafe fn step(t: &Hot, l: &mut Lane, d: usize) -> usize {
+unsafe fn step<const TWO: bool>(t: &Hot, l: &mut Lane, d: usize) -> usize {
     // SAFETY (every read below): `d` is a real depth (the caller's), `e = d + 1` at most
     // the plan's depths < D; a bucket's mask has bits only for its candidates, so `base +
     // i` is in `cands`; `pos` holds cells below CELLS; keys are below KEYS (`Hot::key`,
@@ -422,7 +437,7 @@ unsafe fn step(t: &Hot, l: &mut Lane, d: usize) -> usize {
             .cast::<[__m128i; 2]>();
         let free = [_mm_andnot_si128(oh[0], f[0]), _mm_andnot_si128(oh[1], f[1])];
         let e = d + 1;
-        let key = t.key(&l.board, e, c);
+        let key = t.key::<TWO>(&l.board, e, c);
         let bucket = t.buckets.get_unchecked(*t.keyb.get_unchecked(key) as usize);
         let got = _mm_or_si128(
             _mm_shuffle_epi8(free[0], bucket.ia),
@@ -469,7 +484,7 @@ impl<const N: usize> LaneRefs<N> for [&mut Lane; N] {
 /// # Safety
 /// SSSE3 and BMI1 are available.
 #[target_feature(enable = "ssse3,bmi1")]
-unsafe fn drive_n<const N: usize, L: LaneRefs<N>>(t: &Hot, mut lanes: L) {
+unsafe fn drive_n<const N: usize, const TWO: bool, L: LaneRefs<N>>(t: &Hot, mut lanes: L) {
     let most = (0..N).map(|k| lanes.lane(k).h.left).min().unwrap_or(0);
     // each lane's depth, last depth and watch as locals (registers: the lanes are
     // written out one by one, so every index is a constant), not through the lanes'
@@ -499,7 +514,7 @@ unsafe fn drive_n<const N: usize, L: LaneRefs<N>>(t: &Hot, mut lanes: L) {
                 }
                 // SAFETY: the features are the caller's; each lane is at a real depth
                 // (above its watch, which is below the plan's depths)
-                d[$k] = unsafe { step(t, lanes.lane($k), d[$k]) };
+                d[$k] = unsafe { step::<TWO>(t, lanes.lane($k), d[$k]) };
             }
         };
     }
@@ -576,7 +591,7 @@ impl Form for Tables {
         };
         for (depth, p) in path.iter().enumerate() {
             // SAFETY: a path is no longer than the plan's depths
-            let bucket = t.keyb[unsafe { t.key(&lane.board, depth, prev) }] as usize;
+            let bucket = t.keyb[unsafe { t.key::<true>(&lane.board, depth, prev) }] as usize;
             let b = &t.buckets[bucket];
             let i = (0..b.len as usize)
                 .find(|&i| {
@@ -598,7 +613,7 @@ impl Form for Tables {
         }
         let depth = path.len();
         // SAFETY: as above
-        let bucket = t.keyb[unsafe { t.key(&lane.board, depth, prev) }] as usize;
+        let bucket = t.keyb[unsafe { t.key::<true>(&lane.board, depth, prev) }] as usize;
         let rem = self.mask(bucket, &free);
         frame(lane, depth, &free, rem, t.buckets[bucket].base, up);
         lane.h.d = if rem != 0 { depth } else { up as usize };
@@ -623,20 +638,37 @@ impl Form for Tables {
     }
 
     fn drive(&self, lanes: &mut [Lane; 4], live: &[usize]) {
+        if self.two_reads {
+            self.drive_with::<true>(lanes, live)
+        } else {
+            self.drive_with::<false>(lanes, live)
+        }
+    }
+}
+
+impl Tables {
+    /// Whether some depth's key reads two colours from the board (fill orders other
+    /// than scans), so the kernel does too.
+    pub(crate) fn two_reads(&self) -> bool {
+        self.two_reads
+    }
+
+    fn drive_with<const TWO: bool>(&self, lanes: &mut [Lane; 4], live: &[usize]) {
         let t = &*self.hot;
-        // SAFETY (each call): the features were found when the tables were built
+        // SAFETY (each call): the features were found when the tables were built; with
+        // `TWO` unset no step's second read is a real cell's (`Tables::new`)
         match *live {
             // every lane: they are slots 0-3 in order
-            [_, _, _, _] => unsafe { drive_n::<4, _>(t, lanes) },
+            [_, _, _, _] => unsafe { drive_n::<4, TWO, _>(t, lanes) },
             [a, b, c] => {
                 let l = lanes.get_disjoint_mut([a, b, c]).expect("distinct lanes");
-                unsafe { drive_n::<3, _>(t, l) }
+                unsafe { drive_n::<3, TWO, _>(t, l) }
             }
             [a, b] => {
                 let l = lanes.get_disjoint_mut([a, b]).expect("distinct lanes");
-                unsafe { drive_n::<2, _>(t, l) }
+                unsafe { drive_n::<2, TWO, _>(t, l) }
             }
-            [a] => unsafe { drive_n::<1, _>(t, [&mut lanes[a]]) },
+            [a] => unsafe { drive_n::<1, TWO, _>(t, [&mut lanes[a]]) },
             _ => unreachable!("one to four lanes of four"),
         }
     }
@@ -651,5 +683,5 @@ unsafe fn step_alone(t: &Hot, l: &mut Lane) {
     let d = l.h.d;
     l.h.last = d;
     // SAFETY: the caller's
-    l.h.d = unsafe { step(t, l, d) };
+    l.h.d = unsafe { step::<true>(t, l, d) };
 }

@@ -249,6 +249,8 @@ fn whole_trees_agree_walked_in_pairs() {
 fn lanes_match_reference_on_random_puzzles() {
     let mut rng = Rng::new(2027);
     let mut walked = [0; 2];
+    // the wide form's rounds by kernel: one board read a key (scan orders) or two
+    let mut reads = [0; 2];
     for round in 0..40 {
         let (_, puzzle, spec) = random_round(&mut rng, round);
         let plan = plan(&puzzle, &spec);
@@ -273,6 +275,10 @@ fn lanes_match_reference_on_random_puzzles() {
                 Err(e) => panic!("round {round} {form:?}: {e}"),
             };
             walked[f] += 1;
+            if form == Form::Wide {
+                let two = LaneTables::wide(&plan).expect("taken above").two_reads();
+                reads[two as usize] += 1;
+            }
             let what = format!("round {round} {spec} {form:?}");
             let whole_r = reference
                 .run(&Unit::root(), opts(None), &mut NoControl)
@@ -296,6 +302,12 @@ fn lanes_match_reference_on_random_puzzles() {
         "most random puzzles are lane boards (narrow {}, wide {} of 40)",
         walked[0],
         walked[1]
+    );
+    assert!(
+        reads.iter().all(|&n| n >= 3) || !cfg!(target_arch = "x86_64"),
+        "the wide form's both kernels walk random puzzles (one read {}, two {})",
+        reads[0],
+        reads[1]
     );
 }
 
