@@ -10,7 +10,7 @@ use e2fleet_engine::compiled::lanes_race::{self, LanesRace};
 use e2fleet_engine::compiled::walk::{self, Built, Walk};
 use e2fleet_engine::compiled::{BuildOptions, CodegenOptions, CompiledProgram};
 use e2fleet_engine::engine::{Engine, EngineKind, ReferenceEngine};
-use e2fleet_engine::lanes::{LaneEngine, LaneTables};
+use e2fleet_engine::lanes::{LaneEngine, LaneForm, LaneTables};
 use e2fleet_engine::plan::SearchPlan;
 
 /// Which engine to use.
@@ -119,7 +119,8 @@ impl EngineArgs {
     /// lanes` on a board it takes).
     pub fn lanes_take(&self, plan: &SearchPlan) -> bool {
         self.engine == EngineChoice::Lanes
-            && LaneTables::new(plan).is_ok_and(|t| !self.narrow_lanes_only || t.form() == "narrow")
+            && LaneTables::new(plan)
+                .is_ok_and(|t| !self.narrow_lanes_only || t.form() == LaneForm::Narrow)
     }
 
     /// The same flags for work that is one unit (`solve` without a split, `bench` from
@@ -250,7 +251,7 @@ impl EngineArgs {
         };
         let tables = match self.engine {
             EngineChoice::Auto | EngineChoice::Lanes => match LaneTables::new(plan) {
-                Ok(t) if self.narrow_lanes_only && t.form() != "narrow" => None,
+                Ok(t) if self.narrow_lanes_only && t.form() != LaneForm::Narrow => None,
                 Ok(t) => Some(Arc::new(t)),
                 // a board past the lane engine's tables: compiled (or reference)
                 Err(e) => {

@@ -79,6 +79,25 @@ pub enum NotEligible {
     Processor(&'static str),
 }
 
+/// The lane engine's two forms of tables.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LaneForm {
+    /// Boards of at most 128 pieces and 16 colours (Brendan's sets): two lanes.
+    Narrow,
+    /// Boards of up to 256 pieces and 32 colours, buckets of at most 16 (every 16x16
+    /// board), on x86-64 with SSSE3 and BMI1: four lanes.
+    Wide,
+}
+
+impl std::fmt::Display for LaneForm {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LaneForm::Narrow => "narrow",
+            LaneForm::Wide => "wide",
+        })
+    }
+}
+
 /// The most lanes a form walks at once.
 const MAX_LANES: usize = 4;
 
@@ -432,12 +451,12 @@ impl LaneTables {
         }
     }
 
-    /// The form's name: `narrow` or `wide`.
-    pub fn form(&self) -> &'static str {
+    /// Which form the tables are.
+    pub fn form(&self) -> LaneForm {
         match &self.form {
-            Tables::Narrow(_) => "narrow",
+            Tables::Narrow(_) => LaneForm::Narrow,
             #[cfg(target_arch = "x86_64")]
-            Tables::Wide(_) => "wide",
+            Tables::Wide(_) => LaneForm::Wide,
         }
     }
 }

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use e2fleet_engine::engine::{Engine, EngineError, Feed, ReferenceEngine, Work};
-use e2fleet_engine::lanes::{LaneEngine, LaneTables, NotEligible};
+use e2fleet_engine::lanes::{LaneEngine, LaneForm, LaneTables, NotEligible};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{NoControl, Walker};
 use e2fleet_engine::testing::{Rng, random_puzzle};
@@ -45,11 +45,22 @@ fn lanes_in(plan: &Arc<SearchPlan>, form: Form) -> Result<LaneEngine, NotEligibl
         Form::Narrow => LaneTables::new(plan)?,
         Form::Wide => LaneTables::wide(plan)?,
     };
-    let name = if form == Form::Wide { "wide" } else { "narrow" };
+    let name = if form == Form::Wide {
+        LaneForm::Wide
+    } else {
+        LaneForm::Narrow
+    };
     if plan.pieces <= 128 || form == Form::Wide {
         assert_eq!(tables.form(), name, "{form:?}");
     }
-    assert_eq!(tables.lanes(), if tables.form() == "wide" { 4 } else { 2 });
+    assert_eq!(
+        tables.lanes(),
+        if tables.form() == LaneForm::Wide {
+            4
+        } else {
+            2
+        }
+    );
     Ok(LaneEngine::with_tables(plan.clone(), Arc::new(tables)))
 }
 
@@ -328,7 +339,7 @@ fn the_hard_16x16_boards_agree_in_the_wide_form() {
         let (mut reference, mut lanes) = engines(&plan, Form::Wide);
         assert_eq!(
             LaneTables::new(&plan).map(|t| t.form()),
-            Ok("wide"),
+            Ok(LaneForm::Wide),
             "{rel}: the board's form"
         );
         agree_down_a_chain(
