@@ -414,7 +414,8 @@ unsafe fn step<const TWO: bool>(t: &Hot, l: &mut Lane, d: usize) -> usize {
     // SAFETY (every read below): `d` is a real depth (the caller's), `e = d + 1` at most
     // the plan's depths < D; a bucket's mask has bits only for its candidates, so `base +
     // i` is in `cands`; `pos` holds cells below CELLS; keys are below KEYS (`Hot::key`,
-    // `Tables::new`); `keyb` holds ids of built buckets; `p` is a byte
+    // `Tables::new`); `keyb` holds ids of built buckets; a candidate's `c >> OH_AT` is
+    // its piece (below 256) times the size of an `oh` entry (`Tables::new`), inside `oh`
     unsafe {
         // the frame and its child from one address (the child's at a fixed offset)
         let fp = l.frames.as_mut_ptr().add(d);
