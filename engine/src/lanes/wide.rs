@@ -42,9 +42,12 @@ use crate::plan::{SENTINEL, SearchPlan, candidate_piece, candidate_rot};
 const D: usize = 272;
 /// The depth a lane goes to when its unit is walked: past every frame a walk uses.
 const STOP: usize = D - 1;
-/// Room for cells: at most 256 and the dummy cell (always 0, read by keys with fewer
-/// than two colours).
-const CELLS: usize = 264;
+/// The board's slot no step writes (always 0): read by keys with fewer than two colours
+/// from the board. A lane's board is kept by depth (slot `d` holds the candidate placed
+/// at depth `d`), so a step writes its slot at its own depth, with no table of cells;
+/// the plan's keys read only cells filled at earlier depths (hints' and the rim's sides
+/// are in its tables), so no slot needs a start value but this one.
+const DUMMY: usize = STOP;
 /// Keys: 1,024 a table, table 0 the empty bucket's (the step past the last depth).
 const KEYS: usize = 1 << 16;
 /// Room for buckets (0 is the empty one).
@@ -78,7 +81,7 @@ struct Bucket {
     _p: [u32; 2],
 }
 
-/// Per-depth reads of a key: the board bytes of its two colours (`cell * 8 + byte`) and
+/// Per-depth reads of a key: the board bytes of its two colours (`slot * 8 + byte`) and
 /// its table; `rot` and `m` take the colour facing the cell filled just before from that
 /// candidate (rotated right by `rot`, masked with `m`), whose board byte is then the
 /// dummy cell's.
@@ -98,8 +101,6 @@ struct Step {
 #[repr(C)]
 struct Hot {
     steps: [Step; D],
-    /// The cell of each depth (the dummy cell past the last).
-    pos: [u32; D],
     /// Each key's bucket.
     keyb: [u16; KEYS],
     buckets: [Bucket; BUCKETS],
@@ -116,9 +117,9 @@ impl Hot {
     /// # Safety
     /// `e` is at most the plan's depths (below [`D`]).
     #[inline(always)]
-    unsafe fn key<const TWO: bool>(&self, board: &[u64; CELLS], e: usize, prev: u64) -> usize {
-        // SAFETY: `e` is the caller's; `a` and `b` are below `8 * (cells + 1)` <= `8 *
-        // CELLS` (checked in `Tables::new`), inside `board`
+    unsafe fn key<const TWO: bool>(&self, board: &[u64; D], e: usize, prev: u64) -> usize {
+        // SAFETY: `e` is the caller's; `a` and `b` are below `8 * D` (`Tables::new`: a
+        // slot is a depth or DUMMY), inside `board`
         let (s, a, b) = unsafe {
             let s = self.steps.get_unchecked(e);
             let bytes = board.as_ptr().cast::<u8>();
@@ -154,12 +155,12 @@ struct Frame {
     _q: u64,
 }
 
-/// One lane: its head, frames and board (the plan's candidates, by cell).
+/// One lane: its head, frames and board (the plan's candidates, by depth: [`DUMMY`]).
 #[repr(C, align(64))]
 pub(crate) struct Lane {
     h: Head,
     frames: [Frame; D],
-    board: [u64; CELLS],
+    board: [u64; D],
 }
 
 /// The wide form's tables for one plan.
@@ -167,7 +168,6 @@ pub(crate) struct Tables {
     hot: Box<Hot>,
     depths: usize,
     free: [u8; 32],
-    board: Box<[u64; CELLS]>,
     plan_pos: Vec<usize>,
     /// Some depth's key reads two colours from the board, neither of them the cell filled
     /// just before (the plan's keys never read hints or the rim: their sides are in its
@@ -229,7 +229,7 @@ impl Tables {
             return Err(NotEligible::ExtraSides);
         }
         let c = plan.colours;
-        if c > 32 || plan.cells + 1 > CELLS || plan.len() + 1 >= STOP {
+        if c > 32 || plan.len() + 1 >= STOP {
             return Err(NotEligible::TooLarge);
         }
         let mut tables: Vec<usize> = plan.depths.iter().map(|d| d.table).collect();
@@ -305,7 +305,12 @@ impl Tables {
         }
         hot.buckets[..buckets.len()].copy_from_slice(&buckets);
         hot.cands[..cands.len()].copy_from_slice(&cands);
-        let dummy = plan.cells;
+        // where a key's cell is on the board: the slot of the depth that fills it, or
+        // DUMMY for the plan's dummy cell (a key with fewer than two colours)
+        let mut slot_of = vec![DUMMY; plan.cells + 1];
+        for (e, d) in plan.depths.iter().enumerate() {
+            slot_of[d.pos] = e;
+        }
         for (e, d) in plan.depths.iter().enumerate() {
             let mut s = Step {
                 table: key_of(d.table) as u32,
@@ -318,9 +323,14 @@ impl Tables {
                 let byte = if Some(read.cell) == prev && s.m == 0 {
                     s.rot = (read.shift + 64 - at) % 64;
                     s.m = 0xFF << at;
-                    dummy * 8
+                    DUMMY * 8
                 } else {
-                    read.cell * 8 + read.shift as usize / 8
+                    let slot = slot_of[read.cell];
+                    if slot != DUMMY && slot >= e {
+                        // a key of a cell filled later: never, in a plan's keys
+                        return Err(NotEligible::TooLarge);
+                    }
+                    slot * 8 + read.shift as usize / 8
                 };
                 if k == 0 {
                     s.a = byte as u16;
@@ -329,18 +339,16 @@ impl Tables {
                 }
             }
             hot.steps[e] = s;
-            hot.pos[e] = d.pos as u32;
         }
-        // past the last depth: key 0 (the empty bucket), reads of the dummy cell
+        // past the last depth: key 0 (the empty bucket), reads of the dummy slot
         hot.steps[plan.len()] = Step {
-            a: (dummy * 8) as u16,
-            b: (dummy * 8) as u16,
+            a: (DUMMY * 8) as u16,
+            b: (DUMMY * 8) as u16,
             ..Step::default()
         };
-        hot.pos[plan.len()..].fill(dummy as u32);
         let two_reads = hot.steps[..=plan.len()]
             .iter()
-            .any(|s| s.b as usize != dummy * 8);
+            .any(|s| s.b as usize != DUMMY * 8);
         for p in 0..256 {
             let mut b = [0u8; 32];
             b[p >> 3] = 1 << (p & 7);
@@ -352,16 +360,10 @@ impl Tables {
                 free[p >> 3] |= 1 << (p & 7);
             }
         }
-        let mut board = Box::new([0u64; CELLS]);
-        for (cell, &x) in plan.initial_board.iter().enumerate() {
-            board[cell] = x as u64;
-        }
-        board[dummy] = 0;
         Ok(Tables {
             hot,
             depths: plan.len(),
             free,
-            board,
             plan_pos: plan.depths.iter().map(|d| d.pos).collect(),
             two_reads,
         })
@@ -413,7 +415,7 @@ fn pick(cond: u32, a: u32, b: u32) -> u32 {
 unsafe fn step<const TWO: bool>(t: &Hot, l: &mut Lane, d: usize) -> usize {
     // SAFETY (every read below): `d` is a real depth (the caller's), `e = d + 1` at most
     // the plan's depths < D; a bucket's mask has bits only for its candidates, so `base +
-    // i` is in `cands`; `pos` holds cells below CELLS; keys are below KEYS (`Hot::key`,
+    // i` is in `cands`; the board's slot `d` is below D; keys are below KEYS (`Hot::key`,
     // `Tables::new`); `keyb` holds ids of built buckets; a candidate's `c >> OH_AT` is
     // its piece (below 256) times the size of an `oh` entry (`Tables::new`), inside `oh`
     unsafe {
@@ -428,7 +430,7 @@ unsafe fn step<const TWO: bool>(t: &Hot, l: &mut Lane, d: usize) -> usize {
         let c = *t.cands.get_unchecked(fr.base as usize + i);
         let f = fr.free;
         let up = pick(rest, d as u32, fr.up);
-        *l.board.get_unchecked_mut(*t.pos.get_unchecked(d) as usize) = c;
+        *l.board.get_unchecked_mut(d) = c;
         // the piece's bits, at the byte offset the candidate's top bits hold
         let oh = &*t
             .oh
@@ -576,7 +578,7 @@ impl Form for Tables {
     fn start(&self, lanes: &mut [Lane; 4], slot: usize, path: &[Placement], floor: usize) {
         let t = &*self.hot;
         let lane = &mut lanes[slot];
-        lane.board = *self.board;
+        // the slots of depths past the path are written before any key reads them
         for f in lane.frames.iter_mut() {
             f.nodes = 0;
         }
@@ -604,7 +606,7 @@ impl Form for Tables {
             let rem = self.mask(bucket, &free) & !((2u32 << i) - 1);
             frame(lane, depth, &free, rem, b.base, up);
             let c = t.cands[b.base as usize + i];
-            lane.board[t.pos[depth] as usize % CELLS] = c;
+            lane.board[depth] = c;
             let piece = candidate_piece(c);
             free[piece >> 3] &= !(1 << (piece & 7));
             prev = c;
@@ -627,7 +629,7 @@ impl Form for Tables {
     }
 
     fn placement(&self, lanes: &[Lane; 4], slot: usize, depth: usize) -> Placement {
-        let c = lanes[slot].board[self.hot.pos[depth % D] as usize % CELLS];
+        let c = lanes[slot].board[depth % D];
         Placement::new(self.plan_pos[depth], candidate_piece(c), candidate_rot(c))
     }
 
