@@ -112,7 +112,7 @@ struct Hot {
 impl Hot {
     /// The key of depth `e`'s bucket on `board`, where `prev` is the candidate of the
     /// depth before (0 at depth 0). `TWO`: read the step's second colour from the board
-    /// (without it, where [`Tables::two_reads`] is not set, it is the dummy cell's 0).
+    /// (without it, where [`Tables::two_reads`] is not set, it is the dummy slot's 0).
     ///
     /// # Safety
     /// `e` is at most the plan's depths (below [`D`]).
