@@ -110,7 +110,10 @@ pub struct Head {
     d: usize,
     /// Nodes left before the next poll or the budget.
     left: u64,
-    /// The depth of the last node committed.
+    /// The depth of the last node committed, wherever the cold path reads it: after a
+    /// form's lone step, and after a drive that ran the lane's countdown out (a form may
+    /// leave it stale after a drive that stopped at a watch, where the cold path steps
+    /// alone before it reads it; the wide form does).
     last: usize,
     /// Watch: the next step at or past this depth goes to the cold path (a new deepest
     /// board or a solution). Never past the form's `STOP`, so one compare asks for both.
