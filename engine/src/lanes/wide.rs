@@ -326,10 +326,12 @@ impl Tables {
                     DUMMY * 8
                 } else {
                     let slot = slot_of[read.cell];
-                    if slot != DUMMY && slot >= e {
-                        // a key of a cell filled later: never, in a plan's keys
-                        return Err(NotEligible::TooLarge);
-                    }
+                    // the plan's invariant (its keys read dynamic sides only), not a
+                    // property of the board: no variant of `NotEligible` stands for it
+                    assert!(
+                        slot == DUMMY || slot < e,
+                        "a plan's key reads a cell filled at an earlier depth"
+                    );
                     slot * 8 + read.shift as usize / 8
                 };
                 if k == 0 {
