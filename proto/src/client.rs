@@ -8,6 +8,60 @@ use std::time::Duration;
 use tonic::Request;
 use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 
+/// How long a client waits for a TCP (and TLS) connection to the coordinator.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often a client pings the coordinator over an open HTTP/2 connection, idle or not.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+/// How long a ping may go unanswered before the connection is given up as dead.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Exponential backoff with jitter, for a client whose calls fail because the
+/// coordinator is away: the n-th failure in a row waits a random time between half of and
+/// the whole of `base x 2^n` (at most `cap`), so a thousand clients cut off at the same
+/// moment (a coordinator restart) come back spread over seconds, not in one stampede.
+#[derive(Clone, Debug)]
+pub struct Backoff {
+    failures: u32,
+    base: Duration,
+    cap: Duration,
+}
+
+impl Backoff {
+    /// A backoff from `base` doubling to `cap`.
+    pub fn new(base: Duration, cap: Duration) -> Backoff {
+        Backoff {
+            failures: 0,
+            base,
+            cap: cap.max(base),
+        }
+    }
+
+    /// The worker's: from 0.5 s doubling to 30 s.
+    pub fn worker() -> Backoff {
+        Backoff::new(Duration::from_millis(500), Duration::from_secs(30))
+    }
+
+    /// Failures in a row so far.
+    pub fn failures(&self) -> u32 {
+        self.failures
+    }
+
+    /// A call failed: how long to wait before the next.
+    pub fn failed(&mut self) -> Duration {
+        self.failures = self.failures.saturating_add(1);
+        let ceiling = self
+            .base
+            .saturating_mul(1u32 << self.failures.min(16))
+            .min(self.cap);
+        ceiling.mul_f64(rand::random_range(0.5..=1.0))
+    }
+
+    /// A call succeeded: whether it had been failing.
+    pub fn succeeded(&mut self) -> bool {
+        std::mem::replace(&mut self.failures, 0) > 0
+    }
+}
+
 /// Checks a coordinator URL before anything connects to it: it must be `http://` or
 /// `https://` with a host. Returns what is wrong and what to write instead.
 pub fn check_url(url: &str) -> Result<(), String> {
@@ -58,8 +112,15 @@ pub fn endpoint(url: &str, ca_cert: Option<&Path>) -> Result<Endpoint, String> {
     check_url(url)?;
     let mut endpoint = Endpoint::from_shared(url.to_string())
         .map_err(|e| format!("coordinator URL {url:?}: {e}"))?
-        .connect_timeout(Duration::from_secs(5))
-        .tcp_nodelay(true);
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        // a link that dies without a word (a sleeping router, a blackholed route) is
+        // found by pings within KEEPALIVE_INTERVAL + KEEPALIVE_TIMEOUT, and the next call
+        // dials again instead of waiting on a half-open connection
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true)
+        .tcp_keepalive(Some(Duration::from_secs(30)));
     if url.starts_with("https://") {
         let mut tls = ClientTlsConfig::new();
         tls = match ca_cert {
@@ -284,5 +345,37 @@ mod tests {
                 .get("authorization")
                 .is_none()
         );
+    }
+}
+
+#[cfg(test)]
+mod backoff_tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_within_jitter_to_its_cap_and_resets() {
+        let mut b = Backoff::new(Duration::from_millis(100), Duration::from_secs(2));
+        for n in 1..=8u32 {
+            let wait = b.failed();
+            let ceiling = Duration::from_millis(100 << n).min(Duration::from_secs(2));
+            assert!(wait <= ceiling && wait >= ceiling / 2, "{n}: {wait:?}");
+        }
+        assert_eq!(b.failures(), 8);
+        assert!(b.succeeded());
+        assert!(!b.succeeded());
+    }
+
+    #[test]
+    fn backoff_spreads_a_crowd() {
+        // a thousand clients failing together retry over a window, not at one instant
+        let waits: Vec<Duration> = (0..1000)
+            .map(|_| {
+                let mut b = Backoff::worker();
+                b.failed();
+                b.failed()
+            })
+            .collect();
+        let (lo, hi) = (waits.iter().min().unwrap(), waits.iter().max().unwrap());
+        assert!(*hi - *lo > Duration::from_millis(700), "{lo:?}..{hi:?}");
     }
 }

@@ -396,7 +396,7 @@ fn submit(
         .enable_all()
         .build()?;
     let outcome: AuditOutcome = runtime.block_on(async {
-        let mut api = crate::link::Coordinator::connect(url, args.connect.ca_cert.as_deref())
+        let mut api = crate::api::Coordinator::connect(url, args.connect.ca_cert.as_deref())
             .await
             .map_err(anyhow::Error::msg)?;
         let host = crate::host::host_info(args.hostname.as_deref(), &args.engine);

@@ -46,7 +46,7 @@ impl ConnectArgs {
     /// Checks `url` (or each of a comma-separated list) against the plaintext policy (a
     /// warning when allowed).
     pub fn check_transport(&self, url: &str) -> Result<()> {
-        crate::link::urls(url)
+        crate::api::urls(url)
             .into_iter()
             .try_for_each(|u| self.check_one(u))
     }

@@ -4,30 +4,11 @@
 //! (whole or split into units, with exact per-depth counts); `bench` measures per-core speed;
 //! `verify` checks the engine against known results; `audit` checks a published job.
 //!
-//! # Layout
-//! - `main.rs`: the command line (clap) and dispatch.
-//! - `solve.rs`: the `solve` command, its JSON report and the human summary.
-//! - `bench.rs`: the `bench` command (per-core speed with exact counts).
-//! - `engine_args.rs`: flags that choose and build an engine.
-//! - `verify.rs`: `verify`, the verification suite (offline or with a coordinator).
-//! - `audit.rs`: `audit`, a job's certificate checked and sampled on this machine.
-//! - `host.rs`: what this machine is (labels sent at registration).
-//! - `link.rs`: the fleet API as typed calls (used by `run` and `verify`).
-//! - `run/`: the fleet client (`run`): identity, jobs and engines, engine threads,
-//!   journal, signals, the loop.
-
-mod audit;
-mod bench;
-mod connect_args;
-mod engine_args;
-mod host;
-mod link;
-mod run;
-mod solve;
-mod team;
-mod verify;
+//! The command line only: each subcommand's flags and code live in the library
+//! (`lib.rs` has the map).
 
 use clap::{Parser, Subcommand};
+use e2fleet_worker::{audit, bench, run, solve, team, verify};
 
 /// e2fleet worker: lends this machine's cores to an e2fleet fleet (`run`), checks its
 /// engine against exact results (`verify`), and walks puzzles on its own (`solve`,
@@ -62,7 +43,7 @@ fn main() -> std::process::ExitCode {
     let outcome = match cli.command {
         Command::Solve(args) => solve::run(args),
         Command::Bench(args) => bench::run(args),
-        Command::Run(args) => run::run(args),
+        Command::Run(args) => run::run_command(args),
         Command::Verify(args) => verify::run(args),
         Command::Audit(args) => audit::run(args),
         Command::Team(args) => team::run(args),

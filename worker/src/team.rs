@@ -7,9 +7,9 @@ use std::path::PathBuf;
 use anyhow::{Result, bail};
 use clap::Args;
 
+use crate::api::Coordinator;
 use crate::connect_args::ConnectArgs;
-use crate::link::Coordinator;
-use crate::run::link::Identity;
+use crate::run::identity::Identity;
 
 /// `team` flags.
 #[derive(Args, Debug)]

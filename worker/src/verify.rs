@@ -372,7 +372,7 @@ async fn with_coordinator(
     url: &str,
     token: &str,
 ) -> Result<(Vec<UnitReport>, Option<(String, bool)>)> {
-    let mut api = crate::link::Coordinator::connect(url, args.connect.ca_cert.as_deref())
+    let mut api = crate::api::Coordinator::connect(url, args.connect.ca_cert.as_deref())
         .await
         .map_err(anyhow::Error::msg)?;
     let host = crate::host::host_info(args.hostname.as_deref(), &args.engine);

@@ -7,13 +7,14 @@ use std::sync::atomic::Ordering;
 
 use e2fleet_engine::engine::EngineKind;
 use e2fleet_engine::search::Walker;
-use e2fleet_proto::api::{JobId, Lease, LeaseId};
+use e2fleet_proto::api::{Heartbeat, JobId, Lease, LeaseId};
 use tracing::{info, instrument, warn};
 
 use super::policy::{MAX_LEASES_PER_CALL, MAX_LEASES_PER_REQUEST, MAX_PAUSED_CHARS, lease_cap};
 use super::{Fleet, FleetError, LeasedUnit};
 use crate::store::{
-    LeaseRecord, LeaseState, Leasing, NewUnit, StoreError, Tx, UnitKind, UnitRecord, WorkerRecord,
+    LeaseRecord, LeaseState, Leasing, NewUnit, Seen, StoreError, Tx, UnitKind, UnitRecord,
+    WorkerRecord,
 };
 
 impl Fleet {
@@ -75,7 +76,11 @@ impl Fleet {
             expire(tx, now)?;
             self.last_expiry_ms.store(now, Ordering::Relaxed);
         }
-        let quarantined = tx.worker_seen(worker.id, now, None, engine, None)?;
+        let seen = Seen {
+            engine,
+            ..Seen::default()
+        };
+        let quarantined = tx.worker_seen(worker.id, now, &seen)?;
         if quarantined.is_none_or(|q| q) {
             return Ok(Vec::new());
         }
@@ -225,6 +230,8 @@ impl Fleet {
             })
             .collect();
         tx.insert_units(row.job_id, &siblings, now)?;
+        // a late result on an expired lease of this unit would answer the unit as it was
+        tx.supersede_expired_leases(row.id)?;
         tx.set_unit_path(row.id, &split.remaining)?;
         if !siblings.is_empty() {
             tx.add_split_nodes(row.job_id, depth, siblings.len() as i64)?;
@@ -232,35 +239,64 @@ impl Fleet {
         Ok(!siblings.is_empty())
     }
 
-    /// Extends a worker's leases; returns the new deadline and the leases it must stop.
+    /// Extends a worker's leases; returns the new deadline and the leases it must drop.
+    ///
+    /// A lease that expired while its worker was away (a laptop asleep, a partition) comes
+    /// back to life when nothing happened to its unit meanwhile: the worker carries on
+    /// where it was. One whose unit went to another run, changed, or was decided is
+    /// dropped by the worker without a report (a stopped run could not be compared with
+    /// anything); so is an active lease whose unit another run decided.
     pub async fn heartbeat(
         &self,
         worker: &WorkerRecord,
-        lease_ids: &[LeaseId],
-        rate: f64,
-        threads: u32,
-        paused: &str,
+        beat: &Heartbeat,
     ) -> Result<(i64, Vec<LeaseId>), FleetError> {
         let now = self.now();
         let deadline = now + self.config.lease.as_millis() as i64;
         let worker_id = worker.id;
-        let lease_ids: Vec<LeaseId> = lease_ids
+        let lease_ids: Vec<LeaseId> = beat
+            .leases
             .iter()
             .take(MAX_LEASES_PER_CALL)
-            .copied()
+            .map(|(id, _)| *id)
             .collect();
-        let rate = rate.is_finite().then_some((rate.max(0.0), threads));
-        // a label only (it decides nothing), and bounded: a client cannot grow a row
-        let paused: String = paused.chars().take(MAX_PAUSED_CHARS).collect();
+        let rate = beat
+            .per_core_rate
+            .is_finite()
+            .then_some((beat.per_core_rate.max(0.0), beat.threads));
+        // labels only (they decide nothing), and bounded: a client cannot grow a row
+        let paused: String = beat.paused.chars().take(MAX_PAUSED_CHARS).collect();
+        let link = (beat.network_wait, beat.round_trip_ms);
         self.store
             .write(move |tx| {
                 let mut stop = Vec::new();
+                let mut revived = 0usize;
                 for id in lease_ids {
-                    if !tx.extend_lease(id, worker_id, deadline)? {
-                        stop.push(id);
+                    if tx.extend_lease(id, worker_id, deadline)? {
+                        continue;
+                    }
+                    match tx.revive_lease(id, worker_id, deadline)? {
+                        Some(unit) => {
+                            tx.lease_taken(unit)?;
+                            revived += 1;
+                        }
+                        None => stop.push(id),
                     }
                 }
-                tx.worker_seen(worker_id, now, rate, None, Some(&paused))?;
+                for (id, unit) in tx.supersede_decided_leases(worker_id)? {
+                    tx.lease_returned(unit)?;
+                    stop.push(id);
+                }
+                if revived > 0 {
+                    info!(%worker_id, revived, "expired leases revived: their units waited for their worker");
+                }
+                let seen = Seen {
+                    rate,
+                    paused: Some(&paused),
+                    link: Some(link),
+                    ..Seen::default()
+                };
+                tx.worker_seen(worker_id, now, &seen)?;
                 Ok((deadline, stop))
             })
             .await

@@ -201,6 +201,8 @@ impl Fleet {
             errors: 0,
             quarantined: false,
             paused: String::new(),
+            network_wait: 0.0,
+            round_trip_ms: 0.0,
             leases_held: 0,
         };
         let fresh = previous.is_none().then(|| record.clone());

@@ -6,15 +6,15 @@
 use std::sync::Arc;
 
 use e2fleet_engine::Unit;
-use e2fleet_engine::unit::result_digest;
+use e2fleet_engine::unit::{StopReason, result_digest};
 use e2fleet_proto::api::{JobState, Report, ReportOutcome, ReportStatus, ResultVerdict};
 use tracing::{instrument, warn};
 
 use super::checks::check_result;
 use super::{Fleet, FleetError, LeasedUnit, finish_if_done};
 use crate::store::{
-    LeaseState, NewResult, ResultBody, ResultCore, ResultId, ResultRecord, Standing, Tx, UnitState,
-    WorkerRecord,
+    LeaseState, NewResult, ResultBody, ResultCore, ResultId, ResultRecord, Standing, Tx,
+    UnitRecord, UnitState, WorkerRecord,
 };
 
 /// A report verified before its write, with what it was verified against.
@@ -107,10 +107,9 @@ impl Fleet {
             // expired leases are older than the detail window: a result later than that
             // is told so, instead of "not found"
             if tx.is_archived(report.unit_id)? {
-                return Ok(ReportOutcome {
-                    status: ReportStatus::Rejected,
-                    detail: "too late: the unit was decided and archived long after this lease expired; the result is not compared".into(),
-                });
+                return Ok(late(
+                    "the unit was decided and archived long after this lease expired; the result is not compared",
+                ));
             }
             return Err(FleetError::NotFound(format!("lease {}", report.lease_id)));
         };
@@ -135,6 +134,12 @@ impl Fleet {
                     "a different result was already reported on this lease".into(),
                 ))
             };
+        }
+        if lease.state == LeaseState::Superseded {
+            // idempotent: the lease stays superseded, a repeat gets the same answer
+            return Ok(late(
+                "the unit changed or was decided by another run after this lease was lost; the result is not compared",
+            ));
         }
         let unit = tx.unit(lease.unit_id)?.expect("lease has a unit");
         let job = tx.job_head(unit.job_id)?.expect("unit has a job");
@@ -177,6 +182,23 @@ impl Fleet {
                 status: ReportStatus::Rejected,
                 detail: "the unit was cancelled".into(),
             });
+        }
+        if check.is_ok()
+            && report.result.stop == Some(StopReason::Requested)
+            && !counts_alone(worker, &unit, lease_was_active)
+        {
+            // a run stopped short (its worker shut down or gave it back) matches only a
+            // run stopped at the same node: it is compared with nothing, and the unit is
+            // run whole by whoever leases it next (no fault of the worker's)
+            tx.set_lease_state(lease.id, LeaseState::Superseded)?;
+            if lease_was_active {
+                tx.lease_returned(unit.id)?;
+            }
+            return Ok(late(if lease_was_active {
+                "a stopped run counts alone only on an operator's unit that no other run shares; the unit is run whole"
+            } else {
+                "this lease expired and its unit is covered by another run; a stopped run is not compared"
+            }));
         }
         let record = ResultRecord {
             id: ResultId(0),
@@ -258,4 +280,26 @@ impl Fleet {
         }
         Ok(outcome)
     }
+}
+
+/// The answer to a report that is too late to count (no fault of its worker's).
+fn late(why: &str) -> ReportOutcome {
+    ReportOutcome {
+        status: ReportStatus::Late,
+        detail: format!("too late to count: {why}"),
+    }
+}
+
+/// Whether a run stopped short at its worker's request (a shutdown, a unit given back)
+/// may decide its unit on its own and leave the rest as a continuation: only an operator
+/// machine's (the operator vouches for its machines; a volunteer's stopped run could not
+/// be rechecked, since a recheck would have to stop at the same node), on a unit that
+/// needs one run, has no result yet and no other lease out.
+fn counts_alone(worker: &WorkerRecord, unit: &UnitRecord, lease_was_active: bool) -> bool {
+    let others_out = unit.active_leases - u32::from(lease_was_active && unit.active_leases > 0);
+    worker.account_id.is_operator()
+        && matches!(unit.state, UnitState::Open | UnitState::Busy)
+        && unit.quorum == 1
+        && unit.results == 0
+        && others_out == 0
 }

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use e2fleet_proto::api::{
-    AuditSubmission, HostInfo, JobId, JobRequest, LeaseId, Report, SuiteResult, WorkerId,
+    AuditSubmission, Heartbeat, HostInfo, JobId, JobRequest, LeaseId, Report, SuiteResult, WorkerId,
 };
 use e2fleet_proto::convert::{engine_kind_from_wire, suite_unit_to_wire};
 use e2fleet_proto::v2;
@@ -180,14 +180,8 @@ impl WorkerService for WorkerApi {
         request: Request<v2::HeartbeatRequest>,
     ) -> Result<Response<v2::HeartbeatResponse>, Status> {
         let worker = self.worker(&request).await?;
-        let r = request.into_inner();
-        let ids: Vec<String> = r.leases.into_iter().map(|l| l.lease_id).collect();
-        let ids = lease_ids(&ids)?;
-        let (deadline, stop) = self
-            .0
-            .heartbeat(&worker, &ids, r.per_core_nodes_per_s, r.threads, &r.paused)
-            .await
-            .map_err(status_of)?;
+        let beat = wire(Heartbeat::try_from(request.get_ref()))?;
+        let (deadline, stop) = self.0.heartbeat(&worker, &beat).await.map_err(status_of)?;
         Ok(Response::new(v2::HeartbeatResponse {
             deadline_unix_ms: deadline,
             stop_lease_ids: stop.iter().map(ToString::to_string).collect(),

@@ -126,6 +126,22 @@ pub trait Leases {
         worker: WorkerId,
         deadline_ms: i64,
     ) -> StoreResult<bool>;
+    /// Brings a worker's expired lease back to life with a new deadline when nothing
+    /// happened to its unit meanwhile (open, no result, no other lease out: a worker that
+    /// slept past its deadline and nobody took the unit); its unit if it did.
+    fn revive_lease(
+        &mut self,
+        id: LeaseId,
+        worker: WorkerId,
+        deadline_ms: i64,
+    ) -> StoreResult<Option<UnitId>>;
+    /// Marks a unit's expired leases superseded (the unit is about to change: a result
+    /// on one of them would answer a unit that is no longer there); how many.
+    fn supersede_expired_leases(&mut self, unit: UnitId) -> StoreResult<usize>;
+    /// Marks a worker's active leases whose unit is decided or cancelled superseded (the
+    /// run is not needed any more); their ids and units.
+    fn supersede_decided_leases(&mut self, worker: WorkerId)
+    -> StoreResult<Vec<(LeaseId, UnitId)>>;
     /// Releases a worker's active lease; its unit if it was active.
     fn release_lease(&mut self, id: LeaseId, worker: WorkerId) -> StoreResult<Option<UnitId>>;
     /// Cancels the active leases of a job's units; how many.
@@ -243,9 +259,7 @@ pub trait Workers {
         &mut self,
         id: WorkerId,
         now_ms: i64,
-        rate: Option<(f64, u32)>,
-        engine: Option<(e2fleet_engine::engine::EngineKind, &str)>,
-        paused: Option<&str>,
+        seen: &Seen<'_>,
     ) -> StoreResult<Option<bool>>;
     /// Counts a unit decided by a worker's result.
     fn worker_unit_done(&mut self, id: WorkerId) -> StoreResult<()>;

@@ -246,11 +246,11 @@ async fn a_late_result_is_compared_in_the_window_and_told_too_late_after_the_arc
     let mut too_late = 0;
     for (lease, result) in held.iter().zip(&results).skip(1) {
         let expected = if archived(lease.unit_id).await {
-            "rejected"
+            "late"
         } else {
             "replica"
         };
-        too_late += usize::from(expected == "rejected");
+        too_late += usize::from(expected == "late");
         assert_eq!(sleeper.report(lease, result).await.unwrap(), expected);
     }
     assert!(too_late > 0, "no held unit was archived");

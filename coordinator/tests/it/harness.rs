@@ -475,6 +475,41 @@ impl SimWorker {
         r
     }
 
+    /// Walks a leased unit as a worker that stops after `nodes` nodes (a shutdown, a unit
+    /// given back): a requested stop at that node, with its exact cursor.
+    #[allow(dead_code)]
+    pub async fn compute_stopped(&mut self, lease: &v2::Lease, nodes: u64) -> UnitResult {
+        let mut stopped = lease.clone();
+        stopped.budget = nodes;
+        let mut r = self.compute(&stopped).await;
+        assert!(r.cursor.is_some(), "the unit has more than {nodes} nodes");
+        r.stop = Some(e2fleet_engine::unit::StopReason::Requested);
+        r
+    }
+
+    /// Heartbeats `leases`; the ids of those the coordinator says to drop.
+    #[allow(dead_code)]
+    pub async fn heartbeat(&mut self, leases: &[&v2::Lease]) -> Result<Vec<String>, Status> {
+        let r = self
+            .client
+            .heartbeat(
+                self.req(v2::HeartbeatRequest {
+                    leases: leases
+                        .iter()
+                        .map(|l| v2::LeaseProgress {
+                            lease_id: l.lease_id.clone(),
+                            committed: 0,
+                        })
+                        .collect(),
+                    per_core_nodes_per_s: 1e6,
+                    threads: 1,
+                    ..Default::default()
+                }),
+            )
+            .await?;
+        Ok(r.into_inner().stop_lease_ids)
+    }
+
     pub async fn report(&mut self, lease: &v2::Lease, r: &UnitResult) -> Result<String, Status> {
         let resp = self
             .client

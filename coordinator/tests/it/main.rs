@@ -12,6 +12,7 @@ mod dashboard;
 mod folding;
 mod harness;
 mod http_api;
+mod late;
 mod postgres;
 mod scenarios;
 mod sharing;

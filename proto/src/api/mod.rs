@@ -18,6 +18,7 @@ pub use states::{
 };
 pub use status::UnitCounts;
 pub use work::{
-    AuditOutcome, AuditSubmission, AuditedUnit, HostInfo, JobCreated, JobRequest, JobSpec, Lease,
-    Report, ReportOutcome, ScheduleChange, SelfTest, SuiteResult, UnitVerdict, VerificationOutcome,
+    AuditOutcome, AuditSubmission, AuditedUnit, Heartbeat, HostInfo, JobCreated, JobRequest,
+    JobSpec, Lease, Report, ReportOutcome, ScheduleChange, SelfTest, SuiteResult, UnitVerdict,
+    VerificationOutcome,
 };

@@ -72,6 +72,10 @@ text_enum!(
         Wrong = "wrong",
         /// Refused: it failed verification, or its unit was cancelled.
         Rejected = "rejected",
+        /// Too late to count, and no fault of its worker: another run covers the unit, the
+        /// unit changed since the lease expired, or a run stopped short that nothing can
+        /// be compared with (the unit is run whole instead). Nothing counted.
+        Late = "late",
     }
 );
 

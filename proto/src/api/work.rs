@@ -161,6 +161,25 @@ pub struct Report {
     pub engine_build: String,
 }
 
+/// A worker's heartbeat: the leases it holds, and what it says of itself for the
+/// dashboard (labels only: none of them decides anything).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Heartbeat {
+    /// Every lease held, with the nodes its run has committed so far.
+    pub leases: Vec<(LeaseId, u64)>,
+    /// Per-core rate, nodes per engine-thread second.
+    pub per_core_rate: f64,
+    /// Engine threads running (0 while paused).
+    pub threads: u32,
+    /// Why its engines are paused; empty while they run.
+    pub paused: String,
+    /// Share (0 to 1) of its engine threads' time since the last heartbeat spent without a
+    /// unit while it waited on the coordinator.
+    pub network_wait: f64,
+    /// Median round trip of its recent calls, ms (0: not measured).
+    pub round_trip_ms: f64,
+}
+
 /// What became of a report.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReportOutcome {

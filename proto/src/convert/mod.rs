@@ -135,6 +135,7 @@ enum_wire!(report_status_to_wire, report_status_from_wire, ReportStatus, v2::Rep
     Mismatch <=> Mismatch,
     Wrong <=> Wrong,
     Rejected <=> Rejected,
+    Late <=> Late,
 });
 
 enum_wire!(verdict_to_wire, verdict_from_wire, Verdict, v2::Verdict, "verdict", {

@@ -5,8 +5,9 @@ use e2fleet_engine::suite::SuiteUnit;
 
 use super::*;
 use crate::api::{
-    AuditOutcome, AuditSubmission, AuditedUnit, HostInfo, JobCreated, JobRequest, JobSpec, Lease,
-    Report, ReportOutcome, SelfTest, SuiteResult, UnitId, UnitVerdict, VerificationOutcome,
+    AuditOutcome, AuditSubmission, AuditedUnit, Heartbeat, HostInfo, JobCreated, JobRequest,
+    JobSpec, Lease, Report, ReportOutcome, SelfTest, SuiteResult, UnitId, UnitVerdict,
+    VerificationOutcome,
 };
 
 impl From<&HostInfo> for v2::HostInfo {
@@ -213,6 +214,54 @@ impl TryFrom<&v2::ReportResultRequest> for Report {
             engine_seconds: r.engine_seconds,
             engine_kind: engine_kind_from_wire(r.engine_kind, "engine_kind")?,
             engine_build: r.engine_build.clone(),
+        })
+    }
+}
+
+impl From<&Heartbeat> for v2::HeartbeatRequest {
+    fn from(h: &Heartbeat) -> v2::HeartbeatRequest {
+        v2::HeartbeatRequest {
+            leases: h
+                .leases
+                .iter()
+                .map(|(id, committed)| v2::LeaseProgress {
+                    lease_id: id.to_string(),
+                    committed: *committed,
+                })
+                .collect(),
+            per_core_nodes_per_s: h.per_core_rate,
+            threads: h.threads,
+            paused: h.paused.clone(),
+            network_wait: h.network_wait,
+            round_trip_ms: h.round_trip_ms,
+        }
+    }
+}
+
+/// A finite number clamped to `low..=high`; 0 for NaN or an infinity (a label a client
+/// sends must not poison an average).
+fn label_number(x: f64, low: f64, high: f64) -> f64 {
+    if x.is_finite() {
+        x.clamp(low, high)
+    } else {
+        0.0
+    }
+}
+
+impl TryFrom<&v2::HeartbeatRequest> for Heartbeat {
+    type Error = WireError;
+    fn try_from(r: &v2::HeartbeatRequest) -> Result<Heartbeat, WireError> {
+        Ok(Heartbeat {
+            leases: r
+                .leases
+                .iter()
+                .map(|l| Ok((id_from_wire(&l.lease_id)?, l.committed)))
+                .collect::<Result<_, WireError>>()?,
+            per_core_rate: r.per_core_nodes_per_s,
+            threads: r.threads,
+            paused: r.paused.clone(),
+            network_wait: label_number(r.network_wait, 0.0, 1.0),
+            round_trip_ms: label_number(r.round_trip_ms, 0.0, 3_600_000.0),
         })
     }
 }

@@ -30,6 +30,12 @@ pub struct Task {
 pub enum Outcome {
     /// A result to journal and report.
     Done(Box<Entry>),
+    /// A lease dropped on the coordinator's word ([`Executor::abandon`]): its run
+    /// stopped and its result is not reported.
+    Dropped {
+        /// Lease id.
+        lease_id: LeaseId,
+    },
     /// The engine failed on this lease (the lease will expire and be re-run elsewhere).
     Failed {
         /// Lease id.
@@ -45,6 +51,10 @@ struct Shared {
     ready: Condvar,
     running: Mutex<HashMap<LeaseId, Arc<AtomicU64>>>,
     stop_leases: Mutex<HashSet<LeaseId>>,
+    /// Leases whose runs stop without a report.
+    abandoned: Mutex<HashSet<LeaseId>>,
+    /// Engine threads waiting on the queue with no unit.
+    idle_threads: AtomicUsize,
     stop_all: AtomicBool,
     exit: AtomicBool,
     paused: AtomicBool,
@@ -200,18 +210,46 @@ impl Executor {
         out
     }
 
-    /// Stops one lease: a queued one is dropped, a running one stops and reports.
-    pub fn stop_lease(&self, lease_id: LeaseId) {
-        self.shared
-            .queue
+    /// Drops one lease without a report (the coordinator says it is lost or decided
+    /// elsewhere): a queued one leaves the queue, a running one stops and its result is
+    /// thrown away ([`Outcome::Dropped`]). Whether it was held here.
+    pub fn abandon(&self, lease_id: LeaseId) -> bool {
+        let mut queue = self.shared.queue.lock().expect("queue");
+        let before = queue.len();
+        queue.retain(|t| t.lease.lease_id != lease_id);
+        let was_queued = queue.len() < before;
+        drop(queue);
+        let running = self
+            .shared
+            .running
             .lock()
-            .expect("queue")
-            .retain(|t| t.lease.lease_id != lease_id);
-        self.shared
-            .stop_leases
-            .lock()
-            .expect("stop set")
-            .insert(lease_id);
+            .expect("running")
+            .contains_key(&lease_id);
+        if running {
+            self.shared
+                .abandoned
+                .lock()
+                .expect("abandoned set")
+                .insert(lease_id);
+            self.shared
+                .stop_leases
+                .lock()
+                .expect("stop set")
+                .insert(lease_id);
+        }
+        was_queued || running
+    }
+
+    /// Engine threads without a unit now (waiting on the queue; a lane engine short of
+    /// units is not idle).
+    pub fn idle_threads(&self) -> usize {
+        self.shared.idle_threads.load(Ordering::Relaxed)
+    }
+
+    /// Units an engine holds at once (1; the lane engine's 2 or 4; the compiled engine's
+    /// 2 on short units), the most seen so far.
+    pub fn in_hand(&self) -> usize {
+        self.shared.in_hand.load(Ordering::Relaxed)
     }
 
     /// Empties the queue; the leases of the units it held.
@@ -284,13 +322,6 @@ impl Executor {
         self.threads.len()
     }
 
-    /// Units to hold (running and queued) so no engine waits on a round trip for its
-    /// next: each thread's engine full (one unit, or two: [`Engine::units_in_hand`]) and
-    /// one more queued per thread.
-    pub fn capacity(&self) -> usize {
-        self.threads() * (self.shared.in_hand.load(Ordering::Relaxed) + 1)
-    }
-
     /// Lets the threads exit once the queue is empty, and waits for them.
     pub fn join(self) {
         self.shared.exit.store(true, Ordering::SeqCst);
@@ -306,7 +337,11 @@ fn engine_thread(shared: Arc<Shared>, results: UnboundedSender<Outcome>) {
     loop {
         let task = {
             let mut q = shared.queue.lock().expect("queue");
-            loop {
+            if q.is_empty() {
+                shared.idle_threads.fetch_add(1, Ordering::Relaxed);
+            }
+            let waited = q.is_empty();
+            let task = loop {
                 if let Some(t) = q.pop_front() {
                     break Some(t);
                 }
@@ -318,7 +353,11 @@ fn engine_thread(shared: Arc<Shared>, results: UnboundedSender<Outcome>) {
                     .wait_timeout(q, Duration::from_millis(500))
                     .expect("queue")
                     .0;
+            };
+            if waited {
+                shared.idle_threads.fetch_sub(1, Ordering::Relaxed);
             }
+            task
         };
         let Some(task) = task else { return };
         let job_id = task.lease.job_id;
@@ -445,6 +484,24 @@ impl<'s> Feed<'s> for LeaseFeed<'s> {
             .lock()
             .expect("running")
             .remove(&lease.lease_id);
+        self.shared
+            .stop_leases
+            .lock()
+            .expect("stop set")
+            .remove(&lease.lease_id);
+        if self
+            .shared
+            .abandoned
+            .lock()
+            .expect("abandoned set")
+            .remove(&lease.lease_id)
+        {
+            info!("unit dropped on the coordinator's word; not reported");
+            let _ = self.results.send(Outcome::Dropped {
+                lease_id: lease.lease_id,
+            });
+            return;
+        }
         match outcome {
             Ok(result) => {
                 // the seconds leave out time held (pauses, rests): the per-core rate is
@@ -554,6 +611,7 @@ mod tests {
         match outcome {
             Outcome::Done(entry) => entry,
             Outcome::Failed { error, .. } => panic!("{error}"),
+            Outcome::Dropped { lease_id } => panic!("{lease_id} dropped"),
         }
     }
 
@@ -602,6 +660,57 @@ mod tests {
             "engine time {} s counts the pause ({waited:.2} s in all)",
             entry.engine_seconds
         );
+        executor.join();
+    }
+
+    /// A lease the coordinator says is lost stops without a result (running or queued),
+    /// and the thread goes on to the next unit; the idle count follows the queue.
+    #[test]
+    fn an_abandoned_lease_stops_without_a_result() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let executor = Executor::start(1, tx);
+        let wait_until = |what: &str, f: &dyn Fn() -> bool| {
+            let t = Instant::now();
+            while !f() {
+                assert!(t.elapsed() < Duration::from_secs(20), "{what}");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        };
+        wait_until("the thread waits on the queue", &|| {
+            executor.idle_threads() == 1
+        });
+        let running = task(1_000_000_000);
+        let running_id = running.lease.lease_id;
+        let queued = task(1_000_000_000);
+        let queued_id = queued.lease.lease_id;
+        executor.push(running);
+        wait_until("the first unit runs", &|| executor.load().1 == 1);
+        assert_eq!(executor.idle_threads(), 0);
+        executor.push(queued);
+        assert!(executor.abandon(queued_id), "a queued lease is held");
+        assert_eq!(executor.load().0, 0);
+        assert!(executor.abandon(running_id), "a running lease is held");
+        let t = Instant::now();
+        let outcome = loop {
+            if let Ok(o) = rx.try_recv() {
+                break o;
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "no outcome");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert!(matches!(outcome, Outcome::Dropped { lease_id } if lease_id == running_id));
+        assert!(!executor.abandon(LeaseId::random()));
+        // the thread walks on: the next unit's result comes back as usual
+        executor.push(task(1_000));
+        let t = Instant::now();
+        let entry = loop {
+            if let Ok(o) = rx.try_recv() {
+                break done(o);
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "no result");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(entry.result.committed, 1_000);
         executor.join();
     }
 
@@ -695,7 +804,7 @@ mod tests {
             std::thread::sleep(Duration::from_micros(200));
         }
         // the worker keeps the engine full and one queued for the thread
-        assert_eq!(executor.capacity(), in_hand + 1);
+        assert_eq!(executor.in_hand(), in_hand);
         assert!(executor.per_core_rate() > 0.0);
         executor.join();
         most_running

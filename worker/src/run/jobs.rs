@@ -3,7 +3,6 @@
 //! known exact results. A build that fails its self-test is reported and never used (the
 //! reference engine takes its place).
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 
@@ -16,8 +15,10 @@ use e2fleet_proto::api::{JobId, SelfTest, SuiteResult, Verdict};
 use tonic::Code;
 use tracing::{error, info, warn};
 
-use super::link::Link;
+use super::connection::Connection;
 use super::signals::Console;
+use crate::api::{Coordinator, is_transient};
+use crate::engine_args::{EngineArgs, EngineChoice, EngineFactory};
 
 /// A site-JSON puzzle's width and height (for messages).
 fn spec_size(json: &str) -> (u64, u64) {
@@ -27,8 +28,6 @@ fn spec_size(json: &str) -> (u64, u64) {
         v["height"].as_u64().unwrap_or(0),
     )
 }
-use crate::engine_args::{EngineArgs, EngineChoice, EngineFactory};
-use crate::link::is_transient;
 
 /// A job the worker has prepared an engine for (or failed to).
 pub enum JobEngine {
@@ -38,14 +37,14 @@ pub enum JobEngine {
     Broken(String),
 }
 
-/// Whether a lease's job can run here.
+/// What preparing a job came to.
 pub enum Prepared {
     /// Its engine.
     Ready(Arc<EngineFactory>),
-    /// Try again later (the coordinator is unreachable).
-    Later,
-    /// Never (the job's puzzle is invalid here).
-    Never,
+    /// This worker cannot run the job (why).
+    Never(String),
+    /// Try again later: the coordinator did not answer (or wants a new registration).
+    Later(tonic::Status),
 }
 
 /// Runs the verification units this hardware class has not run yet (the coordinator
@@ -56,7 +55,7 @@ pub enum Prepared {
 /// says so on every lease request. While `hold` is set (a pause) the units and their
 /// builds hold still ([`crate::verify::run_units`]).
 pub async fn verify_class(
-    link: &mut Link,
+    link: &mut Connection,
     engine: &mut EngineArgs,
     hostname: Option<&str>,
     console: &Console,
@@ -133,47 +132,29 @@ pub fn self_test(factory: &EngineFactory, tests: &[SelfTest]) -> Result<(), Stri
     Ok(())
 }
 
-/// Fetches a job's spec, builds its engine and self-tests it (once per job).
+/// Fetches a job's spec, builds its engine and self-tests it (the caller does this once
+/// per job and keeps the answer).
 pub async fn prepare_job(
-    link: &mut Link,
-    jobs: &mut HashMap<JobId, JobEngine>,
+    mut api: Coordinator,
     job_id: JobId,
-    engine_args: &EngineArgs,
-    console: &Console,
+    engine_args: EngineArgs,
+    console: Console,
 ) -> Prepared {
-    if let Some(j) = jobs.get(&job_id) {
-        return match j {
-            JobEngine::Ready(f) => Prepared::Ready(f.clone()),
-            JobEngine::Broken(why) => {
-                warn!(%job_id, %why, "skipping a unit of a job this worker cannot run");
-                Prepared::Never
-            }
-        };
-    }
-    if !link.up() {
-        return Prepared::Later;
-    }
-    let spec = match link.api.job_spec(job_id).await {
+    let spec = match api.job_spec(job_id).await {
         Ok(s) => s,
-        Err(s) => {
-            link.fail("job spec", &s);
-            return if is_transient(&s) || s.code() == Code::Unauthenticated {
-                Prepared::Later
-            } else {
-                Prepared::Never
-            };
+        Err(s) if is_transient(&s) || s.code() == Code::Unauthenticated => {
+            return Prepared::Later(s);
         }
+        Err(s) => return Prepared::Never(format!("the coordinator refused the job's spec: {s}")),
     };
     let plan = match SearchSpec::from_site_json(&spec.puzzle_json, &spec.order) {
         Ok(s) => s.plan,
         Err(e) => {
             error!(%job_id, error = %e, "the job's puzzle is invalid; refusing its units");
-            let _ = link
-                .api
+            let _ = api
                 .build_failure(job_id, "", &format!("invalid puzzle or order: {e}"))
                 .await;
-            jobs.insert(job_id, JobEngine::Broken(e.to_string()));
-            return Prepared::Never;
+            return Prepared::Never(e.to_string());
         }
     };
     if engine_args.engine != EngineChoice::Reference && !engine_args.lanes_take(&plan) {
@@ -219,12 +200,12 @@ pub async fn prepare_job(
         Ok((factory, Err(why))) => {
             let build = factory.make().build_id();
             error!(%job_id, %build, %why, "engine build failed its self-test; it will not be used");
-            let _ = link.api.build_failure(job_id, &build, &why).await;
+            let _ = api.build_failure(job_id, &build, &why).await;
             EngineFactory::reference(&plan)
         }
         Err((why, true)) => {
             error!(%job_id, %why, "engines raced on the job's units disagree; neither will be used");
-            let _ = link.api.build_failure(job_id, "", &why).await;
+            let _ = api.build_failure(job_id, "", &why).await;
             EngineFactory::reference(&plan)
         }
         Err((why, false)) => {
@@ -232,7 +213,5 @@ pub async fn prepare_job(
             EngineFactory::reference(&plan)
         }
     };
-    let factory = Arc::new(factory);
-    jobs.insert(job_id, JobEngine::Ready(factory.clone()));
-    Prepared::Ready(factory)
+    Prepared::Ready(Arc::new(factory))
 }

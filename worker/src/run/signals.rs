@@ -2,20 +2,11 @@
 //! second one exits; SIGUSR1/SIGUSR2 pause and resume), a lower CPU priority, and the
 //! status line shown when a person is watching.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use std::time::Duration;
 
 use tracing::info;
 
-/// Paused by SIGUSR1 (resumed by SIGUSR2).
-pub static PAUSED: AtomicBool = AtomicBool::new(false);
-
-/// Whether the worker holds anything a stop must report (set when its main loop starts):
-/// before that (joining, waiting out a pause, verifying this machine) a stop signal ends
-/// the worker at once, as it always did, while SIGUSR1 and SIGUSR2 pause and resume from
-/// the first moment rather than killing it (their default action).
-pub static HOLDING: AtomicBool = AtomicBool::new(false);
+use super::controls::Controls;
 
 /// Lowers this process's CPU priority by `n` (0 keeps it).
 pub fn set_nice(n: u8) {
@@ -37,6 +28,7 @@ pub fn set_nice(n: u8) {
 /// What a person watching sees: a live status line on a terminal (text logs), and the
 /// moments worth a line of their own (verifying this machine, compiling an engine) —
 /// printed above the status line there, logged otherwise.
+#[derive(Clone)]
 pub struct Console {
     bar: Option<indicatif::ProgressBar>,
 }
@@ -74,10 +66,11 @@ impl Console {
     }
 }
 
-/// Counts stop signals into `signals` (the first stops, a second exits at once; before
-/// the worker holds anything, see [`HOLDING`], the first exits) and handles pause/resume.
-/// Started before anything else the worker does.
-pub fn spawn_handler(signals: Arc<AtomicU8>) {
+/// Steers `controls` from signals: SIGINT/SIGTERM stop (engines report their exact
+/// cursors; before the worker holds anything, see [`Controls::holding`], and at a second
+/// signal, the process exits at once), SIGUSR1 pauses and SIGUSR2 resumes. Started before
+/// anything else the worker does.
+pub fn spawn_handler(controls: Controls) {
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
         let (Ok(mut term), Ok(mut int), Ok(mut usr1), Ok(mut usr2)) = (
@@ -92,14 +85,14 @@ pub fn spawn_handler(signals: Arc<AtomicU8>) {
             tokio::select! {
                 _ = term.recv() => {}
                 _ = int.recv() => {}
-                _ = usr1.recv() => { PAUSED.store(true, Ordering::SeqCst); continue; }
-                _ = usr2.recv() => { PAUSED.store(false, Ordering::SeqCst); continue; }
+                _ = usr1.recv() => { controls.set_paused(true); continue; }
+                _ = usr2.recv() => { controls.set_paused(false); continue; }
             }
-            if !HOLDING.load(Ordering::SeqCst) {
+            if !controls.holding() {
                 eprintln!("e2fleet-worker: stopped (no unit held yet)");
                 std::process::exit(130);
             }
-            if signals.fetch_add(1, Ordering::SeqCst) >= 1 {
+            if controls.stopping() {
                 eprintln!(
                     "e2fleet-worker: second signal, exiting now (unsent results stay in the journal)"
                 );
@@ -108,6 +101,7 @@ pub fn spawn_handler(signals: Arc<AtomicU8>) {
             eprintln!(
                 "e2fleet-worker: stopping; engines report their exact cursors (signal again to exit at once)"
             );
+            controls.stop();
         }
     });
 }

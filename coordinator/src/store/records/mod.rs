@@ -59,6 +59,10 @@ stored_enum!(
         Cancelled = "cancelled",
         /// Given back unstarted.
         Released = "released",
+        /// Lost to its worker: its unit changed after it expired (a split moved part of
+        /// the unit elsewhere), or another run decided the unit while it was out. A
+        /// result on it answers a unit that is no longer there: it is not compared.
+        Superseded = "superseded",
     }
 );
 

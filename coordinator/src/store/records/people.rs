@@ -73,8 +73,27 @@ pub struct WorkerRecord {
     /// Why its engines are paused, from its last heartbeat; empty while they run (and
     /// from each registration until its first heartbeat).
     pub paused: String,
+    /// Share of its engine threads' time it waited on the coordinator, from its last
+    /// heartbeat (0 to 1; a label).
+    pub network_wait: f64,
+    /// Median round trip of its calls, ms, from its last heartbeat (0: not measured).
+    pub round_trip_ms: f64,
     /// Active leases it holds (filled by [`crate::store::Workers::list_workers`] only).
     pub leases_held: u64,
+}
+
+/// What a call tells of a worker besides that it is alive (each `None` keeps what is
+/// stored).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Seen<'a> {
+    /// Per-core rate and engine threads.
+    pub rate: Option<(f64, u32)>,
+    /// Engine kind and build of a lease request.
+    pub engine: Option<(e2fleet_engine::engine::EngineKind, &'a str)>,
+    /// Why its engines are paused (empty: they run).
+    pub paused: Option<&'a str>,
+    /// Network wait share and median round trip, ms.
+    pub link: Option<(f64, f64)>,
 }
 
 /// Milliseconds in a day (credit is kept per UTC day).

@@ -100,6 +100,42 @@ impl Leases for SqlTx<'_> {
         )? == 1)
     }
 
+    fn revive_lease(
+        &mut self,
+        id: LeaseId,
+        worker: WorkerId,
+        deadline_ms: i64,
+    ) -> StoreResult<Option<UnitId>> {
+        self.c.map_row(
+            "UPDATE leases SET state = 'active', deadline_ms = ? WHERE id = ? AND worker_id = ? AND state = 'expired' \
+               AND EXISTS (SELECT 1 FROM units u WHERE u.id = leases.unit_id AND u.state = 'open' \
+                             AND u.results = 0 AND u.active_leases = 0) \
+             RETURNING unit_id",
+            args![deadline_ms, id.to_string(), worker.to_string()],
+            |r| r.get(0).map(UnitId),
+        )
+    }
+
+    fn supersede_expired_leases(&mut self, unit: UnitId) -> StoreResult<usize> {
+        self.c.execute(
+            "UPDATE leases SET state = 'superseded' WHERE unit_id = ? AND state = 'expired'",
+            args![unit.0],
+        )
+    }
+
+    fn supersede_decided_leases(
+        &mut self,
+        worker: WorkerId,
+    ) -> StoreResult<Vec<(LeaseId, UnitId)>> {
+        self.c.map(
+            "UPDATE leases SET state = 'superseded' WHERE worker_id = ? AND state = 'active' \
+               AND EXISTS (SELECT 1 FROM units u WHERE u.id = leases.unit_id AND u.state IN ('done', 'cancelled')) \
+             RETURNING id, unit_id",
+            args![worker.to_string()],
+            |r| Ok((r.parsed(0)?, UnitId(r.get(1)?))),
+        )
+    }
+
     fn release_lease(&mut self, id: LeaseId, worker: WorkerId) -> StoreResult<Option<UnitId>> {
         self.c.map_row("UPDATE leases SET state = 'released' WHERE id = ? AND worker_id = ? AND state = 'active' RETURNING unit_id", args![id.to_string(), worker.to_string()], |r| r.get(0).map(UnitId))
     }

@@ -5,14 +5,14 @@ use e2fleet_engine::engine::EngineKind;
 use e2fleet_proto::api::{HostInfo, WorkerId};
 
 use super::{ConnExt, Row, SqlTx, args};
-use crate::store::WorkerRecord;
 use crate::store::tx::{StoreResult, Workers};
+use crate::store::{Seen, WorkerRecord};
 
 /// The columns [`from_row`] reads, in order (`w.` prefixed).
 const COLUMNS: &str = "w.id, w.token_hash, w.hostname, w.cpu_model, w.cores, w.arch, w.os, \
      w.rustc_version, w.worker_version, w.target_features, w.engine_kind, w.engine_build, w.class_id, \
      w.registered_ms, w.last_seen_ms, w.per_core_rate, w.threads, w.units_done, w.errors, w.quarantined, \
-     w.account_id, w.paused";
+     w.account_id, w.paused, w.network_wait, w.round_trip_ms";
 
 /// Reads a row of [`COLUMNS`], then `leases_held` if `with_leases`.
 fn from_row(r: &Row, with_leases: bool) -> StoreResult<WorkerRecord> {
@@ -44,8 +44,10 @@ fn from_row(r: &Row, with_leases: bool) -> StoreResult<WorkerRecord> {
         errors: r.get::<i64>(18)? as u64,
         quarantined: r.get(19)?,
         paused: r.get(21)?,
+        network_wait: r.get(22)?,
+        round_trip_ms: r.get(23)?,
         leases_held: if with_leases {
-            r.get::<i64>(22)? as u64
+            r.get::<i64>(24)? as u64
         } else {
             0
         },
@@ -111,19 +113,20 @@ impl Workers for SqlTx<'_> {
         &mut self,
         id: WorkerId,
         now_ms: i64,
-        rate: Option<(f64, u32)>,
-        engine: Option<(EngineKind, &str)>,
-        paused: Option<&str>,
+        seen: &Seen<'_>,
     ) -> StoreResult<Option<bool>> {
         self.c.map_row("UPDATE workers SET last_seen_ms = ?, per_core_rate = COALESCE(?, per_core_rate), threads = COALESCE(?, threads), \
-               engine_kind = COALESCE(?, engine_kind), engine_build = COALESCE(?, engine_build), paused = COALESCE(?, paused) WHERE id = ? \
+               engine_kind = COALESCE(?, engine_kind), engine_build = COALESCE(?, engine_build), paused = COALESCE(?, paused), \
+               network_wait = COALESCE(?, network_wait), round_trip_ms = COALESCE(?, round_trip_ms) WHERE id = ? \
              RETURNING quarantined", args![
                 now_ms,
-                rate.map(|r| r.0),
-                rate.map(|r| r.1 as i64),
-                engine.map(|e| e.0.as_str()),
-                engine.map(|e| e.1),
-                paused,
+                seen.rate.map(|r| r.0),
+                seen.rate.map(|r| r.1 as i64),
+                seen.engine.map(|e| e.0.as_str()),
+                seen.engine.map(|e| e.1),
+                seen.paused,
+                seen.link.map(|l| l.0),
+                seen.link.map(|l| l.1),
                 id.to_string()
             ], |r| r.get(0))
     }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use e2fleet_engine::engine::EngineKind;
 use e2fleet_engine::suite::SuiteUnit;
 use e2fleet_proto::api::{
-    AuditOutcome, AuditSubmission, HostInfo, JobId, JobSpec, Lease, LeaseId, Report, ReportOutcome,
-    SuiteResult, VerificationOutcome, WorkerId,
+    AuditOutcome, AuditSubmission, Heartbeat, HostInfo, JobId, JobSpec, Lease, LeaseId, Report,
+    ReportOutcome, SuiteResult, VerificationOutcome, WorkerId,
 };
 use e2fleet_proto::client::{authed, endpoint};
 use e2fleet_proto::convert::{WireError, engine_kind_to_wire, suite_unit_from_wire};
@@ -19,8 +19,10 @@ use e2fleet_proto::v2::worker_service_client::WorkerServiceClient;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
 
-/// How long one call may take before it is abandoned (and retried).
-const CALL_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one call may take before it is abandoned (and retried): long enough for a job
+/// spec over a slow link, short enough that a call on a dead link does not hold the loop
+/// past the keepalive pings that find it dead.
+const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 
 fn malformed(e: WireError) -> Status {
     Status::internal(format!("malformed answer from the coordinator: {e}"))
@@ -237,31 +239,11 @@ impl Coordinator {
         Ok((leases, Duration::from_millis(r.retry_after_ms as u64)))
     }
 
-    /// Keeps `held` leases (with their progress) alive; the new deadline and the leases
-    /// to stop.
-    pub async fn heartbeat(
-        &mut self,
-        held: &[(LeaseId, u64)],
-        per_core_rate: f64,
-        threads: u32,
-        paused: &str,
-    ) -> Result<Vec<LeaseId>, Status> {
+    /// Keeps the leases a heartbeat names alive; the leases to drop.
+    pub async fn heartbeat(&mut self, beat: &Heartbeat) -> Result<Vec<LeaseId>, Status> {
         let r = self
             .client
-            .heartbeat(
-                self.req(v2::HeartbeatRequest {
-                    leases: held
-                        .iter()
-                        .map(|(id, committed)| v2::LeaseProgress {
-                            lease_id: id.to_string(),
-                            committed: *committed,
-                        })
-                        .collect(),
-                    per_core_nodes_per_s: per_core_rate,
-                    threads,
-                    paused: paused.to_string(),
-                }),
-            )
+            .heartbeat(self.req(v2::HeartbeatRequest::from(beat)))
             .await?
             .into_inner();
         r.stop_lease_ids

@@ -1,42 +1,26 @@
-//! The worker's connection to its coordinator: identity (saved in the data directory,
-//! `0600`), registration and re-registration, and a jittered exponential backoff while
-//! the coordinator is away. The calls themselves are [`crate::link::Coordinator`]'s.
+//! The worker's connection to its coordinator: who it is (a saved [`Identity`], or a new
+//! registration), whether calls may go out now (a jittered exponential [`Backoff`] while
+//! the coordinator is away), and how long calls take (the median round trip the lease
+//! queue is sized from). The calls themselves are [`crate::api::Coordinator`]'s.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use e2fleet_proto::api::{HostInfo, WorkerId};
-use rand::Rng;
-use serde::{Deserialize, Serialize};
+use e2fleet_proto::client::Backoff;
 use tonic::Status;
 use tracing::{info, warn};
 
-use crate::link::Coordinator;
+use super::identity::Identity;
+use crate::api::Coordinator;
 
-/// What the data directory keeps of a registration.
-#[derive(Serialize, Deserialize)]
-pub struct Identity {
-    /// The coordinator it belongs to.
-    pub coordinator: String,
-    /// The worker id.
-    pub worker_id: WorkerId,
-    /// The worker's own token.
-    pub worker_token: String,
-}
+/// Round trips remembered for the median.
+const ROUND_TRIPS_KEPT: usize = 32;
 
-impl Identity {
-    /// The identity saved at `path` for `coordinator`, if any.
-    pub fn load(path: &std::path::Path, coordinator: &str) -> Option<Identity> {
-        std::fs::read_to_string(path)
-            .ok()
-            .and_then(|t| serde_json::from_str::<Identity>(&t).ok())
-            .filter(|i| i.coordinator == coordinator)
-    }
-}
-
-/// The connection with its identity and backoff state.
-pub struct Link {
-    /// Typed calls.
+/// The connection with its identity, backoff and round-trip record.
+pub struct Connection {
+    /// Typed calls (cloned into each call in flight).
     pub api: Coordinator,
     /// This worker's id, once registered.
     pub worker_id: Option<WorkerId>,
@@ -45,35 +29,40 @@ pub struct Link {
     /// What this machine says it is.
     pub host: HostInfo,
     identity_path: PathBuf,
-    /// Consecutive failed calls.
-    pub failures: u32,
+    backoff: Backoff,
     /// No call before this.
     pub next_try: Instant,
     /// Lease length the coordinator gave.
     pub lease: Duration,
+    /// Registrations so far (a call that failed with an older token does not register
+    /// again).
+    pub generation: u64,
+    round_trips: VecDeque<Duration>,
 }
 
-impl Link {
-    /// A link to `api`, starting from a saved identity if there is one.
+impl Connection {
+    /// A connection to `api`, starting from a saved identity if there is one.
     pub fn new(
         mut api: Coordinator,
         enroll: String,
         host: HostInfo,
         identity_path: PathBuf,
-    ) -> Link {
+    ) -> Connection {
         let saved = Identity::load(&identity_path, &api.url);
         if let Some(s) = &saved {
             api.token = s.worker_token.clone();
         }
-        Link {
+        Connection {
             api,
             worker_id: saved.map(|s| s.worker_id),
             enroll,
             host,
             identity_path,
-            failures: 0,
+            backoff: Backoff::worker(),
             next_try: Instant::now(),
             lease: Duration::from_secs(60),
+            generation: 0,
+            round_trips: VecDeque::with_capacity(ROUND_TRIPS_KEPT),
         }
     }
 
@@ -82,23 +71,35 @@ impl Link {
         Instant::now() >= self.next_try
     }
 
-    /// A call succeeded.
-    pub fn ok(&mut self) {
-        if self.failures > 0 {
-            info!(coordinator = %self.api.url, "coordinator reachable again");
-        }
-        self.failures = 0;
+    /// Consecutive failed calls.
+    pub fn failures(&self) -> u32 {
+        self.backoff.failures()
     }
 
-    /// A call failed: back off, jittered and exponential (0.5 s doubling to 30 s, +-25%).
+    /// A call succeeded after `took`.
+    pub fn ok(&mut self, took: Duration) {
+        if self.backoff.succeeded() {
+            info!(coordinator = %self.api.url, "coordinator reachable again");
+        }
+        if self.round_trips.len() == ROUND_TRIPS_KEPT {
+            self.round_trips.pop_front();
+        }
+        self.round_trips.push_back(took);
+    }
+
+    /// A call failed: back off (jittered, exponential).
     pub fn fail(&mut self, what: &str, s: &Status) {
-        self.failures += 1;
-        let base = (500u64 << self.failures.min(6)).min(30_000);
-        let jitter = rand::rng().random_range(0.75..1.25);
-        let wait = Duration::from_millis((base as f64 * jitter) as u64);
+        let wait = self.backoff.failed();
         self.next_try = Instant::now() + wait;
         let why = e2fleet_proto::client::explain_status(&self.api.url, s);
         warn!(what, code = ?s.code(), retry_in_ms = wait.as_millis() as u64, "waiting for the coordinator: {why}");
+    }
+
+    /// The median round trip of recent calls (`None` before the first).
+    pub fn round_trip(&self) -> Option<Duration> {
+        let mut v: Vec<Duration> = self.round_trips.iter().copied().collect();
+        v.sort();
+        v.get(v.len() / 2).copied()
     }
 
     /// Registers (again), keeping this worker's id, and saves the identity (`0600`).
@@ -123,15 +124,13 @@ impl Link {
         };
         self.worker_id = Some(r.worker_id);
         self.lease = r.lease;
+        self.generation += 1;
         let id = Identity {
             coordinator: self.api.url.clone(),
             worker_id: r.worker_id,
             worker_token: r.token,
         };
-        if let Err(e) = save_private(
-            &self.identity_path,
-            serde_json::to_string(&id).unwrap_or_default().as_bytes(),
-        ) {
+        if let Err(e) = id.save(&self.identity_path) {
             warn!(error = %e, path = %self.identity_path.display(), "cannot save the worker identity");
         }
         info!(worker_id = %r.worker_id, hostname = %self.host.hostname, "registered");
@@ -147,21 +146,4 @@ impl Link {
     pub fn forget_token(&mut self) {
         self.api.token.clear();
     }
-}
-
-/// Writes a file only its owner can read (it holds a secret): a temporary file created
-/// `0600`, then renamed over the old one.
-pub fn save_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
 }

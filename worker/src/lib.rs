@@ -1,0 +1,28 @@
+//! # e2fleet-worker
+//!
+//! The program volunteers run, as a library: `run` joins a fleet ([`run::run`] takes a
+//! [`run::RunConfig`] and [`run::Controls`], so tests and embedders drive a worker in
+//! their own process); `solve` walks a puzzle on this machine (whole or split into units,
+//! with exact per-depth counts); `bench` measures per-core speed; `verify` checks the
+//! engine against known results; `audit` checks a published job; `team` puts a
+//! volunteer's account in a team. The binary (`main.rs`) is the command line over them.
+//!
+//! # Layout
+//! - [`api`]: the fleet API as typed calls (used by `run`, `verify`, `audit`, `team`);
+//! - [`run`]: the fleet client: its configuration, identity, connection, loop, engine
+//!   threads, journal, pause rules and signals;
+//! - [`solve`], [`bench`], [`verify`], [`audit`], [`team`]: the other commands;
+//! - [`engine_args`]: flags that choose and build an engine; [`connect_args`]: the token,
+//!   the CA and the plaintext policy; [`host`]: what this machine is (labels sent at
+//!   registration).
+
+pub mod api;
+pub mod audit;
+pub mod bench;
+pub mod connect_args;
+pub mod engine_args;
+pub mod host;
+pub mod run;
+pub mod solve;
+pub mod team;
+pub mod verify;
