@@ -19,9 +19,10 @@ use e2fleet_proto::v2::worker_service_client::WorkerServiceClient;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
 
-/// How long one call may take before it is abandoned (and retried): long enough for a job
-/// spec over a slow link, short enough that a call on a dead link does not hold the loop
-/// past the keepalive pings that find it dead.
+/// How long one call may take before it is abandoned (and retried), enforced here (the
+/// channel's own timeout: a call on a link that went silent ends even though the server
+/// never saw it) and told to the server (`grpc-timeout`): long enough for a job spec over
+/// a slow link, short enough that the loop hears of a dead link soon.
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 
 fn malformed(e: WireError) -> Status {
@@ -79,11 +80,11 @@ impl Coordinator {
     /// one channel balanced over them: a call goes to one that is up.
     pub fn lazy(url: &str, ca_cert: Option<&Path>) -> Result<Coordinator, String> {
         let channel = match urls(url).as_slice() {
-            [one] => endpoint(one, ca_cert)?.connect_lazy(),
+            [one] => endpoint(one, ca_cert)?.timeout(CALL_TIMEOUT).connect_lazy(),
             many => {
                 let endpoints = many
                     .iter()
-                    .map(|u| endpoint(u, ca_cert))
+                    .map(|u| endpoint(u, ca_cert).map(|e| e.timeout(CALL_TIMEOUT)))
                     .collect::<Result<Vec<_>, _>>()?;
                 Channel::balance_list(endpoints.into_iter())
             }
@@ -94,6 +95,7 @@ impl Coordinator {
     /// A coordinator at `url`, connected now.
     pub async fn connect(url: &str, ca_cert: Option<&Path>) -> Result<Coordinator, String> {
         let channel = endpoint(url, ca_cert)?
+            .timeout(CALL_TIMEOUT)
             .connect()
             .await
             .map_err(|e| e2fleet_proto::client::explain_connect_error(url, &e))?;

@@ -7,7 +7,7 @@
 //!   [`ServerLimits::handshake_timeout`] (a silent TCP connection is closed);
 //! - HTTP/1 request headers within [`ServerLimits::header_read_timeout`]; HTTP/2 streams
 //!   per connection capped, flow-control windows bounded, keep-alive pings to find dead
-//!   peers;
+//!   peers ([`KEEPALIVE_INTERVAL`], [`KEEPALIVE_TIMEOUT`]);
 //! - a connection with no traffic for [`ServerLimits::idle_timeout`] is closed (clients
 //!   reconnect when they need to);
 //! - shutdown: stop accepting, let requests in flight finish for a while, then close.
@@ -34,6 +34,13 @@ use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::ServerConfig;
 use tower::ServiceExt;
 use tracing::{debug, warn};
+
+/// How often the coordinator pings each HTTP/2 connection.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
+/// How long a ping may go unanswered before the connection is closed: a client whose
+/// link went silent (a sleeping laptop, a lost route) holds its connection for at most
+/// [`KEEPALIVE_INTERVAL`] + this.
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// What one coordinator lets connections do.
 #[derive(Clone, Debug)]
@@ -175,8 +182,8 @@ pub async fn serve(
         .initial_stream_window_size(1 << 20)
         .initial_connection_window_size(4 << 20)
         .max_header_list_size(64 * 1024)
-        .keep_alive_interval(Duration::from_secs(30))
-        .keep_alive_timeout(Duration::from_secs(20));
+        .keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT);
     let builder = Arc::new(builder);
     tokio::pin!(shutdown);
     loop {

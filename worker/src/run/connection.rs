@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use e2fleet_proto::api::{HostInfo, WorkerId};
 use e2fleet_proto::client::Backoff;
 use tonic::Status;
-use tracing::{info, warn};
+use tracing::{debug, info, warn};
 
 use super::identity::Identity;
 use crate::api::Coordinator;
@@ -38,6 +38,8 @@ pub struct Connection {
     /// again).
     pub generation: u64,
     round_trips: VecDeque<Duration>,
+    /// When the last failure that backed off was seen.
+    last_failure: Option<Instant>,
 }
 
 impl Connection {
@@ -63,6 +65,7 @@ impl Connection {
             lease: Duration::from_secs(60),
             generation: 0,
             round_trips: VecDeque::with_capacity(ROUND_TRIPS_KEPT),
+            last_failure: None,
         }
     }
 
@@ -87,11 +90,19 @@ impl Connection {
         self.round_trips.push_back(took);
     }
 
-    /// A call failed: back off (jittered, exponential).
-    pub fn fail(&mut self, what: &str, s: &Status) {
-        let wait = self.backoff.failed();
-        self.next_try = Instant::now() + wait;
+    /// A call sent at `sent` failed: back off (jittered, exponential). Calls that were
+    /// already out when an earlier failure was seen fail for the same reason (a dead
+    /// connection fails every call on it at once): they do not back off further.
+    pub fn fail(&mut self, what: &str, s: &Status, sent: Instant) {
         let why = e2fleet_proto::client::explain_status(&self.api.url, s);
+        if self.last_failure.is_some_and(|at| sent < at) {
+            debug!(what, code = ?s.code(), "a call sent before the last failure failed too: {why}");
+            return;
+        }
+        let wait = self.backoff.failed();
+        let now = Instant::now();
+        self.last_failure = Some(now);
+        self.next_try = now + wait;
         warn!(what, code = ?s.code(), retry_in_ms = wait.as_millis() as u64, "waiting for the coordinator: {why}");
     }
 

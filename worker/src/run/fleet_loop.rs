@@ -26,7 +26,7 @@ use super::controls::Controls;
 use super::executor::{Executor, Outcome, Task};
 use super::jobs::{JobEngine, Prepared, prepare_job, verify_class};
 use super::journal::{Entry, Journal};
-use super::pacing::{Idle, IdleLedger, UnitPace, WakeWatch, queue_target};
+use super::pacing::{Idle, IdleLedger, Outstanding, UnitPace, WakeWatch, queue_target};
 use super::pause::{Conditions, Reason};
 use super::signals::Console;
 use crate::api::is_transient;
@@ -72,6 +72,13 @@ enum Answer {
     },
 }
 
+/// A report in flight.
+struct Sending {
+    sent: Instant,
+    hedged: bool,
+    entry: Entry,
+}
+
 /// The worker's loop and everything it keeps.
 pub(super) struct FleetLoop {
     config: RunConfig,
@@ -89,15 +96,18 @@ pub(super) struct FleetLoop {
     waiting: Vec<Lease>,
     /// Results journalled and not yet sent.
     outbox: VecDeque<Entry>,
-    /// Leases whose report is in flight.
-    sending: HashSet<LeaseId>,
+    /// Reports in flight, by lease: when sent, and whether a second copy went out (a
+    /// report out longer than a hedge is sent again: with several coordinators the copy
+    /// goes to one that answers; a repeat is acknowledged as a duplicate).
+    sending: HashMap<LeaseId, Sending>,
     calls: JoinSet<Answer>,
-    lease_in_flight: bool,
-    heartbeat_in_flight: bool,
+    leases_out: Outstanding,
+    heartbeats_out: Outstanding,
     /// No lease call before this (an empty answer says how long to wait).
     lease_after: Instant,
-    /// The last lease answer was empty: the coordinator has no unit for this worker.
-    no_work: bool,
+    /// Lease answers in a row that were empty: the coordinator has no unit for this
+    /// worker (0: the last one had units).
+    no_work: u32,
     last_heartbeat: Instant,
     /// Heartbeat at once (a pause began or ended, the machine woke up).
     heartbeat_now: bool,
@@ -135,12 +145,12 @@ impl FleetLoop {
             preparing: HashSet::new(),
             waiting: Vec::new(),
             outbox: VecDeque::new(),
-            sending: HashSet::new(),
+            sending: HashMap::new(),
             calls: JoinSet::new(),
-            lease_in_flight: false,
-            heartbeat_in_flight: false,
+            leases_out: Outstanding::default(),
+            heartbeats_out: Outstanding::default(),
             lease_after: now,
-            no_work: false,
+            no_work: 0,
             last_heartbeat: now,
             heartbeat_now: false,
             pause: None,
@@ -372,27 +382,56 @@ impl FleetLoop {
             .clamp(MIN_REPORTS_IN_FLIGHT, MAX_REPORTS_IN_FLIGHT)
     }
 
-    /// Sends journalled results, several at once.
+    /// Sends journalled results, several at once, and a second copy of any report out
+    /// for longer than a hedge.
     fn send_reports(&mut self) {
+        if !self.conn.up() {
+            return;
+        }
+        let hedge = self.hedge_after();
+        let slow: Vec<Entry> = self
+            .sending
+            .values_mut()
+            .filter(|s| !s.hedged && s.sent.elapsed() >= hedge)
+            .map(|s| {
+                s.hedged = true;
+                s.entry.clone()
+            })
+            .collect();
+        for entry in slow {
+            debug!(lease_id = %entry.lease_id, "a report is slow to be answered; sending it again");
+            self.spawn_report(entry);
+        }
         let most = self.reports_in_flight();
-        while self.sending.len() < most && self.conn.up() {
+        while self.sending.len() < most {
             let Some(entry) = self.outbox.pop_front() else {
                 break;
             };
-            self.sending.insert(entry.lease_id);
-            let mut api = self.conn.api.clone();
-            let generation = self.conn.generation;
-            self.calls.spawn(async move {
-                let sent = Instant::now();
-                let answer = api.report(&entry.report()).await;
-                Answer::Reported {
-                    took: sent.elapsed(),
-                    generation,
-                    entry: Box::new(entry),
-                    answer,
-                }
-            });
+            self.sending.insert(
+                entry.lease_id,
+                Sending {
+                    sent: Instant::now(),
+                    hedged: false,
+                    entry: entry.clone(),
+                },
+            );
+            self.spawn_report(entry);
         }
+    }
+
+    fn spawn_report(&mut self, entry: Entry) {
+        let mut api = self.conn.api.clone();
+        let generation = self.conn.generation;
+        self.calls.spawn(async move {
+            let sent = Instant::now();
+            let answer = api.report(&entry.report()).await;
+            Answer::Reported {
+                took: sent.elapsed(),
+                generation,
+                entry: Box::new(entry),
+                answer,
+            }
+        });
     }
 
     /// Whether the loop is done: asked to stop (or at a limit) with everything finished
@@ -436,7 +475,7 @@ impl FleetLoop {
     /// yet acknowledged (the coordinator keeps those alive, or revives them).
     fn send_heartbeat(&mut self, executor: &Executor) {
         let every = (self.conn.lease / 3).max(Duration::from_secs(1));
-        if self.heartbeat_in_flight
+        if !self.heartbeats_out.may_send(self.hedge_after())
             || !self.conn.up()
             || !(self.heartbeat_now || self.last_heartbeat.elapsed() >= every)
         {
@@ -460,7 +499,7 @@ impl FleetLoop {
                 .round_trip()
                 .map_or(0.0, |d| d.as_secs_f64() * 1000.0),
         };
-        self.heartbeat_in_flight = true;
+        self.heartbeats_out.sent();
         self.heartbeat_now = false;
         let mut api = self.conn.api.clone();
         let generation = self.conn.generation;
@@ -524,16 +563,24 @@ impl FleetLoop {
     }
 
     /// Units held now: running, queued, waiting for their engine, and finished but not
-    /// yet acknowledged (their leases are still out at the coordinator).
+    /// yet acknowledged (their leases are still out at the coordinator); a report out
+    /// longer than a hedge is stuck on a silent link and does not count (it would keep
+    /// the engines from more work for as long as the link takes to be given up).
     fn held(&self, executor: &Executor) -> usize {
         let (queued, running) = executor.load();
-        queued + running + self.waiting.len() + self.outbox.len() + self.sending.len()
+        let hedge = self.hedge_after();
+        let reporting = self
+            .sending
+            .values()
+            .filter(|s| s.sent.elapsed() < hedge)
+            .count();
+        queued + running + self.waiting.len() + self.outbox.len() + reporting
     }
 
     /// Leases more units when the queue runs low: enough that every engine is full and
     /// the queue covers two round trips at the pace units finish.
     fn send_lease(&mut self, executor: &Executor) {
-        if self.lease_in_flight
+        if !self.leases_out.may_send(self.hedge_after())
             || self.stopping.is_some()
             || self.at_limit()
             || self.pause.is_some()
@@ -562,7 +609,7 @@ impl FleetLoop {
         if want == 0 {
             return;
         }
-        self.lease_in_flight = true;
+        self.leases_out.sent();
         let mut api = self.conn.api.clone();
         let kind = self.engine.kind();
         let generation = self.conn.generation;
@@ -583,7 +630,7 @@ impl FleetLoop {
             Idle::Paused
         } else if !self.waiting.is_empty() || !self.preparing.is_empty() {
             Idle::Preparing
-        } else if self.no_work && !self.lease_in_flight {
+        } else if self.no_work > 0 && !self.leases_out.any() {
             Idle::NoWork
         } else {
             Idle::Network
@@ -591,12 +638,17 @@ impl FleetLoop {
         self.idle.turn(Instant::now(), executor.idle_threads(), why);
     }
 
+    /// How long a lease call or heartbeat may be out before a second joins it.
+    fn hedge_after(&self) -> Duration {
+        Outstanding::hedge_after(self.conn.round_trip())
+    }
+
     /// Until the next thing due: a lease call, a heartbeat, a backoff's end; at most a
     /// second (pause conditions are polled up here).
     fn tick(&self) -> Duration {
         let now = Instant::now();
         let mut next = now + Duration::from_secs(1);
-        if !self.lease_in_flight && self.lease_after > now {
+        if !self.leases_out.any() && self.lease_after > now {
             next = next.min(self.lease_after);
         }
         if !self.conn.up() {
@@ -614,15 +666,22 @@ impl FleetLoop {
                 generation,
                 answer,
             } => {
-                self.lease_in_flight = false;
+                self.leases_out.answered();
                 let mut retry_after = Duration::ZERO;
                 match answer {
                     Ok((leases, wait)) => {
                         self.conn.ok(took);
-                        self.no_work = leases.is_empty();
                         if leases.is_empty() {
-                            retry_after =
-                                wait.clamp(Duration::from_millis(100), Duration::from_secs(30));
+                            // new units often come soon (a continuation when a result
+                            // lands): ask again quickly at first, then less and less
+                            // often, up to what the coordinator says
+                            self.no_work = self.no_work.saturating_add(1);
+                            let soon = Duration::from_millis(100 << self.no_work.min(8));
+                            retry_after = soon
+                                .min(wait)
+                                .clamp(Duration::from_millis(100), Duration::from_secs(30));
+                        } else {
+                            self.no_work = 0;
                         }
                         self.units_taken += leases.len() as u64;
                         self.waiting.extend(leases);
@@ -635,7 +694,7 @@ impl FleetLoop {
                         );
                         retry_after = Duration::from_millis(250);
                     }
-                    Err(s) => self.failed("lease", &s, generation).await,
+                    Err(s) => self.failed("lease", &s, took, generation).await,
                 }
                 self.lease_after = Instant::now() + retry_after;
             }
@@ -645,14 +704,17 @@ impl FleetLoop {
                 entry,
                 answer,
             } => {
-                self.sending.remove(&entry.lease_id);
+                if self.sending.remove(&entry.lease_id).is_none() {
+                    // the other copy of a hedged report was answered first
+                    return Ok(());
+                }
                 match answer {
                     Ok(outcome) => {
                         self.conn.ok(took);
                         self.reported(&entry, &outcome)?;
                     }
                     Err(s) if is_transient(&s) || s.code() == Code::Unauthenticated => {
-                        self.failed("report", &s, generation).await;
+                        self.failed("report", &s, took, generation).await;
                         self.outbox.push_front(*entry);
                     }
                     Err(s) => {
@@ -666,7 +728,7 @@ impl FleetLoop {
                 generation,
                 answer,
             } => {
-                self.heartbeat_in_flight = false;
+                self.heartbeats_out.answered();
                 match answer {
                     Ok(drop) => {
                         self.conn.ok(took);
@@ -675,7 +737,7 @@ impl FleetLoop {
                     }
                     Err(s) => {
                         self.heartbeat_now = true;
-                        self.failed("heartbeat", &s, generation).await;
+                        self.failed("heartbeat", &s, took, generation).await;
                     }
                 }
             }
@@ -695,7 +757,11 @@ impl FleetLoop {
                         self.jobs.insert(job_id, JobEngine::Broken(why));
                     }
                     // tried again at the next turn the coordinator is up
-                    Prepared::Later(s) => self.failed("job spec", &s, self.conn.generation).await,
+                    Prepared::Later(s) => {
+                        let generation = self.conn.generation;
+                        self.failed("job spec", &s, Duration::ZERO, generation)
+                            .await;
+                    }
                 }
             }
         }
@@ -705,8 +771,8 @@ impl FleetLoop {
     /// A call failed: back off; an unknown token (the coordinator lost this identity, or
     /// replaced its token) registers again, once for all the calls that carried the old
     /// token.
-    async fn failed(&mut self, what: &str, s: &Status, generation: u64) {
-        self.conn.fail(what, s);
+    async fn failed(&mut self, what: &str, s: &Status, took: Duration, generation: u64) {
+        self.conn.fail(what, s, Instant::now() - took);
         if s.code() == Code::Unauthenticated && generation == self.conn.generation {
             let _ = self.conn.register().await;
         }

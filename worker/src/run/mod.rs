@@ -281,7 +281,7 @@ async fn join(conn: &mut Connection, controls: &Controls) -> Result<()> {
             Ok(()) => {}
             Err(s) if s.code() == Code::Unauthenticated => conn.forget_token(),
             // away: the saved token serves until it is back
-            Err(s) => conn.fail("register", &s),
+            Err(s) => conn.fail("register", &s, std::time::Instant::now()),
         }
     }
     while !conn.has_token() {
@@ -301,7 +301,7 @@ async fn join(conn: &mut Connection, controls: &Controls) -> Result<()> {
                 )
             }
             Err(s) => {
-                conn.fail("register", &s);
+                conn.fail("register", &s, std::time::Instant::now());
                 tokio::select! {
                     _ = tokio::time::sleep_until(conn.next_try.into()) => {}
                     _ = controls.changed() => {

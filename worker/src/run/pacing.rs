@@ -2,9 +2,11 @@
 //! feeds with what it sees, kept apart so it can be tested without a network.
 //!
 //! - [`queue_target`]: how many units to hold so that no engine thread waits on a round
-//!   trip for its next unit: every engine full, plus enough queued per thread to cover two
-//!   round trips at the pace units finish (a 300 ms link and units of 0.2 s want three
-//!   queued per thread; a LAN and units of a minute want one).
+//!   trip for its next unit: every engine full, plus enough queued per thread to cover
+//!   three round trips at the pace units finish (one for the lease call that refills the
+//!   queue, one for the reports still on their way, whose leases count as held until they
+//!   land, and one to spare: a 300 ms link and units of 0.25 s want four queued per
+//!   thread; a LAN and units of a minute want one).
 //! - [`UnitPace`]: the pace a thread finishes units, from the results' engine seconds.
 //! - [`IdleLedger`]: engine-thread time spent without a unit, by why (waiting on the
 //!   coordinator, no work to lease, paused, preparing an engine); the first is what a
@@ -16,7 +18,7 @@
 use std::time::{Duration, Instant, SystemTime};
 
 /// Most units queued per engine thread beyond what its engine holds.
-const MAX_QUEUED_PER_THREAD: usize = 4;
+const MAX_QUEUED_PER_THREAD: usize = 6;
 
 /// Most leases a worker identity may hold at the coordinator with `threads` engine
 /// threads (the coordinator's `fleet::policy::lease_cap`: five a thread plus two, 4 to
@@ -37,7 +39,7 @@ pub fn queue_target(
     let threads = threads.max(1);
     let queued_per_thread = match (round_trip, unit_seconds) {
         (Some(rtt), Some(secs)) if secs > 0.0 => {
-            ((2.0 * rtt.as_secs_f64() / secs).ceil() as usize).clamp(1, MAX_QUEUED_PER_THREAD)
+            ((3.0 * rtt.as_secs_f64() / secs).ceil() as usize).clamp(1, MAX_QUEUED_PER_THREAD)
         }
         _ => 1,
     };
@@ -67,6 +69,49 @@ impl UnitPace {
     /// Engine seconds a unit takes, once one finished.
     pub fn unit_seconds(&self) -> Option<f64> {
         self.mean
+    }
+}
+
+/// Calls of one kind in flight (a lease call, a heartbeat). One at a time, but a call
+/// out for longer than [`Outstanding::hedge_after`] may be joined by a second: with
+/// several coordinators, one whose host went silent holds a call until the keepalive
+/// gives its connection up, and the second goes to another.
+#[derive(Debug, Default)]
+pub struct Outstanding {
+    count: usize,
+    last_sent: Option<Instant>,
+}
+
+impl Outstanding {
+    /// How long a call may be out before a second may join it, on a link of round trip
+    /// `rtt`: five round trips, at least two seconds.
+    pub fn hedge_after(rtt: Option<Duration>) -> Duration {
+        (rtt.unwrap_or_default() * 5).max(Duration::from_secs(2))
+    }
+
+    /// Whether another call may go out now.
+    pub fn may_send(&self, hedge_after: Duration) -> bool {
+        match self.count {
+            0 => true,
+            1 => self.last_sent.is_some_and(|t| t.elapsed() >= hedge_after),
+            _ => false,
+        }
+    }
+
+    /// Whether any call is out.
+    pub fn any(&self) -> bool {
+        self.count > 0
+    }
+
+    /// A call went out.
+    pub fn sent(&mut self) {
+        self.count += 1;
+        self.last_sent = Some(Instant::now());
+    }
+
+    /// A call came back.
+    pub fn answered(&mut self) {
+        self.count = self.count.saturating_sub(1);
     }
 }
 
@@ -185,10 +230,10 @@ mod tests {
             queue_target(2, 1, Some(Duration::from_millis(1)), Some(60.0)),
             4
         );
-        // 300 ms and units of 0.2 s: three queued per thread
+        // 300 ms and units of 0.25 s: four queued per thread
         assert_eq!(
-            queue_target(2, 1, Some(Duration::from_millis(300)), Some(0.2)),
-            8
+            queue_target(2, 1, Some(Duration::from_millis(300)), Some(0.25)),
+            10
         );
         // never past what the coordinator lets an identity hold
         assert_eq!(
@@ -196,6 +241,27 @@ mod tests {
             7
         );
         assert_eq!(lease_cap(100), 64);
+    }
+
+    #[test]
+    fn a_slow_call_may_be_joined_by_one_more() {
+        let mut o = Outstanding::default();
+        let hedge = Duration::from_millis(30);
+        assert!(o.may_send(hedge) && !o.any());
+        o.sent();
+        assert!(!o.may_send(hedge) && o.any());
+        std::thread::sleep(hedge);
+        assert!(o.may_send(hedge));
+        o.sent();
+        assert!(!o.may_send(Duration::ZERO), "never a third");
+        o.answered();
+        o.answered();
+        assert!(!o.any());
+        assert_eq!(
+            Outstanding::hedge_after(Some(Duration::from_secs(1))),
+            Duration::from_secs(5)
+        );
+        assert_eq!(Outstanding::hedge_after(None), Duration::from_secs(2));
     }
 
     #[test]

@@ -58,6 +58,16 @@ pub const WRITE_LOCK: i64 = 0x0065_3266_6c65_6574;
 pub const LEADER_LOCK: i64 = WRITE_LOCK + 1;
 /// How often a coordinator that is not the leader tries to become it.
 pub const LEADER_RETRY: Duration = Duration::from_secs(2);
+/// How long a session may sit in an open transaction without a statement before the
+/// server ends it (its locks go with it): a coordinator whose link to the database went
+/// silent mid-batch stalls the others at most this long.
+pub const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(10);
+
+/// How long one statement may take, as this coordinator sees it, before its connection is
+/// given up (a link that went silent answers nothing, ever): the batch fails, its callers
+/// are told to retry, and the next batch connects again.
+pub const STATEMENT_LIMIT: Duration = Duration::from_secs(15);
+
 /// Read connections in the pool.
 const READERS: u32 = 8;
 /// Longest a write batch keeps taking queued jobs: a job here costs a network round trip
@@ -95,7 +105,14 @@ impl PgStore {
         let options = PgConnectOptions::from_str(url)
             .map_err(|e| StoreError::Open(format!("bad PostgreSQL address: {e}")))?
             .application_name("e2fleet-coordinator")
-            .log_statements(tracing::log::LevelFilter::Trace);
+            .log_statements(tracing::log::LevelFilter::Trace)
+            // a coordinator cut off from the database in the middle of a write batch
+            // holds the write lock: the server ends its session, and the lock, after this
+            // (a batch takes milliseconds)
+            .options([(
+                "idle_in_transaction_session_timeout",
+                format!("{}ms", IDLE_IN_TRANSACTION.as_millis()),
+            )]);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .thread_name("e2fleet-pg")
@@ -157,16 +174,33 @@ impl PgStore {
         self.rt
             .spawn_blocking(move || {
                 let mut c = rt.block_on(pool.acquire()).map_err(StoreError::from)?;
-                rt.block_on(c.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"))
-                    .map_err(StoreError::from)?;
+                let begun = rt.block_on(async {
+                    tokio::time::timeout(
+                        STATEMENT_LIMIT,
+                        c.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY"),
+                    )
+                    .await
+                });
+                match begun {
+                    Ok(r) => {
+                        r.map_err(StoreError::from)?;
+                    }
+                    Err(_) => {
+                        c.detach();
+                        return Err(silent().into());
+                    }
+                }
                 let mut writes = 0;
                 let out = f(&mut SqlTx::new(&mut PgConn {
                     rt: Driver::Shared(&rt),
                     c: &mut c,
                     writes: &mut writes,
                 }));
-                if rt.block_on(c.execute("COMMIT")).is_err() {
-                    // a broken connection is not given back to the pool
+                let committed = rt.block_on(async {
+                    tokio::time::timeout(STATEMENT_LIMIT, c.execute("COMMIT")).await
+                });
+                if !matches!(committed, Ok(Ok(_))) {
+                    // a broken (or silent) connection is not given back to the pool
                     c.detach();
                 }
                 out
@@ -254,10 +288,20 @@ impl PgSession {
         let Some(c) = self.conn.as_mut() else {
             return Err("no connection to PostgreSQL".into());
         };
-        self.rt
-            .block_on(c.execute(sql))
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        let done = self
+            .rt
+            .block_on(async { tokio::time::timeout(STATEMENT_LIMIT, c.execute(sql)).await });
+        match done {
+            Ok(r) => r.map(|_| ()).map_err(|e| e.to_string()),
+            Err(_) => {
+                // the connection is gone silent: the next batch connects anew
+                self.conn = None;
+                Err(format!(
+                    "no answer from PostgreSQL in {} s",
+                    STATEMENT_LIMIT.as_secs()
+                ))
+            }
+        }
     }
 
     /// The connection, to run a job's statements on.
@@ -273,6 +317,22 @@ impl PgSession {
         })
     }
 
+    /// A new connection in place of the old (none if the server cannot be reached).
+    fn reconnect(&mut self) {
+        let options = self.options.clone();
+        self.conn = self
+            .rt
+            .block_on(async {
+                tokio::time::timeout(STATEMENT_LIMIT, PgConnection::connect_with(&options)).await
+            })
+            .map_err(|_| warn!("no answer from PostgreSQL to a new connection"))
+            .ok()
+            .and_then(|c| {
+                c.map_err(|e| warn!(error = %e, "cannot reconnect to PostgreSQL"))
+                    .ok()
+            });
+    }
+
     fn begin_once(&mut self) -> Result<(), String> {
         self.run("BEGIN")?;
         let lock = format!("SELECT pg_advisory_xact_lock({WRITE_LOCK})");
@@ -282,18 +342,16 @@ impl PgSession {
 
 impl Session for PgSession {
     fn begin(&mut self) -> Result<(), String> {
+        if self.conn.is_none() {
+            self.reconnect();
+        }
         match self.begin_once() {
             Ok(()) => Ok(()),
             Err(first) => {
                 // the server restarted or the connection broke: one new connection
                 warn!(error = %first, "the write connection failed; reconnecting");
                 self.rollback();
-                let options = self.options.clone();
-                self.conn = self
-                    .rt
-                    .block_on(PgConnection::connect_with(&options))
-                    .map_err(|e| warn!(error = %e, "cannot reconnect to PostgreSQL"))
-                    .ok();
+                self.reconnect();
                 self.begin_once()
             }
         }
@@ -413,7 +471,11 @@ impl Conn for PgConn<'_> {
         let sql = for_postgres(sql);
         let q = params.iter().fold(sqlx::query(&sql), bind);
         *self.writes += 1;
-        let done = self.rt.block_on(q.execute(&mut *self.c))?;
+        let c = &mut *self.c;
+        let done = self
+            .rt
+            .block_on(async { tokio::time::timeout(STATEMENT_LIMIT, q.execute(c)).await })
+            .map_err(|_| silent())??;
         Ok(done.rows_affected() as usize)
     }
 
@@ -430,7 +492,7 @@ impl Conn for PgConn<'_> {
         }
         let writes = &mut *self.writes;
         let c = &mut *self.c;
-        self.rt.block_on(async move {
+        let all = async move {
             let mut rows = q.fetch(c);
             let mut row = Row::default();
             loop {
@@ -448,6 +510,17 @@ impl Conn for PgConn<'_> {
                 }
                 each(&row)?;
             }
-        })
+        };
+        self.rt
+            .block_on(async { tokio::time::timeout(STATEMENT_LIMIT, all).await })
+            .map_err(|_| silent())?
     }
+}
+
+/// A statement that got no answer in [`STATEMENT_LIMIT`].
+fn silent() -> StoreError {
+    StoreError::Writer(format!(
+        "no answer from PostgreSQL in {} s",
+        STATEMENT_LIMIT.as_secs()
+    ))
 }
