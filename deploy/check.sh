@@ -27,7 +27,7 @@ if [ -z "$out" ]; then ok; else bad "$out"; fi
 
 step "shell scripts (shellcheck)"
 if out=$(shellcheck slurm/e2fleet-worker.sbatch htcondor/e2fleet-worker-condor.sh check.sh ../local-fleet-postgres.sh \
-    ../local-fleet.sh ../docs/screenshots.sh ../.ci/run ../tools/enginebench/peer.sh 2>&1); then ok; else bad "$out"; fi
+    ../local-fleet.sh ../docs/screenshots.sh ../.ci/run ../tools/enginebench/peer.sh ../tools/netfleet/run.sh 2>&1); then ok; else bad "$out"; fi
 
 step "Dockerfiles (hadolint)"
 if out=$(hadolint --no-color docker/Dockerfile.coordinator docker/Dockerfile.worker 2>&1); then ok; else bad "$out"; fi

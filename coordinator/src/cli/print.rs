@@ -162,7 +162,7 @@ pub fn account(a: &AccountStatus) -> String {
 pub fn worker(w: &WorkerStatus) -> String {
     let paused = w.paused_now();
     format!(
-        "{}  {:<16} {:<20} {:<12} {:<28} cores {:>3}  {:>8} units  {} errors  {:.1} M/s per core  {}{}",
+        "{}  {:<16} {:<20} {:<12} {:<28} cores {:>3}  {:>8} units  {} errors  {:.1} M/s per core  {}  {}{}",
         w.id,
         w.account,
         w.host.hostname,
@@ -176,6 +176,15 @@ pub fn worker(w: &WorkerStatus) -> String {
         w.units_done,
         w.errors,
         w.per_core_rate / 1e6,
+        if w.round_trip_ms > 0.0 {
+            format!(
+                "link {:.0} ms, {:.1}% waiting",
+                w.round_trip_ms,
+                100.0 * w.network_wait
+            )
+        } else {
+            "link -".to_string()
+        },
         w.engine_build,
         paused.map_or(String::new(), |p| format!("  (paused: {p})")),
     )

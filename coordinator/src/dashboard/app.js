@@ -497,6 +497,12 @@ async function workersPage() {
     el("span", {}, w.engine_kind || "–", " ", el("code", {}, w.engine_build || "")),
     el("span", { class: "num" }, rate(w.per_core_rate)),
     exact(w.threads),
+    // its link: the median round trip of its calls, and the share of its engines' time
+    // spent waiting on the coordinator (both from its last heartbeat)
+    el("span", { class: "num" + (w.network_wait >= 0.05 ? " bad" : "") },
+      w.round_trip_ms > 0 ? `${Math.round(w.round_trip_ms)} ms` : "–",
+      " · ",
+      `${(100 * (w.network_wait || 0)).toFixed(1)}%`),
     exact(w.units_done),
     el("span", { class: w.errors > 0 ? "bad" : "" }, exact(w.errors)),
     el("span", { title: when(w.last_seen_ms) }, ago(w.last_seen_ms)),
@@ -507,9 +513,9 @@ async function workersPage() {
   return [
     el("h1", {}, "Workers"),
     section(`${workers.length} registered`,
-      table(["Host", "State", "CPU", "Cores", "Arch / OS", "rustc", "Engine", "Per-core", "Threads", "Units done", "Errors", "Last seen", ""], rows,
+      table(["Host", "State", "CPU", "Cores", "Arch / OS", "rustc", "Engine", "Per-core", "Threads", "Link (round trip · waiting)", "Units done", "Errors", "Last seen", ""], rows,
         "No worker has registered yet. Start one with: e2fleet-worker run --coordinator URL --token TOKEN"),
-      el("p", { class: "note" }, "Per-core is the worker's own engine-thread speed (its last heartbeat). A paused worker says why (its owner's pause file, on battery, outside its hours, other programs busy); after a long pause it hands its units back. A quarantined host gets no leases until an operator releases it.")),
+      el("p", { class: "note" }, "Per-core is the worker's own engine-thread speed (its last heartbeat). Link: the median round trip of its calls, and the share of its engine threads' time spent without a unit while it waited on the coordinator (5% or more is shown in red: a slow or lossy link keeps it idle). A paused worker says why (its owner's pause file, on battery, outside its hours, other programs busy); after a long pause it hands its units back. A quarantined host gets no leases until an operator releases it.")),
   ];
 }
 

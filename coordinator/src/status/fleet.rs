@@ -45,6 +45,8 @@ fn worker_status(w: WorkerRecord, state: WorkerState) -> WorkerStatus {
         per_core_rate: w.per_core_rate,
         threads: w.threads,
         paused: paused_now(state, &w.paused).unwrap_or_default().to_string(),
+        network_wait: w.network_wait,
+        round_trip_ms: w.round_trip_ms,
         units_done: w.units_done,
         errors: w.errors,
         quarantined: w.quarantined,

@@ -344,6 +344,13 @@ pub struct WorkerStatus {
     /// ...); empty while they run.
     #[serde(default)]
     pub paused: String,
+    /// Share (0 to 1) of its engine threads' time it waited on the coordinator (a lease
+    /// call out, the coordinator unreachable), from its last heartbeat.
+    #[serde(default)]
+    pub network_wait: f64,
+    /// Median round trip of its calls, ms, from its last heartbeat (0: not measured).
+    #[serde(default)]
+    pub round_trip_ms: f64,
     /// Units whose result it had accepted.
     pub units_done: u64,
     /// Wrong results counted against it.

@@ -555,6 +555,12 @@ impl Fleet {
         self.workers[i].links.iter().map(Link::open).sum()
     }
 
+    /// Another address at the far end of coordinator `c`'s link, to dial it from.
+    pub fn add_far_address(&self, c: usize, last_octet: u8) -> Result<std::net::Ipv4Addr> {
+        self.net
+            .add_far_address(&self.coordinators[c].host, last_octet)
+    }
+
     /// The CA file clients trust.
     pub fn ca(&self) -> &Path {
         &self.ca

@@ -13,7 +13,8 @@
 //! - [`fleet`]: coordinators and workers as the real programs on their hosts, TLS by
 //!   name, PostgreSQL behind links of its own;
 //! - [`measure`]: what the workers' logs say (walking time, efficiency, when);
-//! - [`scenarios`]: the scenarios, each checked to the digit against a known count.
+//! - [`scenarios`]: the scenarios, each checked to the digit against a known count;
+//!   [`storm`]: the reconnection storm's simulated workers.
 //!
 //! Run one with `tools/netfleet/run.sh NAME` (or `e2fleet-netfleet run NAME`); the test
 //! suite runs each in its quick form.
@@ -23,3 +24,4 @@ pub mod hosts;
 pub mod link;
 pub mod measure;
 pub mod scenarios;
+pub mod storm;

@@ -108,6 +108,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "a worker stopped (SIGSTOP) like a sleeping laptop, then continued: it learns which leases hold and carries on",
     ),
     (
+        "storm",
+        "a thousand simulated workers behind 100 ms links, the coordinator killed and started again under them: no stampede, nothing lost",
+    ),
+    (
         "failover",
         "two coordinators on PostgreSQL in two hosts, the workers given both; one coordinator's host cut off mid-job",
     ),
@@ -124,6 +128,7 @@ pub async fn run(name: &str, opts: &Options) -> Result<Report> {
         "reset" => dead_link(opts, &mut r, true).await?,
         "sleep" => sleep(opts, &mut r).await?,
         "failover" => failover(opts, &mut r).await?,
+        "storm" => storm(opts, &mut r).await?,
         other => bail!(
             "no scenario {other:?}; there are: {}",
             SCENARIOS.iter().map(|s| s.0).collect::<Vec<_>>().join(", ")
@@ -300,6 +305,34 @@ async fn rtt_mix(opts: &Options, r: &mut Report) -> Result<()> {
             eff
         ));
         found.push(eff);
+        if label == "internet" {
+            // what each worker told the coordinator of its link (its heartbeats)
+            let workers = fleet
+                .admin(0)
+                .await?
+                .workers()
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))?;
+            let mut links = Vec::new();
+            for (name, shape) in &shapes {
+                let w = workers
+                    .iter()
+                    .find(|w| w.host.hostname == *name)
+                    .with_context(|| format!("no worker {name}"))?;
+                let rtt = 2.0 * shape.delay.as_secs_f64() * 1000.0;
+                ensure!(
+                    w.round_trip_ms >= rtt * 0.9 && w.round_trip_ms <= rtt + 250.0,
+                    "{name} says its round trip is {:.0} ms over a {rtt:.0} ms link",
+                    w.round_trip_ms
+                );
+                links.push(format!(
+                    "{name} {:.0} ms, {:.1}% waiting",
+                    w.round_trip_ms,
+                    100.0 * w.network_wait
+                ));
+            }
+            r.say(format!("as the dashboard shows them: {}", links.join("; ")));
+        }
     }
     let ratio = found[1] / found[0];
     r.say(format!(
@@ -553,4 +586,61 @@ fn now_s() -> f64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
+}
+
+/// Brendan's set 1 6x6: 69,284,103 nodes, 260 solutions.
+const BRENDAN_6X6: Board = Board {
+    file: "brendan/set1/pieces_06x06.txt",
+    nodes: 69_284_103,
+    solutions: 260,
+};
+
+async fn storm(opts: &Options, r: &mut Report) -> Result<()> {
+    let workers = 1000;
+    let (think, before, down) = if opts.quick {
+        (
+            Duration::from_secs(5),
+            Duration::from_secs(15),
+            Duration::from_secs(5),
+        )
+    } else {
+        (
+            Duration::from_secs(10),
+            Duration::from_secs(60),
+            Duration::from_secs(30),
+        )
+    };
+    let mut fleet = crate::storm::storm_fleet(opts.lease()).await?;
+    let (found, status) = crate::storm::storm(
+        &mut fleet,
+        workers,
+        Duration::from_millis(100),
+        think,
+        &board_path(&BRENDAN_6X6)?,
+        10_000,
+        before,
+        down,
+    )
+    .await?;
+    r.say(format!(
+        "{workers} simulated workers (100 ms round trip, {} s a unit); the coordinator killed after {} s, away {} s",
+        think.as_secs(),
+        before.as_secs(),
+        down.as_secs()
+    ));
+    r.say(format!(
+        "lease latency before: p50 {:.0} ms, p99 {:.0} ms; in the minute after the restart: p50 {:.0} ms, p99 {:.0} ms",
+        found.before_ms.0, found.before_ms.1, found.after_ms.0, found.after_ms.1
+    ));
+    r.say(format!(
+        "back after the restart: half within {:.1} s, 90% within {:.1} s, all within {:.1} s; {} calls failed in all",
+        found.returned_s.0, found.returned_s.1, found.returned_s.2, found.failed_calls
+    ));
+    check_exact(&status, &BRENDAN_6X6, r)?;
+    ensure!(
+        found.returned_s.1 >= 1.0,
+        "90% of the workers were back within {:.1} s: a stampede",
+        found.returned_s.1
+    );
+    Ok(())
 }

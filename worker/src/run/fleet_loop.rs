@@ -630,7 +630,7 @@ impl FleetLoop {
             Idle::Paused
         } else if !self.waiting.is_empty() || !self.preparing.is_empty() {
             Idle::Preparing
-        } else if self.no_work > 0 && !self.leases_out.any() {
+        } else if self.no_work > 0 {
             Idle::NoWork
         } else {
             Idle::Network

@@ -130,7 +130,9 @@ pub enum Idle {
 
 /// Engine-thread time without a unit, by [`Idle`] reason, integrated over the loop's
 /// turns: between two turns, the threads idle at the first count against the reason that
-/// held then.
+/// held then. [`IdleLedger::take`] gives the share of the last minute or so (the periods
+/// between its calls, as long as they add up to [`IdleLedger::WINDOW`]), so one slow
+/// round trip at the end of a job does not paint a worker red.
 #[derive(Debug)]
 pub struct IdleLedger {
     last: Instant,
@@ -139,9 +141,14 @@ pub struct IdleLedger {
     /// Thread-nanoseconds waiting on the network since the last [`IdleLedger::take`].
     network: u128,
     since: Instant,
+    /// Past periods: (their end, network thread-ns, all thread-ns).
+    periods: std::collections::VecDeque<(Instant, u128, u128)>,
 }
 
 impl IdleLedger {
+    /// How far back [`IdleLedger::take`] looks.
+    pub const WINDOW: Duration = Duration::from_secs(60);
+
     /// A ledger starting now.
     pub fn new(now: Instant) -> IdleLedger {
         IdleLedger {
@@ -150,6 +157,7 @@ impl IdleLedger {
             why: Idle::Network,
             network: 0,
             since: now,
+            periods: std::collections::VecDeque::new(),
         }
     }
 
@@ -162,18 +170,30 @@ impl IdleLedger {
         (self.last, self.idle_threads, self.why) = (now, idle_threads, why);
     }
 
-    /// The share (0 to 1) of `threads` threads' time since the last call spent waiting
-    /// on the network; starts the next period.
+    /// The share (0 to 1) of `threads` threads' time spent waiting on the network over
+    /// the last [`IdleLedger::WINDOW`] (the periods between calls that end within it);
+    /// starts the next period.
     pub fn take(&mut self, now: Instant, threads: usize) -> f64 {
         self.turn(now, self.idle_threads, self.why);
         let span = now.saturating_duration_since(self.since).as_nanos() * threads.max(1) as u128;
-        let share = if span == 0 {
+        self.periods.push_back((now, self.network, span));
+        (self.network, self.since) = (0, now);
+        while self
+            .periods
+            .front()
+            .is_some_and(|p| now.saturating_duration_since(p.0) > Self::WINDOW)
+        {
+            self.periods.pop_front();
+        }
+        let (network, all) = self
+            .periods
+            .iter()
+            .fold((0u128, 0u128), |(n, a), p| (n + p.1, a + p.2));
+        if all == 0 {
             0.0
         } else {
-            (self.network as f64 / span as f64).clamp(0.0, 1.0)
-        };
-        (self.network, self.since) = (0, now);
-        share
+            (network as f64 / all as f64).clamp(0.0, 1.0)
+        }
     }
 }
 
@@ -285,8 +305,12 @@ mod tests {
         l.turn(t0 + Duration::from_secs(1), 2, Idle::NoWork);
         let share = l.take(t0 + Duration::from_secs(2), 2);
         assert!((share - 0.25).abs() < 1e-9, "{share}");
-        // the next period starts empty
-        assert_eq!(l.take(t0 + Duration::from_secs(3), 2), 0.0);
+        // the next period adds its own: none waiting over 2 more seconds
+        let share = l.take(t0 + Duration::from_secs(4), 2);
+        assert!((share - 0.125).abs() < 1e-9, "{share}");
+        // a minute later only what is recent counts
+        let share = l.take(t0 + Duration::from_secs(100), 2);
+        assert_eq!(share, 0.0);
     }
 
     #[test]

@@ -76,3 +76,8 @@ fn a_coordinator_cut_off_leaves_the_fleet_on_the_other() {
     }
     scenario("failover");
 }
+
+#[test]
+fn a_thousand_workers_return_to_a_restarted_coordinator_without_a_stampede() {
+    scenario("storm");
+}
