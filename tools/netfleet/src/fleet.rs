@@ -146,6 +146,8 @@ pub struct WorkerSpec {
     pub shape: Shape,
     /// Engine threads.
     pub threads: usize,
+    /// More `run` flags (e.g. `--cpu-percent 10`).
+    pub extra: Vec<String>,
 }
 
 /// What a fleet is made of.
@@ -185,6 +187,7 @@ pub struct WorkerHost {
     pub data_dir: PathBuf,
     log: PathBuf,
     threads: usize,
+    extra: Vec<String>,
 }
 
 /// A running fleet; everything goes when it is dropped.
@@ -292,6 +295,7 @@ impl Fleet {
                 links,
                 proc: None,
                 threads: w.threads,
+                extra: w.extra.clone(),
             });
         }
         let mut fleet = Fleet {
@@ -444,6 +448,7 @@ impl Fleet {
                 "--engine",
                 &self.spec.engine,
             ])
+            .args(&w.extra)
             .env("E2FLEET_ENROLL_TOKEN", ENROLL)
             .env("RUST_LOG", "info");
         let proc = spawn_logged(cmd, &w.log)?;

@@ -224,6 +224,7 @@ fn workers(shapes: &[(&str, Shape)]) -> Vec<WorkerSpec> {
             name: name.to_string(),
             shape: *shape,
             threads: 1,
+            extra: Vec::new(),
         })
         .collect()
 }
@@ -237,10 +238,21 @@ async fn fleet_with_job(
     board: &Board,
     budget: Option<u64>,
 ) -> Result<(Fleet, JobId)> {
+    fleet_of(opts, workers(shapes), coordinators, board, budget).await
+}
+
+/// [`fleet_with_job`] with workers of their own.
+async fn fleet_of(
+    opts: &Options,
+    workers: Vec<WorkerSpec>,
+    coordinators: usize,
+    board: &Board,
+    budget: Option<u64>,
+) -> Result<(Fleet, JobId)> {
     let mut fleet = Fleet::start(FleetSpec {
         coordinators,
         lease_seconds: opts.lease().as_secs(),
-        workers: workers(shapes),
+        workers,
         engine: opts.engine.clone(),
     })
     .await?;
@@ -282,7 +294,15 @@ fn fleet_efficiency(fleet: &Fleet) -> Result<(f64, f64)> {
 }
 
 async fn rtt_mix(opts: &Options, r: &mut Report) -> Result<()> {
-    let (short, _) = opts.unit_nodes();
+    let (short, campaign) = opts.unit_nodes();
+    rtt_mix_units(opts, r, &BENCH_EASY, short).await?;
+    if !opts.quick {
+        rtt_mix_units(opts, r, &BENCH_EASY_16, campaign).await?;
+    }
+    Ok(())
+}
+
+async fn rtt_mix_units(opts: &Options, r: &mut Report, board: &Board, short: u64) -> Result<()> {
     let ms = Duration::from_millis;
     let mixed = [
         ("w20", Shape::rtt(ms(20))),
@@ -291,12 +311,11 @@ async fn rtt_mix(opts: &Options, r: &mut Report) -> Result<()> {
         ("w300", Shape::rtt(ms(300))),
     ];
     let lan = mixed.map(|(n, _)| (n, Shape::LOOPBACK));
-    let board = BENCH_EASY;
     let mut found = Vec::new();
     for (label, shapes) in [("loopback", lan), ("internet", mixed)] {
-        let (fleet, job) = fleet_with_job(opts, &shapes, 1, &board, Some(short)).await?;
-        let status = fleet.wait_complete(job, Duration::from_secs(900)).await?;
-        check_exact(&status, &board, r)?;
+        let (fleet, job) = fleet_with_job(opts, &shapes, 1, board, Some(short)).await?;
+        let status = fleet.wait_complete(job, Duration::from_secs(1800)).await?;
+        check_exact(&status, board, r)?;
         let (eff, span) = fleet_efficiency(&fleet)?;
         r.say(format!(
             "{label}: 4 one-thread workers, units of {} nodes ({} results): efficiency {:.3} over {span:.0} s of steady state",
@@ -496,7 +515,12 @@ async fn sleep(opts: &Options, r: &mut Report) -> Result<()> {
         ("laptop", Shape::rtt(Duration::from_millis(60))),
         ("desktop", Shape::rtt(Duration::from_millis(30))),
     ];
-    let (mut fleet, job) = fleet_with_job(opts, &shapes, 1, &board, Some(campaign / 10)).await?;
+    let mut specs = workers(&shapes);
+    if !opts.quick {
+        // the desktop walks a tenth of its time, so the job outlasts the laptop's sleep
+        specs[1].extra = vec!["--cpu-percent".into(), "10".into()];
+    }
+    let (mut fleet, job) = fleet_of(opts, specs, 1, &board, Some(campaign / 10)).await?;
     until_all_walk(&fleet, Duration::from_secs(120)).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
     fleet.worker(0).freeze();
