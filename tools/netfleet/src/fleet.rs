@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, bail, ensure};
 use e2fleet_coordinator::client::Operator;
 use e2fleet_coordinator::store::testing::PostgresServer;
 use e2fleet_engine::formats::{LoadOptions, load_file, to_site_json};
@@ -558,6 +558,35 @@ impl Fleet {
     /// Connections open on worker `i`'s links.
     pub fn open_connections(&self, i: usize) -> usize {
         self.workers[i].links.iter().map(Link::open).sum()
+    }
+
+    /// Checks what a volunteer's network looks like: a worker host reaches the
+    /// coordinator only through its own link, by name (its relay), never the
+    /// coordinator's own address; the coordinator's host cannot dial a worker host at all
+    /// (nothing inbound, as behind a home router). What it checked, in words.
+    pub fn check_topology(&self) -> Result<String> {
+        let c = &self.coordinators[0].host;
+        for w in &self.workers {
+            ensure!(
+                self.net.dials(Some(&w.host), w.host.far, PORT),
+                "{} cannot reach its own link's far end",
+                w.host.name
+            );
+            ensure!(
+                !self.net.dials(Some(&w.host), c.addr, PORT),
+                "{} reaches the coordinator's address without its link",
+                w.host.name
+            );
+            ensure!(
+                !self.net.dials(Some(c), w.host.addr, 22),
+                "the coordinator's host reaches {} (workers must only dial out)",
+                w.host.name
+            );
+        }
+        Ok(format!(
+            "{} worker host(s) reach the coordinator only through their own link, by name over TLS; the coordinator's host cannot reach them",
+            self.workers.len()
+        ))
     }
 
     /// Another address at the far end of coordinator `c`'s link, to dial it from.

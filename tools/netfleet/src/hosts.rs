@@ -180,6 +180,30 @@ impl Net {
         c
     }
 
+    /// Whether a TCP connection from `host` to `addr:port` opens within two seconds
+    /// (from the harness's own namespace when `host` is `None`).
+    pub fn dials(&self, host: Option<&Host>, addr: Ipv4Addr, port: u16) -> bool {
+        let probe = format!("exec 3<>/dev/tcp/{addr}/{port}");
+        let mut c = match host {
+            Some(h) => {
+                let mut c = Command::new("ip");
+                c.args([
+                    "netns", "exec", &h.netns, "timeout", "2", "bash", "-c", &probe,
+                ]);
+                c
+            }
+            None => {
+                let mut c = Command::new("timeout");
+                c.args(["2", "bash", "-c", &probe]);
+                c
+            }
+        };
+        c.stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+
     /// Takes `host`'s link down (`false`: packets to and from it are lost, as when its
     /// cable is pulled) or up again.
     pub fn set_link_up(&self, host: &Host, up: bool) -> Result<()> {

@@ -314,6 +314,9 @@ async fn rtt_mix_units(opts: &Options, r: &mut Report, board: &Board, short: u64
     let mut found = Vec::new();
     for (label, shapes) in [("loopback", lan), ("internet", mixed)] {
         let (fleet, job) = fleet_with_job(opts, &shapes, 1, board, Some(short)).await?;
+        if label == "internet" {
+            r.say(fleet.check_topology()?);
+        }
         let status = fleet.wait_complete(job, Duration::from_secs(1800)).await?;
         check_exact(&status, board, r)?;
         let (eff, span) = fleet_efficiency(&fleet)?;
@@ -378,7 +381,12 @@ async fn partition(opts: &Options, r: &mut Report, long: bool) -> Result<()> {
         ("home", Shape::rtt(Duration::from_millis(80))),
         ("office", Shape::rtt(Duration::from_millis(20))),
     ];
-    let (fleet, job) = fleet_with_job(opts, &shapes, 1, &board, Some(budget)).await?;
+    let mut specs = workers(&shapes);
+    if long && !opts.quick {
+        // the office walks a quarter of its time, so the job outlasts the cut
+        specs[1].extra = vec!["--cpu-percent".into(), "25".into()];
+    }
+    let (fleet, job) = fleet_of(opts, specs, 1, &board, Some(budget)).await?;
     until_all_walk(&fleet, Duration::from_secs(120)).await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
     let cut_at = now_s();
