@@ -463,6 +463,7 @@ fn bench_config(archive_after_s: u64, volunteers: bool) -> FleetConfig {
             Default::default()
         },
         archive_after: (archive_after_s > 0).then(|| Duration::from_secs(archive_after_s)),
+        accounts: Default::default(),
         enroll_token: "enroll-load-bench-0123".into(),
         admin_token: "admin-load-bench-0123".into(),
     }

@@ -15,6 +15,17 @@ use super::print;
 use crate::{out, outln};
 
 async fn connect(admin: &AdminArgs) -> Result<Operator> {
+    // the admin token must not cross another machine's network in clear (workers refuse
+    // the same for theirs)
+    if let Some(host) = e2fleet_proto::client::plaintext_remote_host(&admin.coordinator)
+        && !admin.allow_plaintext
+    {
+        bail!(
+            "{} is plain http:// to another machine ({host}): the admin token would cross the network unencrypted. \
+             Use https:// (serve --tls-self-signed, and --ca-cert here), or add --allow-plaintext on a network you trust",
+            admin.coordinator
+        );
+    }
     Ok(Operator::connect(
         &admin.coordinator,
         admin.ca_cert.as_deref(),

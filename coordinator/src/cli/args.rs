@@ -191,13 +191,18 @@ pub struct ServeArgs {
     pub listen: String,
     /// The database: a SQLite file (a path, the default), or PostgreSQL
     /// (`postgres://user:password@host:5432/database`: several coordinators may share it).
-    #[arg(long, env = "E2FLEET_DB", default_value = "e2fleet.db")]
+    #[arg(
+        long,
+        env = "E2FLEET_DB",
+        default_value = "e2fleet.db",
+        hide_env_values = true
+    )]
     pub db: Database,
     /// Token workers enrol with (generated and printed if not given).
-    #[arg(long, env = "E2FLEET_ENROLL_TOKEN")]
+    #[arg(long, env = "E2FLEET_ENROLL_TOKEN", hide_env_values = true)]
     pub enroll_token: Option<String>,
     /// Token operator calls need (generated and printed if not given).
-    #[arg(long, env = "E2FLEET_ADMIN_TOKEN")]
+    #[arg(long, env = "E2FLEET_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
     /// Lease length in seconds.
     #[arg(long, env = "E2FLEET_LEASE_SECONDS", default_value_t = 60)]
@@ -215,6 +220,13 @@ pub struct ServeArgs {
     /// Wrong results of a volunteer account's workers before the account is quarantined.
     #[arg(long, env = "E2FLEET_ACCOUNT_QUARANTINE_AFTER", default_value_t = 5)]
     pub account_quarantine_after: u64,
+    /// Worker identities one volunteer account may have seen in a day (its machines; a
+    /// worker keeps its identity in its data directory).
+    #[arg(long, env = "E2FLEET_ACCOUNT_IDENTITIES", default_value_t = e2fleet_coordinator::fleet::policy::ACCOUNT_IDENTITIES_PER_DAY)]
+    pub account_identities: u64,
+    /// Leases one volunteer account may hold at once over all its identities.
+    #[arg(long, env = "E2FLEET_ACCOUNT_LEASES", default_value_t = e2fleet_coordinator::fleet::policy::ACCOUNT_LEASES)]
+    pub account_leases: u64,
     /// Do not re-run the unconfirmed past results of a party that loses a cross-check
     /// (cheaper; a forged or broken result that was never drawn for a recheck then stays).
     #[arg(long, env = "E2FLEET_NO_HISTORY_RECHECK")]
@@ -268,11 +280,15 @@ pub struct AdminArgs {
     )]
     pub coordinator: String,
     /// Admin token.
-    #[arg(long, env = "E2FLEET_ADMIN_TOKEN")]
+    #[arg(long, env = "E2FLEET_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: String,
     /// CA certificate (PEM) to trust for an https:// coordinator (default: system roots).
     #[arg(long, env = "E2FLEET_CA_CERT")]
     pub ca_cert: Option<PathBuf>,
+    /// Allow plain http:// to a coordinator on another machine (only on a network you
+    /// trust: the admin token crosses it unencrypted).
+    #[arg(long, env = "E2FLEET_ALLOW_PLAINTEXT")]
+    pub allow_plaintext: bool,
     /// Print JSON.
     #[arg(long)]
     pub json: bool,

@@ -158,6 +158,21 @@ pub fn account(a: &AccountStatus) -> String {
     )
 }
 
+/// A label a worker chose, as a terminal may show it: control characters and direction
+/// overrides escaped (the coordinator refuses them at registration; older rows may hold
+/// them).
+pub fn label(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            if c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}') {
+                c.escape_unicode().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
 /// One worker as a line (a paused one, seen lately, says why at the end).
 pub fn worker(w: &WorkerStatus) -> String {
     let paused = w.paused_now();
@@ -165,13 +180,13 @@ pub fn worker(w: &WorkerStatus) -> String {
         "{}  {:<16} {:<20} {:<12} {:<28} cores {:>3}  {:>8} units  {} errors  {:.1} M/s per core  {}  {}{}",
         w.id,
         w.account,
-        w.host.hostname,
+        label(&w.host.hostname),
         if paused.is_some() {
             "paused".to_string()
         } else {
             w.state.to_string()
         },
-        w.host.cpu_model,
+        label(&w.host.cpu_model),
         w.host.cores,
         w.units_done,
         w.errors,
@@ -185,8 +200,8 @@ pub fn worker(w: &WorkerStatus) -> String {
         } else {
             "link -".to_string()
         },
-        w.engine_build,
-        paused.map_or(String::new(), |p| format!("  (paused: {p})")),
+        label(&w.engine_build),
+        paused.map_or(String::new(), |p| format!("  (paused: {})", label(p))),
     )
 }
 
@@ -225,7 +240,7 @@ pub fn fleet(f: &FleetStatus) -> String {
         let _ = writeln!(
             out,
             "  {:<40} {:>6} results  {}",
-            g.key,
+            label(&g.key),
             g.results,
             rate(g.median_nodes_per_s, "", "none")
         );
@@ -293,7 +308,13 @@ pub fn matrix(m: &VerificationMatrix) -> String {
         let _ = writeln!(
             out,
             "  {:>22}  {} / {} {} / {} / {} [{}]",
-            speed, c.cpu_model, c.arch, c.os, c.rustc_version, c.engine_release, c.target_features,
+            speed,
+            label(&c.cpu_model),
+            label(&c.arch),
+            label(&c.os),
+            label(&c.rustc_version),
+            label(&c.engine_release),
+            label(&c.target_features),
         );
     }
     let _ = writeln!(
@@ -301,4 +322,18 @@ pub fn matrix(m: &VerificationMatrix) -> String {
         "\nok = agrees with the exact result, DIFF = disagrees (the class gets no real work), ? = no expected result yet, - = not run"
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn a_label_cannot_drive_a_terminal_or_forge_a_line() {
+        let shown = super::label("host\n2026-12-05 INFO forged \u{1b}[2J\u{202e}txt");
+        assert!(!shown.contains('\n') && !shown.contains('\u{1b}') && !shown.contains('\u{202e}'));
+        assert!(
+            shown.contains("\\u{a}") && shown.contains("\\u{1b}"),
+            "{shown}"
+        );
+        assert_eq!(super::label("lab-pc-7 (AMD EPYC)"), "lab-pc-7 (AMD EPYC)");
+    }
 }

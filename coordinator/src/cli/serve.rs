@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use e2fleet_coordinator::fleet::{Fleet, FleetConfig, TrustPolicy, random_token, system_clock};
+use e2fleet_coordinator::fleet::{
+    AccountLimits, Fleet, FleetConfig, TrustPolicy, random_token, system_clock,
+};
 use e2fleet_coordinator::store::{Database, Store};
 use tracing::info;
 
@@ -92,6 +94,10 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
         },
         archive_after: (args.archive_after_s > 0)
             .then(|| Duration::from_secs(args.archive_after_s)),
+        accounts: AccountLimits {
+            identities_per_day: args.account_identities.max(1),
+            leases: args.account_leases.max(1),
+        },
     };
     config.validate().map_err(anyhow::Error::msg)?;
     let store = Store::connect(&args.db).await?;

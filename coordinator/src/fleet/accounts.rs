@@ -225,7 +225,7 @@ impl Fleet {
             .store
             .write(move |tx| Ok::<_, FleetError>(tx.release_host(&host)?))
             .await?;
-        info!(%hostname, released = n, "host released");
+        info!(hostname = ?hostname, released = n, "host released");
         Ok(n)
     }
 

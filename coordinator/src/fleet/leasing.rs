@@ -90,10 +90,16 @@ impl Fleet {
         if !account.active() {
             return Ok(Vec::new());
         }
-        // at most about two units per engine thread out at once, whatever it asks for
+        // at most about five units per engine thread out at once, whatever it asks for
         let held = tx.active_leases_of_worker(worker.id)?;
         let cap = lease_cap(worker.threads, worker.host.cores);
-        let max = max.min(cap.saturating_sub(held) as usize);
+        let mut max = max.min(cap.saturating_sub(held) as usize);
+        // and a volunteer account's identities together at most its share, however many
+        // it registers
+        if max > 0 && !account.id.is_operator() {
+            let account_held = tx.active_leases_of_account(&account.id)?;
+            max = max.min(self.config.accounts.leases.saturating_sub(account_held) as usize);
+        }
         if max == 0 {
             return Ok(Vec::new());
         }

@@ -12,6 +12,7 @@
 //!   without re-running it; `quorum.rs`: deciding units (accept, confirm, overturn);
 //! - [`verification`]: suites, hardware classes and the conformance matrix;
 //! - `audits.rs`: a job as a certificate anyone can audit, and the audits sent back;
+//! - [`auth_limits`]: failed authentications per address, shut out past a limit;
 //! - `archiving.rs`: decided units past the detail window, archived in batches.
 //!
 //! # Accounting
@@ -41,6 +42,7 @@ use crate::store::{JobSource, Store, StoreError, WorkerRecord};
 mod accounts;
 mod archiving;
 mod audits;
+pub mod auth_limits;
 mod checks;
 mod leasing;
 pub mod policy;
@@ -52,7 +54,7 @@ mod submission;
 pub mod verification;
 
 pub use e2fleet_proto::REPORT_MAX_SOLUTIONS;
-pub use registration::{MAX_LABEL_BYTES, TOKEN_CACHE_TTL, random_token};
+pub use registration::{MAX_LABEL_BYTES, TOKEN_CACHE_TTL, check_label, random_token};
 pub use submission::{choose_split_depth, self_tests};
 pub use verification::FLAGS_TTL;
 
@@ -99,6 +101,28 @@ pub struct FleetConfig {
     /// The detail window: a unit decided longer ago than this is archived to one compact
     /// row ([`Fleet::archive_decided`]); `None` keeps every row whole.
     pub archive_after: Option<Duration>,
+    /// What one volunteer account may hold, however many identities it registers.
+    pub accounts: AccountLimits,
+}
+
+/// What one volunteer account may hold, over all its worker identities (the operator's
+/// own account is not limited): identities are an account's resource, so registering
+/// more of them buys nothing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AccountLimits {
+    /// Worker identities seen (registered or calling) in the last day.
+    pub identities_per_day: u64,
+    /// Leases out at once.
+    pub leases: u64,
+}
+
+impl Default for AccountLimits {
+    fn default() -> AccountLimits {
+        AccountLimits {
+            identities_per_day: policy::ACCOUNT_IDENTITIES_PER_DAY,
+            leases: policy::ACCOUNT_LEASES,
+        }
+    }
 }
 
 /// Shortest enrolment or admin token the coordinator starts with.
@@ -233,8 +257,13 @@ pub struct Fleet {
     live: Mutex<(i64, u32)>,
     /// Lease calls per worker identity and per volunteer account (see [`policy`]).
     pub(crate) lease_limits: policy::LeaseLimits,
+    /// Failed authentications per address (the gRPC gate and the JSON API's admin calls).
+    pub auth_failures: auth_limits::AuthFailures,
     /// Verification submissions per worker identity.
     pub(crate) verification_limits: governor::DefaultKeyedRateLimiter<e2fleet_proto::api::WorkerId>,
+    /// The same per volunteer account, over all its identities.
+    pub(crate) account_submission_limits:
+        governor::DefaultKeyedRateLimiter<e2fleet_proto::api::AccountId>,
     /// New identities per volunteer account ([`policy::registration_quota`]).
     pub(crate) registration_limits:
         governor::DefaultKeyedRateLimiter<e2fleet_proto::api::AccountId>,
@@ -264,7 +293,11 @@ impl Fleet {
             default_suite_ready: AtomicBool::new(false),
             live: Mutex::new((i64::MIN / 2, 0)),
             lease_limits: policy::LeaseLimits::new(),
+            auth_failures: auth_limits::AuthFailures::default(),
             verification_limits: governor::RateLimiter::keyed(policy::verification_quota()),
+            account_submission_limits: governor::RateLimiter::keyed(
+                policy::account_submission_quota(),
+            ),
             registration_limits: governor::RateLimiter::keyed(policy::registration_quota()),
             team_change_limits: governor::RateLimiter::keyed(policy::team_change_quota()),
             suite_depths: Mutex::new(HashMap::new()),

@@ -56,6 +56,15 @@ pub fn lease_cap(threads: u32, cores: u32) -> u64 {
     (5 * threads + 2).clamp(MIN_LEASES_HELD, MAX_LEASES_HELD)
 }
 
+/// Worker identities one volunteer account may have seen in a day, by default (`serve
+/// --account-identities`): a lab's machines, not a botnet's.
+pub const ACCOUNT_IDENTITIES_PER_DAY: u64 = 256;
+
+/// Leases one volunteer account may hold at once over all its identities, by default
+/// (`serve --account-leases`): a dozen 8-thread machines' worth (an identity holds about
+/// five a thread); a larger lab asks the operator for more.
+pub const ACCOUNT_LEASES: u64 = 512;
+
 /// Fewest leases any identity may hold.
 pub const MIN_LEASES_HELD: u64 = 4;
 /// Most leases one identity may hold.
@@ -153,6 +162,13 @@ impl Default for LeaseLimits {
 pub fn verification_quota() -> governor::Quota {
     governor::Quota::per_second(std::num::NonZeroU32::new(1).expect("1"))
         .allow_burst(std::num::NonZeroU32::new(10).expect("10"))
+}
+
+/// Verification and audit submissions one volunteer account may make over all its
+/// identities: two a second, 20 at once.
+pub fn account_submission_quota() -> governor::Quota {
+    governor::Quota::per_second(std::num::NonZeroU32::new(2).expect("2"))
+        .allow_burst(std::num::NonZeroU32::new(20).expect("20"))
 }
 
 /// New identities one volunteer account may register: 5 a second, 200 at once (a lab

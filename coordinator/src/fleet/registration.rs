@@ -14,6 +14,9 @@ use e2fleet_proto::api::{AccountId, AccountKind, HostInfo, WorkerId};
 use super::{Fleet, FleetError};
 use crate::store::{AccountRecord, WorkerRecord};
 
+/// A day, ms.
+const DAY_MS: i64 = 86_400_000;
+
 /// Most worker tokens kept in memory.
 pub const TOKEN_CACHE_MAX: usize = 200_000;
 
@@ -49,7 +52,15 @@ pub(crate) fn constant_time_eq(a: &str, b: &str) -> bool {
             == 0
 }
 
-/// Checks the labels a worker sends: each at most [`MAX_LABEL_BYTES`], a host name given.
+/// Whether `c` has no business in a label: a control character (a newline would forge a
+/// log line, an escape sequence would drive the operator's terminal) or a Unicode
+/// direction override (text that reads otherwise than it is).
+fn unprintable(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
+}
+
+/// Checks the labels a worker sends: each at most [`MAX_LABEL_BYTES`], printable, a host
+/// name given.
 pub(crate) fn check_labels(host: &HostInfo) -> Result<(), FleetError> {
     if host.hostname.is_empty() {
         return Err(FleetError::InvalidArgument("host.hostname is empty".into()));
@@ -64,12 +75,24 @@ pub(crate) fn check_labels(host: &HostInfo) -> Result<(), FleetError> {
         ("target_features", &host.target_features),
         ("engine_release", &host.engine_release),
     ] {
-        if value.len() > MAX_LABEL_BYTES {
-            return Err(FleetError::InvalidArgument(format!(
-                "host.{field} is {} bytes; the limit is {MAX_LABEL_BYTES}",
-                value.len()
-            )));
-        }
+        check_label(&format!("host.{field}"), value)?;
+    }
+    Ok(())
+}
+
+/// Checks one label a worker sends (a host name, an engine build): at most
+/// [`MAX_LABEL_BYTES`], printable.
+pub fn check_label(field: &str, value: &str) -> Result<(), FleetError> {
+    if value.len() > MAX_LABEL_BYTES {
+        return Err(FleetError::InvalidArgument(format!(
+            "{field} is {} bytes; the limit is {MAX_LABEL_BYTES}",
+            value.len()
+        )));
+    }
+    if value.chars().any(unprintable) {
+        return Err(FleetError::InvalidArgument(format!(
+            "{field} holds a control character or a direction override; labels are printable text"
+        )));
     }
     Ok(())
 }
@@ -174,14 +197,41 @@ impl Fleet {
     ) -> Result<(WorkerId, String), FleetError> {
         let account = self.enrollment_account(enroll_token).await?;
         check_labels(&host)?;
-        if !account.id.is_operator()
-            && previous.is_none()
-            && self.registration_limits.check_key(&account.id).is_err()
-        {
-            return Err(FleetError::TooMany(format!(
-                "account {} is registering new workers too fast; retry in a few seconds",
-                account.id
-            )));
+        if !account.id.is_operator() {
+            // a new identity is one the account does not already hold (naming a made-up
+            // earlier identity makes a new one too, and counts as one)
+            let known = match &previous {
+                Some((prev, _)) => {
+                    let (prev, account_id) = (*prev, account.id.clone());
+                    self.store
+                        .read(move |tx| {
+                            Ok::<_, FleetError>(
+                                tx.worker(prev)?.is_some_and(|w| w.account_id == account_id),
+                            )
+                        })
+                        .await?
+                }
+                None => false,
+            };
+            if !known {
+                if self.registration_limits.check_key(&account.id).is_err() {
+                    return Err(FleetError::TooMany(format!(
+                        "account {} is registering new workers too fast; retry in a few seconds",
+                        account.id
+                    )));
+                }
+                let (account_id, since) = (account.id.clone(), self.now() - DAY_MS);
+                let seen = self
+                    .store
+                    .read(move |tx| tx.identities_of_account_since(&account_id, since))
+                    .await?;
+                if seen >= self.config.accounts.identities_per_day {
+                    return Err(FleetError::TooMany(format!(
+                        "account {} has {seen} worker identities seen in the last day, its limit; a worker keeps its identity in its data directory (keep the directory), or ask the operator for more",
+                        account.id
+                    )));
+                }
+            }
         }
         let token = random_token();
         let now = self.now();

@@ -14,7 +14,7 @@ use tonic::{Request, Response, Status};
 use tracing::{instrument, warn};
 
 use super::errors::{bearer, status_of};
-use crate::fleet::{Fleet, FleetError, MAX_LABEL_BYTES};
+use crate::fleet::{Fleet, FleetError};
 use crate::store::WorkerRecord;
 
 fn token<T>(request: &Request<T>) -> Option<&str> {
@@ -28,13 +28,7 @@ fn token<T>(request: &Request<T>) -> Option<&str> {
 
 /// Refuses a worker-supplied string longer than [`MAX_LABEL_BYTES`].
 fn capped(field: &str, value: &str) -> Result<(), Status> {
-    if value.len() > MAX_LABEL_BYTES {
-        return Err(Status::invalid_argument(format!(
-            "{field} is {} bytes; the limit is {MAX_LABEL_BYTES}",
-            value.len()
-        )));
-    }
-    Ok(())
+    crate::fleet::check_label(field, value).map_err(status_of)
 }
 
 /// Parses a wire value at the edge; a bad one is the caller's error.
@@ -242,7 +236,8 @@ impl WorkerService for WorkerApi {
         capped("engine_build", &r.engine_build)?;
         // a detail is for the log: kept short
         let detail: String = r.detail.chars().take(1024).collect();
-        warn!(worker_id = %worker.id, account = %worker.account_id, %job_id, engine_build = %r.engine_build, %detail, "engine build failed its self-test");
+        // (the detail is the worker's text: logged escaped)
+        warn!(worker_id = %worker.id, account = %worker.account_id, %job_id, engine_build = %r.engine_build, detail = ?detail, "engine build failed its self-test");
         Ok(Response::new(v2::ReportBuildFailureResponse {}))
     }
 

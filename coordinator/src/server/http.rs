@@ -3,13 +3,15 @@
 
 use std::sync::Arc;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Extension, Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Json, Response};
 use e2fleet_proto::api::JobId;
 use serde::Serialize;
 
 use super::errors::{bearer, http_error};
+use super::listener::Peer;
+use crate::fleet::auth_limits::Secret;
 use crate::fleet::{Fleet, FleetError};
 
 fn reply<T: Serialize>(r: Result<T, FleetError>) -> Response {
@@ -29,6 +31,25 @@ fn admin_token(headers: &HeaderMap) -> Option<&str> {
             .get(axum::http::header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok()),
     )
+}
+
+/// The caller's address (put on every request by the listener).
+type Caller = Option<Extension<Peer>>;
+
+/// Checks the admin token of a JSON API call, as the gRPC gate does: an address that
+/// kept guessing is refused before the token is looked at, and every wrong one counts.
+fn admin(fleet: &Fleet, headers: &HeaderMap, caller: &Caller) -> Result<(), FleetError> {
+    let ip = caller.as_ref().map(|Extension(p)| p.0.ip());
+    if fleet.auth_failures.is_shut_out(ip, Secret::Admin) {
+        return Err(FleetError::TooMany(
+            "too many failed attempts from this address; retry in a minute".into(),
+        ));
+    }
+    let checked = fleet.check_admin(admin_token(headers));
+    if checked.is_err() {
+        fleet.auth_failures.failed(ip, Secret::Admin);
+    }
+    checked
 }
 
 /// `GET /api/jobs`
@@ -53,9 +74,10 @@ pub async fn certificate(
     Path(id): Path<String>,
     Query(q): Query<CertificateQuery>,
     headers: HeaderMap,
+    caller: Caller,
 ) -> Response {
     let file = async {
-        fleet.check_admin(admin_token(&headers))?;
+        admin(&fleet, &headers, &caller)?;
         let id = job_id(&id)?;
         Ok::<_, FleetError>((id, fleet.certificate(id, q.partial).await?))
     }
@@ -97,10 +119,11 @@ pub async fn cancel_job(
     State(fleet): State<Arc<Fleet>>,
     Path(id): Path<String>,
     headers: HeaderMap,
+    caller: Caller,
 ) -> Response {
     reply(
         async {
-            fleet.check_admin(admin_token(&headers))?;
+            admin(&fleet, &headers, &caller)?;
             let id = job_id(&id)?;
             fleet.cancel_job(id).await?;
             Ok(serde_json::json!({"job_id": id, "state": "cancelled"}))
@@ -114,10 +137,11 @@ pub async fn release_host(
     State(fleet): State<Arc<Fleet>>,
     Path(host): Path<String>,
     headers: HeaderMap,
+    caller: Caller,
 ) -> Response {
     reply(
         async {
-            fleet.check_admin(admin_token(&headers))?;
+            admin(&fleet, &headers, &caller)?;
             let n = fleet.release_host(&host).await?;
             Ok(serde_json::json!({"hostname": host, "workers_released": n}))
         }
@@ -151,8 +175,40 @@ pub async fn fleet_status(State(fleet): State<Arc<Fleet>>) -> Response {
 }
 
 /// `GET /api/workers`
-pub async fn workers(State(fleet): State<Arc<Fleet>>) -> Response {
-    reply(fleet.list_workers().await)
+pub async fn workers(
+    State(fleet): State<Arc<Fleet>>,
+    Query(page): Query<Page>,
+    headers: HeaderMap,
+    caller: Caller,
+) -> Response {
+    // the full view (CPU features, hardware class) for the operator; labels for anyone
+    // (a wrong token is a wrong token: counted, and refused)
+    let full = match admin_token(&headers) {
+        None => false,
+        Some(_) => match admin(&fleet, &headers, &caller) {
+            Ok(()) => true,
+            Err(e) => return http_error(e),
+        },
+    };
+    reply(fleet.list_workers().await.map(|all| {
+        let offset = page.offset.unwrap_or(0);
+        let limit = page.limit.unwrap_or(MAX_PAGE).min(MAX_PAGE);
+        all.into_iter()
+            .skip(offset)
+            .take(limit)
+            .map(|w| if full { w } else { w.public() })
+            .collect::<Vec<_>>()
+    }))
+}
+
+/// Most workers one `GET /api/workers` returns (`?offset=N&limit=M` pages through more).
+pub const MAX_PAGE: usize = 1000;
+
+/// A page of a long list.
+#[derive(serde::Deserialize)]
+pub struct Page {
+    offset: Option<usize>,
+    limit: Option<usize>,
 }
 
 /// `GET /api/jobs/{id}/best`: the job's best boards.

@@ -2,14 +2,20 @@
 //! here, before a request reaches any handler.
 //!
 //! - at most [`ServerLimits::max_connections`] connections at once, and
-//!   [`ServerLimits::max_connections_per_ip`] from one address (more are closed at once);
+//!   [`ServerLimits::max_connections_per_ip`] from one address that have not shown a
+//!   valid token (more are closed at once);
 //! - a connection must finish its TLS handshake and send its first bytes within
 //!   [`ServerLimits::handshake_timeout`] (a silent TCP connection is closed);
 //! - HTTP/1 request headers within [`ServerLimits::header_read_timeout`]; HTTP/2 streams
 //!   per connection capped, flow-control windows bounded, keep-alive pings to find dead
 //!   peers ([`KEEPALIVE_INTERVAL`], [`KEEPALIVE_TIMEOUT`]);
 //! - a connection with no traffic for [`ServerLimits::idle_timeout`] is closed (clients
-//!   reconnect when they need to);
+//!   reconnect when they need to), and one that never showed a valid token is closed after
+//!   [`ServerLimits::untrusted_lifetime`] whatever it does (a stranger cannot sit on a
+//!   slot); new connections per address are rate-limited;
+//! - HTTP/2 flow-control windows ([`STREAM_WINDOW`], [`CONNECTION_WINDOW`]) bound what a
+//!   peer can make the coordinator buffer: with the connection caps, a figure the
+//!   operator chose (docs/security.md);
 //! - shutdown: stop accepting, let requests in flight finish for a while, then close.
 //!
 //! The request-level guards (authentication before any body is read, body limits per
@@ -19,7 +25,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
@@ -47,8 +53,16 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 pub struct ServerLimits {
     /// Connections open at once.
     pub max_connections: usize,
-    /// Connections open at once from one IP address.
+    /// Connections open at once from one IP address that have not shown a valid token
+    /// (a connection that has is counted only in [`ServerLimits::max_connections`]: a
+    /// lab's workers behind one address are the identities' and accounts' concern).
     pub max_connections_per_ip: usize,
+    /// New connections one IP address may open a second (four times that in a burst: a
+    /// lab behind one address starting its workers together).
+    pub new_connections_per_ip_per_second: u32,
+    /// A connection that has not shown a valid token (worker, admin or enrolment) this
+    /// long after it opened is closed (a browser reading the dashboard opens another).
+    pub untrusted_lifetime: Duration,
     /// Time to finish the TLS handshake and send the first bytes.
     pub handshake_timeout: Duration,
     /// Time to send an HTTP/1 request's headers.
@@ -65,11 +79,13 @@ impl Default for ServerLimits {
     fn default() -> ServerLimits {
         ServerLimits {
             max_connections: 8_192,
-            max_connections_per_ip: 1_024,
+            max_connections_per_ip: 128,
+            new_connections_per_ip_per_second: 256,
+            untrusted_lifetime: Duration::from_secs(30),
             handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(10),
             idle_timeout: Duration::from_secs(300),
-            max_concurrent_streams: 256,
+            max_concurrent_streams: 64,
             shutdown_grace: Duration::from_secs(5),
         }
     }
@@ -79,27 +95,71 @@ impl Default for ServerLimits {
 #[derive(Clone, Copy, Debug)]
 pub struct Peer(pub SocketAddr);
 
-/// Connections per IP address.
+/// Whether a request on this connection showed a valid token (an extension on every
+/// request; [`super::guard`] sets it). A connection is a stranger's until then: counted
+/// against its address's limit, and closed after [`ServerLimits::untrusted_lifetime`].
+#[derive(Clone, Default)]
+pub struct Trust(Arc<TrustInner>);
+
+#[derive(Default)]
+struct TrustInner {
+    set: AtomicBool,
+    /// The connection's place among its address's strangers, given back when trusted.
+    stranger: Mutex<Option<StrangerSlot>>,
+}
+
+impl Trust {
+    /// The connection showed a valid token.
+    pub fn set(&self) {
+        self.0.set.store(true, Ordering::Relaxed);
+        self.0.stranger.lock().expect("stranger slot").take();
+    }
+
+    /// Whether it did.
+    pub fn is_set(&self) -> bool {
+        self.0.set.load(Ordering::Relaxed)
+    }
+}
+
+/// HTTP/2 flow-control window of one stream: what a peer may send before the
+/// coordinator reads it (a report is kilobytes; at 300 ms this still moves ~400 KB/s).
+pub const STREAM_WINDOW: u32 = 128 * 1024;
+/// The same for a whole connection: with [`ServerLimits::max_connections`] it bounds what
+/// strangers can make the coordinator buffer.
+pub const CONNECTION_WINDOW: u32 = 256 * 1024;
+
+/// Connections per IP address that have not shown a token.
 #[derive(Default)]
 struct PerIp(Mutex<HashMap<IpAddr, usize>>);
 
+/// One stranger's connection counted against its address; given back when dropped.
+struct StrangerSlot {
+    per_ip: Arc<PerIp>,
+    ip: IpAddr,
+}
+
 impl PerIp {
-    fn enter(&self, ip: IpAddr, max: usize) -> bool {
+    fn enter(self: &Arc<Self>, ip: IpAddr, max: usize) -> Option<StrangerSlot> {
         let mut map = self.0.lock().expect("per-ip counts");
         let n = map.entry(ip).or_insert(0);
         if *n >= max {
-            return false;
+            return None;
         }
         *n += 1;
-        true
+        Some(StrangerSlot {
+            per_ip: self.clone(),
+            ip,
+        })
     }
+}
 
-    fn leave(&self, ip: IpAddr) {
-        let mut map = self.0.lock().expect("per-ip counts");
-        if let Some(n) = map.get_mut(&ip) {
+impl Drop for StrangerSlot {
+    fn drop(&mut self) {
+        let mut map = self.per_ip.0.lock().expect("per-ip counts");
+        if let Some(n) = map.get_mut(&self.ip) {
             *n -= 1;
             if *n == 0 {
-                map.remove(&ip);
+                map.remove(&self.ip);
             }
         }
     }
@@ -167,6 +227,16 @@ pub async fn serve(
     let limits = Arc::new(limits);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
     let per_ip = Arc::new(PerIp::default());
+    let new_per_ip: governor::DefaultKeyedRateLimiter<IpAddr> = governor::RateLimiter::keyed(
+        governor::Quota::per_second(
+            std::num::NonZeroU32::new(limits.new_connections_per_ip_per_second.max(1))
+                .expect("positive"),
+        )
+        .allow_burst(
+            std::num::NonZeroU32::new(4 * limits.new_connections_per_ip_per_second.max(1))
+                .expect("positive"),
+        ),
+    );
     let acceptor = tls.map(TlsAcceptor::from);
     let (stop_tx, stop_rx) = watch::channel(false);
     let mut builder = Builder::new(TokioExecutor::new());
@@ -179,9 +249,9 @@ pub async fn serve(
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(limits.max_concurrent_streams)
-        .initial_stream_window_size(1 << 20)
-        .initial_connection_window_size(4 << 20)
-        .max_header_list_size(64 * 1024)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_header_list_size(16 * 1024)
         .keep_alive_interval(KEEPALIVE_INTERVAL)
         .keep_alive_timeout(KEEPALIVE_TIMEOUT);
     let builder = Arc::new(builder);
@@ -198,31 +268,38 @@ pub async fn serve(
             },
             _ = &mut shutdown => break,
         };
+        if new_per_ip.check_key(&peer.ip()).is_err() {
+            debug!(%peer, "connection refused: too many new connections from this address");
+            continue;
+        }
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             debug!(%peer, "connection refused: too many connections");
             continue;
         };
-        if !per_ip.enter(peer.ip(), limits.max_connections_per_ip) {
+        let Some(stranger) = per_ip.enter(peer.ip(), limits.max_connections_per_ip) else {
             debug!(%peer, "connection refused: too many from this address");
             continue;
-        }
+        };
         // gRPC is many small request/response pairs: without TCP_NODELAY, Nagle's
         // algorithm and delayed ACKs hold a response written in pieces for ~40 ms
         if let Err(e) = tcp.set_nodelay(true) {
             warn!(error = %e, "cannot set TCP_NODELAY");
         }
-        let (router, builder, limits, acceptor, per_ip, stop) = (
+        let (router, builder, limits, acceptor, stop) = (
             router.clone(),
             builder.clone(),
             limits.clone(),
             acceptor.clone(),
-            per_ip.clone(),
             stop_rx.clone(),
         );
+        let trust = Trust::default();
+        *trust.0.stranger.lock().expect("stranger slot") = Some(stranger);
+        let seen = trust.clone();
         tokio::spawn(async move {
             let service = TowerToHyperService::new(router.map_request(
                 move |mut r: axum::http::Request<hyper::body::Incoming>| {
                     r.extensions_mut().insert(Peer(peer));
+                    r.extensions_mut().insert(seen.clone());
                     r
                 },
             ));
@@ -230,20 +307,23 @@ pub async fn serve(
                 Some(acceptor) => {
                     match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await
                     {
-                        Ok(Ok(tls)) => connection(tls, service, &builder, &limits, stop).await,
+                        Ok(Ok(tls)) => {
+                            connection(tls, service, &builder, &limits, stop, &trust).await
+                        }
                         Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed"),
                         Err(_) => debug!(%peer, "TLS handshake timed out"),
                     }
                 }
                 None => {
                     if first_bytes(&tcp, limits.handshake_timeout).await {
-                        connection(tcp, service, &builder, &limits, stop).await;
+                        connection(tcp, service, &builder, &limits, stop, &trust).await;
                     } else {
                         debug!(%peer, "connection closed: nothing sent");
                     }
                 }
             }
-            per_ip.leave(peer.ip());
+            // the stranger's slot, if still held, goes with `trust`
+            drop(trust);
             drop(slot);
         });
     }
@@ -277,6 +357,7 @@ async fn connection<IO, S>(
     builder: &Builder<TokioExecutor>,
     limits: &ServerLimits,
     mut stop: watch::Receiver<bool>,
+    trust: &Trust,
 ) where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: tower::Service<
@@ -297,7 +378,11 @@ async fn connection<IO, S>(
     };
     let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(conn);
-    let mut tick = tokio::time::interval(Duration::from_secs(5).min(limits.idle_timeout));
+    let mut tick = tokio::time::interval(
+        Duration::from_secs(5)
+            .min(limits.idle_timeout)
+            .min(limits.untrusted_lifetime),
+    );
     let idle_ms = limits.idle_timeout.as_millis() as u64;
     loop {
         tokio::select! {
@@ -309,7 +394,8 @@ async fn connection<IO, S>(
             }
             _ = tick.tick() => {
                 let quiet = epoch.elapsed().as_millis() as u64 - last.load(Ordering::Relaxed);
-                if quiet >= idle_ms {
+                let stranger = !trust.is_set() && epoch.elapsed() >= limits.untrusted_lifetime;
+                if quiet >= idle_ms || stranger {
                     conn.as_mut().graceful_shutdown();
                     let _ = tokio::time::timeout(limits.shutdown_grace, conn.as_mut()).await;
                     return;

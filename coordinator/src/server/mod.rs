@@ -4,13 +4,16 @@
 //!
 //! - [`listener`]: the accept loop, where connections are bounded (count, per address,
 //!   handshake, headers, idle);
-//! - [`guard`]: authentication and body limits per gRPC method, before any body is read;
+//! - [`guard`]: authentication and body limits per gRPC method, before any body is read,
+//!   and what calls without a token may hold; [`deadline`]: bodies with a deadline for
+//!   the whole of them;
 //! - [`grpc`]: the tonic services (thin: convert, call, convert, map the error), plus the
 //!   standard `grpc.health.v1` and reflection services;
 //! - [`http`]: the JSON API (public reads, cached a second, concurrency-limited);
 //!   [`metrics`]: `/metrics`;
 //! - [`errors`]: the one error -> gRPC code / HTTP status table and the bearer parser.
 
+pub mod deadline;
 pub mod errors;
 pub mod grpc;
 pub mod guard;

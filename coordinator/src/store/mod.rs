@@ -81,8 +81,8 @@ enum Backend {
 
 /// Where the coordinator's database is: a SQLite file (a path, or `sqlite://path`) or a
 /// PostgreSQL database (`postgres://user:password@host:port/database`, or
-/// `postgresql://`).
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// `postgresql://`). Shown (`Display` and `Debug`) without its password.
+#[derive(Clone, PartialEq, Eq)]
 pub enum Database {
     /// A SQLite file.
     Sqlite(PathBuf),
@@ -105,17 +105,42 @@ impl FromStr for Database {
     }
 }
 
+impl fmt::Debug for Database {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Database({self})")
+    }
+}
+
 impl fmt::Display for Database {
     /// The path, or the PostgreSQL address without its password (for logs).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Database::Sqlite(path) => write!(f, "{}", path.display()),
             Database::Postgres(url) => match url::Url::parse(url) {
-                Ok(mut u) if u.password().is_some() => {
-                    let _ = u.set_password(Some("***"));
+                Ok(mut u) => {
+                    if u.password().is_some() {
+                        let _ = u.set_password(Some("***"));
+                    }
+                    // a password may come as a parameter too (`?password=...`)
+                    let secret = |k: &str| k.to_ascii_lowercase().contains("password");
+                    if u.query_pairs().any(|(k, _)| secret(&k)) {
+                        let pairs: Vec<(String, String)> = u
+                            .query_pairs()
+                            .map(|(k, v)| {
+                                let v = if secret(&k) {
+                                    "***".into()
+                                } else {
+                                    v.into_owned()
+                                };
+                                (k.into_owned(), v)
+                            })
+                            .collect();
+                        u.query_pairs_mut().clear().extend_pairs(pairs);
+                    }
                     write!(f, "{u}")
                 }
-                _ => write!(f, "{url}"),
+                // not a URL: nothing of it is shown
+                Err(_) => write!(f, "postgres://(address not shown)"),
             },
         }
     }
@@ -215,6 +240,12 @@ mod tests {
         let shown = pg.to_string();
         assert!(!shown.contains("s3cret"), "{shown}");
         assert!(shown.contains("db.internal:5432/fleet"), "{shown}");
+        let param: Database = "postgres://e2fleet@db/fleet?sslmode=require&password=s3cret"
+            .parse()
+            .unwrap();
+        let shown = param.to_string();
+        assert!(!shown.contains("s3cret"), "{shown}");
+        assert!(shown.contains("sslmode=require"), "{shown}");
         assert!(matches!(
             "postgresql://h/db".parse::<Database>(),
             Ok(Database::Postgres(_))

@@ -111,6 +111,8 @@ pub trait Leases {
     fn insert_lease(&mut self, lease: &LeaseRecord) -> StoreResult<()>;
     /// Active leases a worker holds.
     fn active_leases_of_worker(&mut self, worker: WorkerId) -> StoreResult<u64>;
+    /// Active leases of all of an account's identities.
+    fn active_leases_of_account(&mut self, account: &AccountId) -> StoreResult<u64>;
     /// One lease.
     fn lease(&mut self, id: LeaseId) -> StoreResult<Option<LeaseRecord>>;
     /// A lease with the unit it was granted on.
@@ -253,6 +255,12 @@ pub trait Workers {
     fn worker_by_token_hash(&mut self, hash: &str) -> StoreResult<Option<WorkerRecord>>;
     /// Every worker with the leases it holds, by host name.
     fn list_workers(&mut self) -> StoreResult<Vec<WorkerRecord>>;
+    /// An account's worker identities registered or seen since `since_ms`.
+    fn identities_of_account_since(
+        &mut self,
+        account: &AccountId,
+        since_ms: i64,
+    ) -> StoreResult<u64>;
     /// Records a call from a worker, with its rate and engine when given; whether it is
     /// quarantined (`None`: no such worker).
     fn worker_seen(
@@ -337,7 +345,16 @@ pub trait Verifications {
         expected: &SuiteExpected,
         source: &str,
     ) -> StoreResult<()>;
-    /// Stores a verification result.
+    /// Different results an identity has stored for a unit of a suite under a class.
+    fn verification_results_of_identity(
+        &mut self,
+        suite: &str,
+        unit: &str,
+        class_id: &str,
+        worker: WorkerId,
+    ) -> StoreResult<u64>;
+    /// Stores a verification result (the same result again from the same identity adds
+    /// nothing).
     fn insert_verification(&mut self, v: &NewVerification) -> StoreResult<()>;
     /// Every result of a suite, oldest first.
     fn verifications_of_suite(&mut self, suite: &str) -> StoreResult<Vec<VerificationRecord>>;

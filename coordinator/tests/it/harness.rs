@@ -130,6 +130,26 @@ impl Coordinator {
             clock,
             limits,
             archive_after,
+            Default::default(),
+        )
+        .await
+    }
+
+    /// A coordinator whose volunteer accounts may hold only so much.
+    #[allow(dead_code)]
+    pub async fn start_with_accounts(
+        db: &Path,
+        accounts: e2fleet_coordinator::fleet::AccountLimits,
+    ) -> Coordinator {
+        let database = database_for(db).await;
+        Self::start_database(
+            &database,
+            3,
+            Default::default(),
+            Arc::new(AtomicI64::new(1_000_000)),
+            Default::default(),
+            None,
+            accounts,
         )
         .await
     }
@@ -145,6 +165,7 @@ impl Coordinator {
             clock,
             Default::default(),
             None,
+            Default::default(),
         )
         .await
     }
@@ -156,6 +177,7 @@ impl Coordinator {
         clock: Arc<AtomicI64>,
         limits: e2fleet_coordinator::server::ServerLimits,
         archive_after: Option<Duration>,
+        accounts: e2fleet_coordinator::fleet::AccountLimits,
     ) -> Coordinator {
         let store = Store::connect(database).await.unwrap();
         let c = clock.clone();
@@ -166,6 +188,7 @@ impl Coordinator {
                 quarantine_after: quarantine_after as u64,
                 trust,
                 archive_after,
+                accounts,
                 enroll_token: ENROLL.into(),
                 admin_token: ADMIN.into(),
             },

@@ -7,7 +7,23 @@ use crate::harness::*;
 
 /// A plain HTTP/1.1 GET; returns (status, body).
 pub async fn get(url: &str, path: &str) -> (u16, String) {
-    let text = raw_get(url, path).await;
+    get_token(url, path, None).await
+}
+
+/// [`get`] with the admin token.
+#[allow(dead_code)]
+pub async fn get_with(url: &str, path: &str, token: &str) -> (u16, String) {
+    get_token(url, path, Some(token)).await
+}
+
+/// [`post`] with a token.
+#[allow(dead_code)]
+pub async fn post_with(url: &str, path: &str, token: &str) -> (u16, String) {
+    post(url, path, Some(token)).await
+}
+
+async fn get_token(url: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let text = raw_get(url, path, token).await;
     let status = text.split_whitespace().nth(1).unwrap().parse().unwrap();
     let body = text
         .split_once("\r\n\r\n")
@@ -36,11 +52,15 @@ pub async fn get(url: &str, path: &str) -> (u16, String) {
 }
 
 /// A plain HTTP/1.1 GET; returns the whole response, headers included.
-async fn raw_get(url: &str, path: &str) -> String {
+async fn raw_get(url: &str, path: &str, token: Option<&str>) -> String {
     let addr = url.trim_start_matches("http://");
     let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     s.write_all(
-        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n")
+            .as_bytes(),
     )
     .await
     .unwrap();
@@ -180,7 +200,7 @@ async fn every_endpoint_answers_with_a_running_job() {
         assert_eq!(status, 200, "{path}");
         assert!(body.contains("<script src=\"/assets/app.js\""), "{path}");
     }
-    let csp = raw_get(&c.url, "/").await;
+    let csp = raw_get(&c.url, "/", None).await;
     assert!(
         csp.to_ascii_lowercase()
             .contains("content-security-policy: default-src 'none'; script-src 'self'"),

@@ -11,6 +11,7 @@ mod certificates;
 mod dashboard;
 mod folding;
 mod harness;
+mod hostile;
 mod http_api;
 mod late;
 mod postgres;

@@ -364,10 +364,43 @@ pub struct WorkerStatus {
 }
 
 impl WorkerStatus {
+    /// The view anyone may read (the public JSON API and the dashboard): labels, not
+    /// fingerprints. The CPU features, the hardware class and the engine release and build
+    /// go, and
+    /// the compiler shows as `rustc X.Y` (its full version would help rebuild the
+    /// machine's hardware class offline); operators see everything with the admin token.
+    pub fn public(mut self) -> WorkerStatus {
+        self.host.target_features.clear();
+        self.host.engine_release.clear();
+        self.engine_build.clear();
+        self.class_id.clear();
+        self.host.rustc_version = coarse_rustc(&self.host.rustc_version);
+        self
+    }
+
     /// Why its engines are paused, when it was seen lately (online or idle) and said so
     /// in its last heartbeat; an offline worker's last word is not shown as a pause.
     pub fn paused_now(&self) -> Option<&str> {
         paused_now(self.state, &self.paused)
+    }
+}
+
+/// `rustc 1.95.0 (59807616e 2026-04-14)` as `rustc 1.95`; anything else as `rustc`, and
+/// nothing as nothing.
+fn coarse_rustc(full: &str) -> String {
+    if full.trim().is_empty() {
+        return String::new();
+    }
+    let version = full.split_whitespace().nth(1).unwrap_or("");
+    let mut parts = version.split('.');
+    match (parts.next(), parts.next()) {
+        (Some(major), Some(minor))
+            if major.chars().all(|c| c.is_ascii_digit())
+                && minor.chars().all(|c| c.is_ascii_digit()) =>
+        {
+            format!("rustc {major}.{minor}")
+        }
+        _ => "rustc".into(),
     }
 }
 

@@ -30,6 +30,7 @@ impl Coordinator {
                 lease,
                 quarantine_after: 3,
                 archive_after: None,
+                accounts: Default::default(),
                 enroll_token: ENROLL.into(),
                 admin_token: ADMIN.into(),
                 trust: Default::default(),

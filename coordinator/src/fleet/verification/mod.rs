@@ -32,6 +32,10 @@ pub const DEFAULT_SUITE: &str = "default";
 /// Most units a submitted suite may have.
 pub const MAX_SUITE_UNITS: usize = 500;
 
+/// Different results one identity may store for one unit of a suite (a flaky machine's
+/// disagreements are kept as evidence; an identity making up results stores no more).
+pub const MAX_RESULTS_PER_IDENTITY: u64 = 3;
+
 /// Deepest prefix a suite unit may name (the coordinator enumerates up to it).
 pub const MAX_PREFIX_DEPTH: usize = 10;
 
@@ -220,19 +224,34 @@ impl Fleet {
         Ok((suite, units, worker.class_id.clone()))
     }
 
-    /// Records a worker's suite results under its hardware class, fixes expected results
-    /// that two classes now agree on, and judges each result.
+    /// Whether `worker` may make a verification or audit submission now (checked before
+    /// its body is read: [`crate::server::guard`]): one a second per identity, ten at
+    /// once, and for a volunteer account two a second over all its identities.
+    pub fn submission_allowed(&self, worker: &WorkerRecord) -> Result<(), FleetError> {
+        let identity = self.verification_limits.check_key(&worker.id).is_ok();
+        let account = worker.account_id.is_operator()
+            || self
+                .account_submission_limits
+                .check_key(&worker.account_id)
+                .is_ok();
+        if identity && account {
+            Ok(())
+        } else {
+            Err(FleetError::TooMany(
+                "too many verification or audit submissions; retry in a few seconds".into(),
+            ))
+        }
+    }
+
+    /// Records a worker's suite results under its hardware class (one row per identity
+    /// and unit: a repeat replaces it), fixes expected results that two classes now agree
+    /// on, and judges each result.
     pub async fn submit_verification(
         &self,
         worker: &WorkerRecord,
         suite: &str,
         results: Vec<SuiteResult>,
     ) -> Result<VerificationOutcome, FleetError> {
-        if self.verification_limits.check_key(&worker.id).is_err() {
-            return Err(FleetError::TooMany(
-                "too many verification submissions; retry in a few seconds".into(),
-            ));
-        }
         let suite = suite_name(suite).to_string();
         let rows = self.suite(&suite).await?;
         let by_name: BTreeMap<&str, &SuiteUnitRecord> =
@@ -244,7 +263,14 @@ impl Fleet {
         }
         let now = self.now();
         let mut new = Vec::with_capacity(results.len());
+        let mut seen = BTreeSet::new();
         for r in &results {
+            if !seen.insert(r.unit.as_str()) {
+                return Err(FleetError::InvalidArgument(format!(
+                    "unit {:?} appears twice in one submission",
+                    r.unit
+                )));
+            }
             let row = by_name.get(r.unit.as_str()).ok_or_else(|| {
                 FleetError::InvalidArgument(format!("suite {suite} has no unit {:?}", r.unit))
             })?;
@@ -285,6 +311,21 @@ impl Fleet {
         // and the few expected results it fixes are written after (a fix is idempotent)
         self.store
             .write(move |tx| {
+                // checked before the first write: a refusal must not undo the batch
+                for v in &new {
+                    if tx.verification_results_of_identity(
+                        &v.suite,
+                        &v.unit,
+                        &v.class_id,
+                        v.worker_id,
+                    )? >= MAX_RESULTS_PER_IDENTITY
+                    {
+                        return Err(FleetError::FailedPrecondition(format!(
+                            "unit {}: this identity has sent {MAX_RESULTS_PER_IDENTITY} different results for it already; no more are stored",
+                            v.unit
+                        )));
+                    }
+                }
                 for v in &new {
                     tx.insert_verification(v)?;
                 }

@@ -1,7 +1,7 @@
 //! Leases (`migrations/sqlite/0001_init.sql`): grants, expiry, extension, release, and the
 //! counts behind the dashboard.
 
-use e2fleet_proto::api::{JobId, LeaseId, UnitId, WorkerId};
+use e2fleet_proto::api::{AccountId, JobId, LeaseId, UnitId, WorkerId};
 
 use super::codec::{decode_budget, encode_budget};
 use super::{ConnExt, Row, SqlTx, args};
@@ -51,6 +51,14 @@ impl Leases for SqlTx<'_> {
         let n: i64 = self.c.one(
             "SELECT COUNT(*) FROM leases WHERE worker_id = ? AND state = 'active'",
             args![worker.to_string()],
+        )?;
+        Ok(n as u64)
+    }
+
+    fn active_leases_of_account(&mut self, account: &AccountId) -> StoreResult<u64> {
+        let n: i64 = self.c.one(
+            "SELECT COUNT(*) FROM leases WHERE account_id = ? AND state = 'active'",
+            args![account.as_str()],
         )?;
         Ok(n as u64)
     }

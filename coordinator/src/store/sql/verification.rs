@@ -3,7 +3,7 @@
 
 use e2fleet_engine::UnitResult;
 use e2fleet_engine::suite::{SuiteExpected, SuiteUnit};
-use e2fleet_proto::api::{HostInfo, JobId};
+use e2fleet_proto::api::{HostInfo, JobId, WorkerId};
 
 use super::{ConnExt, Row, SqlTx, args};
 use crate::store::tx::{StoreResult, Verifications};
@@ -140,9 +140,25 @@ impl Verifications for SqlTx<'_> {
         Ok(())
     }
 
+    fn verification_results_of_identity(
+        &mut self,
+        suite: &str,
+        unit: &str,
+        class_id: &str,
+        worker: WorkerId,
+    ) -> StoreResult<u64> {
+        let n: i64 = self.c.one(
+            "SELECT COUNT(*) FROM verifications WHERE suite = ? AND unit = ? AND class_id = ? AND worker_id = ?",
+            args![suite, unit, class_id, worker.to_string()],
+        )?;
+        Ok(n as u64)
+    }
+
     fn insert_verification(&mut self, v: &NewVerification) -> StoreResult<()> {
+        // the same result again from the same identity adds nothing
         self.c.execute("INSERT INTO verifications (suite, unit, class_id, worker_id, hostname, engine_build, digest, result_json, nodes, engine_seconds, received_ms, account_id) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+             ON CONFLICT (suite, unit, class_id, worker_id, digest) DO NOTHING", args![
             v.suite,
             v.unit,
             v.class_id,

@@ -2,7 +2,7 @@
 //! liveness, errors and quarantine.
 
 use e2fleet_engine::engine::EngineKind;
-use e2fleet_proto::api::{HostInfo, WorkerId};
+use e2fleet_proto::api::{AccountId, HostInfo, WorkerId};
 
 use super::{ConnExt, Row, SqlTx, args};
 use crate::store::tx::{StoreResult, Workers};
@@ -107,6 +107,18 @@ impl Workers for SqlTx<'_> {
              FROM workers w ORDER BY w.hostname, w.id"
         ), &[], |r| from_row(r, true))?;
         Ok(rows)
+    }
+
+    fn identities_of_account_since(
+        &mut self,
+        account: &AccountId,
+        since_ms: i64,
+    ) -> StoreResult<u64> {
+        let n: i64 = self.c.one(
+            "SELECT COUNT(*) FROM workers WHERE account_id = ? AND last_seen_ms >= ?",
+            args![account.as_str(), since_ms],
+        )?;
+        Ok(n as u64)
     }
 
     fn worker_seen(
