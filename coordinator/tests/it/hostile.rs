@@ -12,8 +12,6 @@ use tonic::Code;
 
 use crate::harness::*;
 
-const FIVE: &str = "brendan/set1/pieces_05x05.txt";
-
 /// A registration of `account`'s token naming an earlier identity it never had.
 async fn register_claiming(url: &str, enroll: &str, host: &str) -> Result<(), tonic::Status> {
     let mut client = v2::worker_service_client::WorkerServiceClient::connect(url.to_string())
