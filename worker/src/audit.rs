@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use clap::Args;
 use e2fleet_engine::certificate::audit::{
-    Structure, check_structure, choose_sample, compare_run, pass_probability, spec, unit_of,
+    Structure, check_structure_within, choose_sample, compare_run, pass_probability, spec, unit_of,
 };
 use e2fleet_engine::certificate::{self, Certificate};
 use e2fleet_engine::engine::EngineKind;
@@ -57,9 +57,30 @@ pub struct AuditArgs {
     #[arg(long)]
     threads: Option<usize>,
     /// Send the audit to this coordinator (it compares the re-runs with its accepted
-    /// results and shows the audit on the job's page).
-    #[arg(long, env = "E2FLEET_COORDINATOR")]
+    /// results and shows the audit on the job's page). Only when given here: an audit is
+    /// yours until you choose to send it.
+    #[arg(long)]
     coordinator: Option<String>,
+    /// Largest certificate file to read, MiB.
+    #[arg(long, default_value_t = 512)]
+    max_file_mib: u64,
+    /// Largest body the file may unpack to, MiB (a small gzip can unpack to gigabytes;
+    /// it is cut off here).
+    #[arg(long, default_value_t = 4096)]
+    max_body_mib: u64,
+    /// Most units a certificate may list.
+    #[arg(long, default_value_t = 20_000_000)]
+    max_units: usize,
+    /// Most nodes of the enumeration to re-derive (the tree above the split depth, walked
+    /// here on one core at ~20-50 M nodes a second); a certificate that states more is
+    /// refused before any walking, and the walk stops if the tree has more than stated.
+    #[arg(long, default_value_t = 2_000_000_000)]
+    max_enumeration: u64,
+    /// Most nodes the sample may re-walk, in all (each unit is re-walked for at most the
+    /// nodes its certificate states, and one more); a sample past it is refused before
+    /// any walking.
+    #[arg(long, default_value_t = 200_000_000_000)]
+    max_rerun_nodes: u64,
     #[command(flatten)]
     connect: ConnectArgs,
     /// Report this host name instead of the detected one.
@@ -125,9 +146,29 @@ struct CoordinatorAnswer {
 
 /// Runs `audit`.
 pub fn run(args: AuditArgs) -> Result<()> {
+    let limits = certificate::Limits {
+        file_bytes: args.max_file_mib.saturating_mul(1 << 20),
+        body_bytes: args.max_body_mib.saturating_mul(1 << 20),
+        units: args.max_units,
+        enumeration_nodes: args.max_enumeration,
+    };
+    // the size first: a file past the limit is not read at all
+    let size = std::fs::metadata(&args.file)
+        .with_context(|| format!("cannot read {}", args.file.display()))?
+        .len();
+    if size > limits.file_bytes {
+        return fail_early(
+            args.json,
+            format!(
+                "{} is {size} bytes; --max-file-mib allows {} MiB",
+                args.file.display(),
+                args.max_file_mib
+            ),
+        );
+    }
     let bytes = std::fs::read(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
-    let cert = match certificate::decode(&bytes) {
+    let cert = match certificate::decode_within(&bytes, &limits) {
         Ok(cert) => cert,
         Err(e) => return fail_early(args.json, format!("{}: {e}", args.file.display())),
     };
@@ -222,7 +263,13 @@ fn audit(
     reruns: &mut Vec<Rerun>,
 ) -> Result<()> {
     let spec = spec(cert)?;
-    let structure: Structure = check_structure(cert, &spec)?;
+    let limits = certificate::Limits {
+        file_bytes: args.max_file_mib.saturating_mul(1 << 20),
+        body_bytes: args.max_body_mib.saturating_mul(1 << 20),
+        units: args.max_units,
+        enumeration_nodes: args.max_enumeration,
+    };
+    let structure: Structure = check_structure_within(cert, &spec, &limits)?;
     report.structure_ok = true;
     report.decided = structure.decided;
     report.prefixes = structure.prefixes;
@@ -253,6 +300,17 @@ fn audit(
             }
             v
         });
+    // the re-walks never cost more than the certificate states (checked before walking)
+    let stated: u64 = sample
+        .iter()
+        .map(|&i| rerun_budget(cert, &cert.units[i]).unwrap_or(0))
+        .fold(0u64, u64::saturating_add);
+    if stated > args.max_rerun_nodes {
+        bail!(
+            "the sample would re-walk {stated} nodes; --max-rerun-nodes allows {} (draw fewer with --sample, or raise it)",
+            args.max_rerun_nodes
+        );
+    }
     *reruns = rerun(args, cert, &spec, &sample, report)?;
     let wrong: Vec<&Rerun> = reruns.iter().filter(|r| r.mismatch.is_some()).collect();
     report.mismatched = wrong.iter().map(|r| cert.units[r.index].id).collect();
@@ -283,10 +341,7 @@ fn rerun(
         .threads
         .unwrap_or_else(crate::host::cores)
         .clamp(1, sample.len());
-    let options = RunOptions {
-        budget: cert.budget,
-        max_solutions: cert.solutions_cap,
-    };
+
     let bar = if args.json {
         ProgressBar::hidden()
     } else {
@@ -319,6 +374,10 @@ fn rerun(
                             .map_err(anyhow::Error::from)
                             .and_then(|unit| {
                                 let t = Instant::now();
+                                let options = RunOptions {
+                                    budget: rerun_budget(cert, entry),
+                                    max_solutions: cert.solutions_cap,
+                                };
                                 let result = engine
                                     .run(&unit, options, &mut NoControl)
                                     .with_context(|| format!("unit {}", entry.id))?;
@@ -358,6 +417,19 @@ fn rerun(
         return Err(e);
     }
     Ok(done)
+}
+
+/// The budget a unit is re-walked with: the job's, and never more than one node past
+/// what the certificate states for it (a result that finished with `c` nodes is
+/// re-walked with `c + 1`: an honest subtree of `c` nodes finishes the same, a bigger one
+/// stops there and differs). A certificate cannot make its auditor walk more than it
+/// claims.
+fn rerun_budget(cert: &Certificate, u: &certificate::CertUnit) -> Option<u64> {
+    let stated = u.result.as_ref().map(|r| r.committed().saturating_add(1));
+    match (cert.budget, stated) {
+        (Some(b), Some(s)) => Some(b.min(s)),
+        (b, s) => b.or(s),
+    }
 }
 
 /// Registers with the coordinator and sends the audit.

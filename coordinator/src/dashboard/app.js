@@ -468,9 +468,15 @@ async function jobPage(id) {
         el("span", { class: "host" }, b.hostname), el("span", { title: when(b.found_ms) }, ago(b.found_ms))]),
       "No accepted result yet."),
       el("p", { class: "note" }, "The deepest boards of accepted (cross-checked where the job asks for it) results, each verified when it was reported; score = matched inner edges, hints included.")),
-    section("Audits", table(["Hardware class", "Audits", "Units re-run", "Agree", "Disagree", "Engine builds", "Latest"],
-      audits.classes.map((a) => [el("code", {}, a.class_id), exact(a.audits), exact(a.units_checked), exact(a.units_agreed),
-        a.disagreed.length ? el("span", { class: "bad" }, "units " + a.disagreed.join(", ")) : "none",
+    section("Audits", table(["By", "Hardware class", "Audits", "Units re-run", "Agree", "Disagree", "Engine builds", "Latest"],
+      audits.classes.map((a) => [
+        a.operator ? "the operator's machines" : el("span", { title: "a volunteer account: what it says is its own word" }, "volunteer ", a.account),
+        el("code", {}, a.class_id), exact(a.audits), exact(a.units_checked), exact(a.units_agreed),
+        // a volunteer's disagreement is its claim, not the job's fault: shown as such
+        a.disagreed.length
+          ? (a.operator ? el("span", { class: "bad" }, "units " + a.disagreed.join(", "))
+                        : el("span", { class: "note" }, a.account + " says units " + a.disagreed.join(", ") + " differ (not confirmed)"))
+          : "none",
         a.engine_builds.map((b) => el("code", {}, b)), el("span", { title: when(a.last_ms) }, ago(a.last_ms))]),
       "No audit yet."),
       el("p", { class: "note", id: "audit-how" }, "Anyone can check this job: the operator publishes its certificate (e2fleet-coordinator export " + job.job_id +

@@ -13,6 +13,11 @@
 //!   results is *trusted* (an untrusted volunteer result never counts alone, whatever
 //!   the fleet looks like).
 //!
+//! A dispute between the operator's machines and volunteers alone is decided for the
+//! operator at once: the operator vouches for its machines (and checks them against each
+//! other and the verification suite), so a volunteer that lies costs its account an error
+//! now, instead of the unit waiting for a third party that may never come online.
+//!
 //! Losers are wrong: each loser's identity and account collect an error; an account
 //! quarantined by them loses every result no other party confirmed ([`Fleet::void_account`]).
 //! Volunteer results confirmed by another party earn their account trust; every volunteer
@@ -89,6 +94,11 @@ impl Group<'_> {
         self.results.iter().any(|r| r.standing == Standing::Trusted)
     }
 
+    /// Whether one of its results is from one of the operator's machines.
+    fn has_operator(&self) -> bool {
+        self.results.iter().any(|r| r.account_id.is_operator())
+    }
+
     /// Parties it needs to be accepted at `quorum` when `live` parties are about.
     fn parties_needed(&self, quorum: u32, live: u32) -> usize {
         let wanted = quorum.min(live.max(1)) as usize;
@@ -157,6 +167,27 @@ impl Fleet {
                     .then(b.results[0].id.cmp(&a.results[0].id))
             })
             .expect("the new result is valid");
+        // the operator vouches for its machines: a dispute between the operator's word and
+        // volunteers' alone is decided for the operator at once (the volunteers' results
+        // are wrong and cost their accounts now, instead of the unit waiting for a third
+        // party that may not be online); between volunteers, or among the operator's
+        // machines, a deciding run is still needed
+        let operator_side = disputed
+            .then(|| {
+                let vouched: Vec<&Group<'_>> = groups.iter().filter(|g| g.has_operator()).collect();
+                // (two volunteer accounts agreeing against it are two parties: the usual
+                // rule, most parties, decides then)
+                let others_alone = groups
+                    .iter()
+                    .filter(|g| !g.has_operator())
+                    .all(|g| g.parties() <= 1);
+                (vouched.len() == 1 && others_alone).then(|| vouched[0])
+            })
+            .flatten();
+        let (best, quorum) = match operator_side {
+            Some(g) => (g, stored_quorum),
+            None => (best, quorum),
+        };
         let (parties, needed) = (best.parties(), best.parties_needed(quorum, live));
         let current = match unit.accepted_result {
             Some(id) => tx.result(id)?,

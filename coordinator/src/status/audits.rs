@@ -24,11 +24,17 @@ pub struct JobAudits {
     pub total: usize,
 }
 
-/// What one hardware class's audits found.
+/// What one account's audits on one hardware class found.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ClassAudits {
     /// The class.
     pub class_id: String,
+    /// Whose audits they are: the operator's machines', or a volunteer account's. A
+    /// volunteer's audit is that account's word: its disagreements are shown as its
+    /// claims, not as the job's fault (anyone with an account could post made-up ones).
+    pub account: AccountId,
+    /// Whether the account is the operator's.
+    pub operator: bool,
     /// Audits from it.
     pub audits: u64,
     /// Unit re-runs.
@@ -86,19 +92,26 @@ impl Fleet {
                 Ok::<_, FleetError>(tx.audits_of_job(job)?)
             })
             .await?;
-        let mut classes: BTreeMap<String, ClassAudits> = BTreeMap::new();
+        let mut classes: BTreeMap<(bool, String, String), ClassAudits> = BTreeMap::new();
         for a in &rows {
-            let c = classes
-                .entry(a.class_id.clone())
-                .or_insert_with(|| ClassAudits {
-                    class_id: a.class_id.clone(),
-                    audits: 0,
-                    units_checked: 0,
-                    units_agreed: 0,
-                    disagreed: Vec::new(),
-                    engine_builds: Vec::new(),
-                    last_ms: 0,
-                });
+            let operator = a.account_id.is_operator();
+            // the operator's rows first, then each volunteer account's
+            let key = (
+                !operator,
+                a.account_id.as_str().to_string(),
+                a.class_id.clone(),
+            );
+            let c = classes.entry(key).or_insert_with(|| ClassAudits {
+                class_id: a.class_id.clone(),
+                account: a.account_id.clone(),
+                operator,
+                audits: 0,
+                units_checked: 0,
+                units_agreed: 0,
+                disagreed: Vec::new(),
+                engine_builds: Vec::new(),
+                last_ms: 0,
+            });
             c.audits += 1;
             c.units_checked += a.units_checked;
             c.units_agreed += a.units_agreed;

@@ -383,3 +383,123 @@ fn the_admin_cli_refuses_plain_http_to_another_machine() {
         "{err}"
     );
 }
+
+/// A volunteer posted made-up audits (nothing re-run), and the public job page showed
+/// every unit of an exact job as "disagree", with no sign of who said so. A volunteer's
+/// audit is labelled as its account's word now, apart from the operator's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_volunteers_made_up_audit_is_its_own_word() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let job = c.submit("brendan/set1/pieces_04x04.txt", 2, 0, 1).await;
+    let mut op = SimWorker::register(&c.url, "op-1", Behaviour::Honest).await;
+    op.work(100).await;
+    assert_eq!(c.job(&job).await["state"], "complete");
+    let (_, token) = c.admin().await.add_account("mallory").await.unwrap();
+    let mut m = SimWorker::register_with(&c.url, &token, "m-1", "x", 2, Behaviour::Honest).await;
+    let units: Vec<v2::AuditedUnit> = (1..=10)
+        .map(|id| v2::AuditedUnit {
+            unit_id: id,
+            digest: "ab".repeat(32),
+            nodes: 1,
+        })
+        .collect();
+    m.client
+        .submit_audit(m.req(v2::SubmitAuditRequest {
+            job_id: job.clone(),
+            certificate_sha256: "cd".repeat(32),
+            merkle_root: "ef".repeat(32),
+            structure_ok: true,
+            units,
+            engine_kind: v2::EngineKind::Reference.into(),
+            engine_build: "made-up".into(),
+            engine_seconds: 1.0,
+        }))
+        .await
+        .unwrap();
+    let (status, body) = crate::http_api::get(&c.url, &format!("/api/jobs/{job}/audits")).await;
+    assert_eq!(status, 200);
+    let audits: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let row = &audits["classes"][0];
+    assert_eq!(row["account"], "mallory", "{audits}");
+    assert_eq!(row["operator"], false, "{audits}");
+    assert!(!row["disagreed"].as_array().unwrap().is_empty());
+    // the job itself is untouched: still complete and exact
+    let doc = c.job(&job).await;
+    assert_eq!(doc["state"], "complete");
+    assert_eq!(doc["nodes_total"], 4_470);
+    c.stop().await;
+}
+
+/// A volunteer account lying against the operator's one machine once stalled the job
+/// ("disputed", waiting for a third party that was not online) and cost the liar nothing.
+/// The operator vouches for its machines: the lie is wrong at once, and the job ends exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lie_against_the_operators_machine_costs_the_liar_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 100).await;
+    let job = c.submit("brendan/set1/pieces_04x04.txt", 2, 0, 1).await;
+    let (_, token) = c.admin().await.add_account("liar").await.unwrap();
+    let mut liar = SimWorker::register_with(&c.url, &token, "l-1", "x", 2, Behaviour::Liar).await;
+    liar.work(100).await;
+    let mut op = SimWorker::register(&c.url, "op-1", Behaviour::Honest).await;
+    op.work(100).await;
+    let doc = c.job(&job).await;
+    assert_eq!(doc["state"], "complete", "{}", doc["waiting"]);
+    assert_eq!(doc["nodes_total"], 4_470);
+    assert_eq!(doc["conservation_ok"], true);
+    let workers = c.workers().await;
+    let liar_errors = workers
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|w| w["hostname"] == "l-1")
+        .unwrap()["errors"]
+        .as_u64()
+        .unwrap();
+    assert!(liar_errors > 0, "{workers}");
+    c.stop().await;
+}
+
+/// Two volunteer accounts that disagree, and no third party online: the job says which
+/// unit waits for whom, by name, until a third party decides.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispute_names_the_parties_it_waits_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 100).await;
+    let job = c.submit("brendan/set1/pieces_04x04.txt", 2, 0, 1).await;
+    let admin = || async { c.admin().await };
+    let (_, t1) = admin().await.add_account("alice").await.unwrap();
+    let (_, t2) = admin().await.add_account("mallory").await.unwrap();
+    let mut alice = SimWorker::register_with(&c.url, &t1, "a-1", "x", 2, Behaviour::Honest).await;
+    let mut mallory = SimWorker::register_with(&c.url, &t2, "m-1", "x", 2, Behaviour::Liar).await;
+    alice.work(100).await;
+    mallory.work(100).await;
+    let doc = c.job(&job).await;
+    assert_eq!(doc["state"], "running");
+    let disputes = doc["waiting"]["disputes"].as_array().unwrap();
+    assert!(!disputes.is_empty(), "{}", doc["waiting"]);
+    let parties: Vec<&str> = disputes[0]["parties"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap())
+        .collect();
+    assert!(
+        parties.contains(&"alice") && parties.contains(&"mallory"),
+        "{parties:?}"
+    );
+    let reason = doc["waiting"]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("alice") && reason.contains("mallory"),
+        "{reason}"
+    );
+    // a third party decides: the liar loses, the job ends exact
+    let mut op = SimWorker::register(&c.url, "op-1", Behaviour::Honest).await;
+    op.work(100).await;
+    alice.work(100).await;
+    let doc = c.job(&job).await;
+    assert_eq!(doc["state"], "complete", "{}", doc["waiting"]);
+    assert_eq!(doc["nodes_total"], 4_470);
+    c.stop().await;
+}

@@ -12,6 +12,7 @@ mod dashboard;
 mod folding;
 mod harness;
 mod hostile;
+mod hostile_connections;
 mod http_api;
 mod late;
 mod postgres;

@@ -35,6 +35,9 @@ pub enum AuditError {
     /// Its header does not fit its puzzle.
     #[error("{0}")]
     Header(String),
+    /// It claims more than the auditor agreed to check ([`super::Limits`]).
+    #[error("{0}")]
+    TooLarge(String),
     /// A unit is malformed or its result cannot be right.
     #[error("unit {id}: {why}")]
     Unit {
@@ -153,6 +156,18 @@ pub fn unit_of(spec: &SearchSpec, u: &CertUnit) -> Result<Unit, AuditError> {
 /// Every check that needs no re-run: header, enumeration, each unit on its own, the
 /// tiling, the sums, the solutions, the best boards and the Merkle root.
 pub fn check_structure(cert: &Certificate, spec: &SearchSpec) -> Result<Structure, AuditError> {
+    check_structure_within(cert, spec, &super::Limits::default())
+}
+
+/// [`check_structure`], refusing before the work a certificate whose claims pass
+/// `limits`: its enumeration is re-derived only when the nodes it states are within
+/// `limits.enumeration_nodes`, and the walk stops as soon as it finds more nodes than
+/// stated or more prefixes than the certificate has units.
+pub fn check_structure_within(
+    cert: &Certificate,
+    spec: &SearchSpec,
+    limits: &super::Limits,
+) -> Result<Structure, AuditError> {
     let plan = &spec.plan;
     let depths = plan.len();
     if cert.depths != depths {
@@ -190,13 +205,30 @@ pub fn check_structure(cert: &Certificate, spec: &SearchSpec) -> Result<Structur
         });
     }
 
-    // the enumeration, re-derived
+    // the enumeration, re-derived: never more than it claims (cheap checks first)
+    let stated: u64 = cert
+        .enumeration
+        .iter()
+        .fold(0u64, |a, &n| a.saturating_add(n));
+    if stated > limits.enumeration_nodes {
+        return Err(AuditError::TooLarge(format!(
+            "the certificate states {stated} enumeration nodes to re-derive; the limit is {} (raise it to audit this one)",
+            limits.enumeration_nodes
+        )));
+    }
     let mut prefixes: Vec<Vec<u32>> = Vec::new();
     let enumeration = Walker::new(plan)
-        .enumerate(&[], cert.split_depth, &mut |p| {
+        .enumerate_bounded(&[], cert.split_depth, stated, cert.units.len(), &mut |p| {
             prefixes.push(super::codes(p))
         })
-        .map_err(|e| AuditError::Header(e.to_string()))?;
+        .map_err(|e| AuditError::Header(e.to_string()))?
+        .ok_or_else(|| {
+            AuditError::Header(format!(
+                "the enumeration to depth {} has more than the {stated} nodes the certificate states, or more prefixes than its {} units",
+                cert.split_depth,
+                cert.units.len()
+            ))
+        })?;
     check_sum("enumeration nodes", &cert.enumeration, &enumeration)?;
     let enumeration_solutions = if cert.split_depth == depths && depths > 0 {
         prefixes.len() as u64

@@ -284,6 +284,38 @@ pub enum CertificateError {
     /// The body is not a certificate of a known format.
     #[error("the certificate does not parse: {0}")]
     Invalid(String),
+    /// The file claims more than the reader agreed to read ([`Limits`]).
+    #[error("{0}")]
+    TooLarge(String),
+}
+
+/// What a reader of a certificate agrees to spend on it, checked before the work: a
+/// published certificate must not be a way to exhaust the people who check it (a small
+/// gzip that unpacks to gigabytes, a claim of an enumeration that would run for days).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Bytes of the file.
+    pub file_bytes: u64,
+    /// Bytes of its body once unpacked.
+    pub body_bytes: u64,
+    /// Units.
+    pub units: usize,
+    /// Nodes of the enumeration to the split depth (re-derived by walking the tree above
+    /// the split: the auditor's time).
+    pub enumeration_nodes: u64,
+}
+
+impl Default for Limits {
+    /// 512 MiB of file, 4 GiB unpacked, 20 million units, 2 billion enumeration nodes
+    /// (under a minute on one core).
+    fn default() -> Limits {
+        Limits {
+            file_bytes: 512 << 20,
+            body_bytes: 4 << 30,
+            units: 20_000_000,
+            enumeration_nodes: 2_000_000_000,
+        }
+    }
 }
 
 impl Certificate {
@@ -315,8 +347,29 @@ pub fn seal(body: &[u8], digest: &str) -> Vec<u8> {
 
 /// The body of a certificate file, checked against its digest line.
 pub fn unseal(file: &[u8]) -> Result<Vec<u8>, CertificateError> {
+    unseal_within(file, &Limits::default())
+}
+
+/// [`unseal`], reading at most `limits.body_bytes` of unpacked body (a gzip bomb is cut
+/// off there).
+pub fn unseal_within(file: &[u8], limits: &Limits) -> Result<Vec<u8>, CertificateError> {
+    if file.len() as u64 > limits.file_bytes {
+        return Err(CertificateError::TooLarge(format!(
+            "the file is {} bytes; the limit is {} (raise it to read this one)",
+            file.len(),
+            limits.file_bytes
+        )));
+    }
     let mut text = Vec::new();
-    flate2::read::GzDecoder::new(file).read_to_end(&mut text)?;
+    flate2::read::GzDecoder::new(file)
+        .take(limits.body_bytes.saturating_add(1))
+        .read_to_end(&mut text)?;
+    if text.len() as u64 > limits.body_bytes {
+        return Err(CertificateError::TooLarge(format!(
+            "the file unpacks to more than {} bytes, the limit (raise it to read this one)",
+            limits.body_bytes
+        )));
+    }
     let trimmed = text.strip_suffix(b"\n").unwrap_or(&text);
     let split = trimmed
         .iter()
@@ -337,13 +390,25 @@ pub fn unseal(file: &[u8]) -> Result<Vec<u8>, CertificateError> {
 
 /// Reads a certificate file: checks its digest, then parses the body.
 pub fn decode(file: &[u8]) -> Result<Certificate, CertificateError> {
-    let body = unseal(file)?;
+    decode_within(file, &Limits::default())
+}
+
+/// [`decode`] within `limits` (the file, its unpacked body, its units).
+pub fn decode_within(file: &[u8], limits: &Limits) -> Result<Certificate, CertificateError> {
+    let body = unseal_within(file, limits)?;
     let cert: Certificate =
         serde_json::from_slice(&body).map_err(|e| CertificateError::Invalid(e.to_string()))?;
     if cert.format != FORMAT {
         return Err(CertificateError::Invalid(format!(
             "format {:?}, this program reads {FORMAT:?}",
             cert.format
+        )));
+    }
+    if cert.units.len() > limits.units {
+        return Err(CertificateError::TooLarge(format!(
+            "{} units; the limit is {} (raise it to read this one)",
+            cert.units.len(),
+            limits.units
         )));
     }
     Ok(cert)

@@ -50,6 +50,40 @@ impl Walker<'_> {
         Ok(finished && seen.get() <= max)
     }
 
+    /// [`Walker::enumerate`], giving up (`None`) once it has committed more than
+    /// `max_nodes` nodes or found more than `max_prefixes` fillings: a claim about a tree
+    /// is checked for no more than what it claims (the walk stops at its next poll).
+    pub fn enumerate_bounded(
+        &mut self,
+        prefix: &[Placement],
+        depth: usize,
+        max_nodes: u64,
+        max_prefixes: usize,
+        visit: &mut dyn FnMut(&[Placement]),
+    ) -> Result<Option<Vec<u64>>, UnitError> {
+        struct Bound<'a>(&'a std::cell::Cell<usize>, usize, u64);
+        impl super::Control for Bound<'_> {
+            fn poll(&mut self, committed: u64) -> bool {
+                self.0.get() > self.1 || committed > self.2
+            }
+        }
+        let seen = std::cell::Cell::new(0usize);
+        let mut counted = |p: &[Placement]| {
+            seen.set(seen.get() + 1);
+            if seen.get() <= max_prefixes {
+                visit(p);
+            }
+        };
+        let (nodes, finished) = self.enumerate_under(
+            prefix,
+            depth,
+            &mut counted,
+            &mut Bound(&seen, max_prefixes, max_nodes),
+        )?;
+        let total: u64 = nodes.iter().fold(0u64, |a, &n| a.saturating_add(n));
+        Ok((finished && seen.get() <= max_prefixes && total <= max_nodes).then_some(nodes))
+    }
+
     /// [`Walker::enumerate`] under `control`; the nodes, and whether it walked to the end.
     fn enumerate_under(
         &mut self,

@@ -157,6 +157,19 @@ pub struct Waiting {
     pub parties_online: u64,
     /// Why units wait, in words, when the fleet online cannot run them.
     pub reason: Option<String>,
+    /// The first disputed units, with the parties whose results disagree on each.
+    #[serde(default)]
+    pub disputes: Vec<Dispute>,
+}
+
+/// A disputed unit and who disagrees on it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Dispute {
+    /// The unit.
+    pub unit_id: i64,
+    /// The parties with a valid result on it: a volunteer account's name, or "operator
+    /// machine <worker id>".
+    pub parties: Vec<String>,
 }
 
 impl Waiting {
@@ -175,6 +188,20 @@ impl Waiting {
                 if workers == 1 { "it" } else { "them" },
                 self.workers_needed,
                 self.workers_online
+            ));
+        }
+        if let Some(d) = self.disputes.first()
+            && self.parties_online <= d.parties.len() as u64
+        {
+            why.push(format!(
+                "unit {} is disputed between {}: a run by another party decides it, and none is online{}",
+                d.unit_id,
+                d.parties.join(" and "),
+                if self.disputes.len() > 1 {
+                    format!(" ({} more disputed units wait too)", self.disputes.len() - 1)
+                } else {
+                    String::new()
+                }
             ));
         }
         if self.for_another_account > 0 && self.parties_online < 2 {

@@ -68,6 +68,15 @@ impl From<&JobStatus> for v2::JobStatus {
                 workers_online: j.waiting.workers_online,
                 parties_online: j.waiting.parties_online,
                 reason: j.waiting.reason.clone(),
+                disputes: j
+                    .waiting
+                    .disputes
+                    .iter()
+                    .map(|d| v2::Dispute {
+                        unit_id: d.unit_id,
+                        parties: d.parties.clone(),
+                    })
+                    .collect(),
             }),
             priority: j.priority,
             share: j.share,
@@ -151,6 +160,14 @@ impl TryFrom<&v2::JobStatus> for JobStatus {
                     workers_online: w.workers_online,
                     parties_online: w.parties_online,
                     reason: w.reason.clone(),
+                    disputes: w
+                        .disputes
+                        .iter()
+                        .map(|d| crate::api::status::Dispute {
+                            unit_id: d.unit_id,
+                            parties: d.parties.clone(),
+                        })
+                        .collect(),
                 })
                 .unwrap_or_default(),
             priority: j.priority,

@@ -136,3 +136,76 @@ async fn a_budgeted_bench_easy_job_round_trips_through_a_sampled_audit() {
     assert!((p - (n - 25.0) / n).abs() < 1e-9, "{report}");
     c.stop().await;
 }
+
+/// A published certificate must not be a way to exhaust the people who check it: a small
+/// gzip that unpacks to gigabytes, a claimed split so deep that its enumeration runs for
+/// days, a claimed enumeration far past what the auditor agreed to walk. Each is refused
+/// within seconds, before the work, naming the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hostile_certificate_cannot_exhaust_its_auditor() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&dir.path().join("c.db"), 0, Duration::from_secs(30)).await;
+    let job = c.submit("brendan/set1/pieces_06x06.txt", 4, None).await;
+    let _w = worker(
+        &c.url,
+        &dir.path().join("w"),
+        "w",
+        &["--engine", "reference"],
+    );
+    c.wait_complete(&job, Duration::from_secs(120)).await;
+    let file = dir.path().join("6x6.e2cert");
+    export(&c, &job, &file).await;
+    let timed = |f: &Path, extra: &[&str]| {
+        let started = std::time::Instant::now();
+        let (ok, report) = audit(f, extra);
+        (ok, report, started.elapsed())
+    };
+
+    // a gzip bomb: 256 MiB of zeros in a few hundred kilobytes
+    let bomb = dir.path().join("bomb.e2cert");
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    for _ in 0..256 {
+        gz.write_all(&vec![0u8; 1 << 20]).unwrap();
+    }
+    std::fs::write(&bomb, gz.finish().unwrap()).unwrap();
+    let (ok, report, took) = timed(&bomb, &["--max-body-mib", "16"]);
+    assert!(!ok && took < Duration::from_secs(10), "{took:?}");
+    assert!(
+        report["failure"]
+            .as_str()
+            .unwrap()
+            .contains("unpacks to more than"),
+        "{report}"
+    );
+
+    // a split claimed deep in the tree, with a small enumeration stated: the walk stops
+    // as soon as the tree has more than stated
+    let mut cert = decode(&std::fs::read(&file).unwrap()).unwrap();
+    let depths = cert.depths;
+    cert.split_depth = depths - 2;
+    let deep = dir.path().join("deep.e2cert");
+    std::fs::write(&deep, encode(&cert)).unwrap();
+    let (ok, report, took) = timed(&deep, &["--sample", "1"]);
+    assert!(!ok && took < Duration::from_secs(20), "{took:?}");
+    assert!(
+        report["failure"].as_str().unwrap().contains("more than"),
+        "{report}"
+    );
+
+    // an enumeration stated past the auditor's limit: refused before any walking
+    cert.enumeration[0] = 1_000_000_000_000_000;
+    let huge = dir.path().join("huge.e2cert");
+    std::fs::write(&huge, encode(&cert)).unwrap();
+    let (ok, report, took) = timed(&huge, &["--sample", "1"]);
+    assert!(!ok && took < Duration::from_secs(10), "{took:?}");
+    assert!(
+        report["failure"]
+            .as_str()
+            .unwrap()
+            .contains("--max-enumeration")
+            || report["failure"].as_str().unwrap().contains("limit"),
+        "{report}"
+    );
+    c.stop().await;
+}

@@ -288,11 +288,43 @@ impl Units for SqlTx<'_> {
                  FROM units WHERE job_id = ? AND state = 'open' AND results > 0", args![job.to_string()], |r| {
                 Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?))
             })?;
+        // the first disputed units, and who disagrees on each
+        let mut disputes: Vec<e2fleet_proto::api::status::Dispute> = Vec::new();
+        if disputed > 0 {
+            let rows: Vec<(i64, String, String)> = self.c.map(
+                "SELECT u.id, r.account_id, r.worker_id FROM units u JOIN results r ON r.unit_id = u.id \
+                 WHERE u.job_id = ? AND u.state = 'open' AND u.disputed = 1 AND r.verdict NOT IN ('wrong', 'void') \
+                 ORDER BY u.id, r.id LIMIT 200",
+                args![job.to_string()],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )?;
+            for (unit, account, worker) in rows {
+                let party = if account == "operator" {
+                    format!("operator machine {worker}")
+                } else {
+                    account
+                };
+                if let Some(d) = disputes.last_mut().filter(|d| d.unit_id == unit) {
+                    if !d.parties.contains(&party) {
+                        d.parties.push(party);
+                    }
+                    continue;
+                }
+                if disputes.len() >= 10 {
+                    break;
+                }
+                disputes.push(e2fleet_proto::api::status::Dispute {
+                    unit_id: unit,
+                    parties: vec![party],
+                });
+            }
+        }
         Ok(e2fleet_proto::api::status::Waiting {
             for_another_worker: for_worker as u64,
             for_another_account: for_account as u64,
             disputed: disputed as u64,
             workers_needed: needed as u64,
+            disputes,
             ..Default::default()
         })
     }
