@@ -291,20 +291,30 @@ async fn run() {
                 enrol[i % enrol.len()].clone()
             };
             batch.push(tokio::spawn(async move {
-                client
-                    .register_worker(v2::RegisterWorkerRequest {
-                        enroll_token,
-                        host: Some(v2::HostInfo {
-                            hostname: format!("sim-{i}"),
-                            engine_kind: v2::EngineKind::Reference.into(),
-                            ..Default::default()
-                        }),
-                        previous_worker_id: String::new(),
-                        previous_worker_token: String::new(),
-                    })
-                    .await
-                    .unwrap()
-                    .into_inner()
+                // registrations from one address are few at once: retried, as a
+                // worker retries
+                let mut backoff = e2fleet_proto::client::Backoff::worker();
+                loop {
+                    match client
+                        .register_worker(v2::RegisterWorkerRequest {
+                            enroll_token: enroll_token.clone(),
+                            host: Some(v2::HostInfo {
+                                hostname: format!("sim-{i}"),
+                                engine_kind: v2::EngineKind::Reference.into(),
+                                ..Default::default()
+                            }),
+                            previous_worker_id: String::new(),
+                            previous_worker_token: String::new(),
+                        })
+                        .await
+                    {
+                        Ok(r) => break r.into_inner(),
+                        Err(s) if s.code() == tonic::Code::ResourceExhausted => {
+                            tokio::time::sleep(backoff.failed()).await
+                        }
+                        Err(s) => panic!("{s}"),
+                    }
+                }
             }));
         }
         for b in batch {

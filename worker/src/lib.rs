@@ -11,7 +11,7 @@
 //! - [`api`]: the fleet API as typed calls (used by `run`, `verify`, `audit`, `team`);
 //! - [`run`]: the fleet client: its configuration, identity, connection, loop, engine
 //!   threads, journal, pause rules and signals;
-//! - [`solve`], [`bench`], [`verify`], [`audit`], [`team`]: the other commands;
+//! - [`solve`], [`mod@bench`], [`verify`], [`audit`], [`team`]: the other commands;
 //! - [`engine_args`]: flags that choose and build an engine; [`connect_args`]: the token,
 //!   the CA and the plaintext policy; [`host`]: what this machine is (labels sent at
 //!   registration).

@@ -78,7 +78,7 @@ impl UnitRun {
 }
 
 /// Runs suite units with the engine `engine` chooses, one after another on one thread
-/// (their engines built first, two at a time: [`build_engines`]). The suite checks counts, not speed: where `engine` leaves the walk to a race (`--walk
+/// (their engines built first, two at a time: `build_engines`). The suite checks counts, not speed: where `engine` leaves the walk to a race (`--walk
 /// auto`), a 16x16 unit runs the slot walk without racing the list walk for it (a race is
 /// ~2.5 s a puzzle, and five of the suite's puzzles are 16x16). The list walk runs the
 /// suite's smaller boards, and every job's race compares the two walks' results on that

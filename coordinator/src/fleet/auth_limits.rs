@@ -26,12 +26,12 @@ pub enum Secret {
 /// Failed worker or enrolment tokens an address may present: 20 a second, in bursts of
 /// 100; past that it is shut out for [`WORKER_SHUT_OUT`].
 const WORKER_FAILURES_PER_SECOND: u32 = 20;
-/// How long an address past [`WORKER_FAILURES_PER_SECOND`] is refused.
+/// How long an address past its worker-token failure rate is refused.
 pub const WORKER_SHUT_OUT: Duration = Duration::from_secs(5);
 /// Wrong admin tokens an address may present: one a second, in bursts of 10; past that
 /// it is shut out for [`ADMIN_SHUT_OUT`].
 const ADMIN_FAILURES_PER_SECOND: u32 = 1;
-/// How long an address past [`ADMIN_FAILURES_PER_SECOND`] is refused admin calls.
+/// How long an address past its admin-token failure rate is refused admin calls.
 pub const ADMIN_SHUT_OUT: Duration = Duration::from_secs(60);
 
 /// Most addresses remembered as shut out (expired entries are dropped first when full).

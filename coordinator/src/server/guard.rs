@@ -56,8 +56,10 @@ pub const BODY_TIME: Duration = Duration::from_secs(300);
 
 /// Calls without a token in flight at once, from everyone.
 pub const OPEN_IN_FLIGHT: usize = 256;
-/// Calls without a token in flight at once from one address.
-pub const OPEN_IN_FLIGHT_PER_IP: usize = 8;
+/// Calls without a token in flight at once from one address (a lab behind one address
+/// registering its workers together gets more as these end: a registration takes
+/// milliseconds).
+pub const OPEN_IN_FLIGHT_PER_IP: usize = 32;
 /// Verification and audit submissions (the heavy bodies) in flight at once, from
 /// everyone; each identity has one at a time.
 pub const HEAVY_IN_FLIGHT: usize = 4;

@@ -168,7 +168,7 @@ pub struct Dispute {
     /// The unit.
     pub unit_id: i64,
     /// The parties with a valid result on it: a volunteer account's name, or "operator
-    /// machine <worker id>".
+    /// machine" and its worker id.
     pub parties: Vec<String>,
 }
 

@@ -1,6 +1,6 @@
 //! How a running worker is steered from outside its loop: stop (engines report their
 //! exact cursors, results are delivered, `run` returns) and pause (engines hold still).
-//! Signals drive them in the program ([`super::signals`]); tests and embedders call them
+//! Signals drive them in the program (`signals`); tests and embedders call them
 //! directly.
 
 use std::sync::Arc;
