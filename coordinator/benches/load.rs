@@ -291,9 +291,13 @@ async fn run() {
                 enrol[i % enrol.len()].clone()
             };
             batch.push(tokio::spawn(async move {
-                // registrations from one address are few at once: retried, as a
-                // worker retries
-                let mut backoff = e2fleet_proto::client::Backoff::worker();
+                // the coordinator takes few registrations at once from one address:
+                // refused ones are retried (sooner than a worker would, so the bench
+                // measures leases and reports, not its own back-off)
+                let mut backoff = e2fleet_proto::client::Backoff::new(
+                    std::time::Duration::from_millis(20),
+                    std::time::Duration::from_secs(1),
+                );
                 loop {
                     match client
                         .register_worker(v2::RegisterWorkerRequest {
