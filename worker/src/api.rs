@@ -25,6 +25,19 @@ use tonic::{Code, Request, Status};
 /// a slow link, short enough that the loop hears of a dead link soon.
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Most lease ids read from one heartbeat answer's list (a worker holds at most 64).
+const MAX_LEASE_IDS: usize = 1024;
+
+/// What a heartbeat answered.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BeatReply {
+    /// Leases to drop without a report.
+    pub drop: Vec<LeaseId>,
+    /// Leases to stop at their exact cursor and report (their units are split for
+    /// threads that are idle elsewhere).
+    pub yield_now: Vec<LeaseId>,
+}
+
 fn malformed(e: WireError) -> Status {
     Status::internal(format!("malformed answer from the coordinator: {e}"))
 }
@@ -241,17 +254,23 @@ impl Coordinator {
         Ok((leases, Duration::from_millis(r.retry_after_ms as u64)))
     }
 
-    /// Keeps the leases a heartbeat names alive; the leases to drop.
-    pub async fn heartbeat(&mut self, beat: &Heartbeat) -> Result<Vec<LeaseId>, Status> {
+    /// Keeps the leases a heartbeat names alive; the leases to drop and to yield.
+    pub async fn heartbeat(&mut self, beat: &Heartbeat) -> Result<BeatReply, Status> {
         let r = self
             .client
             .heartbeat(self.req(v2::HeartbeatRequest::from(beat)))
             .await?
             .into_inner();
-        r.stop_lease_ids
-            .iter()
-            .map(|s| s.parse::<LeaseId>().map_err(|e| malformed(e.into())))
-            .collect()
+        let ids = |ids: &[String]| {
+            ids.iter()
+                .take(MAX_LEASE_IDS)
+                .map(|s| s.parse::<LeaseId>().map_err(|e| malformed(e.into())))
+                .collect::<Result<Vec<_>, Status>>()
+        };
+        Ok(BeatReply {
+            drop: ids(&r.stop_lease_ids)?,
+            yield_now: ids(&r.yield_lease_ids)?,
+        })
     }
 
     /// Reports one result.

@@ -87,18 +87,32 @@ pub fn job(j: &JobStatus, json: bool) {
         rate(Some(j.aggregate_nodes_per_s), "fleet", ""),
     );
     if let Some(e) = &j.estimate
-        && let (Some(tree), Some(low), Some(high)) = (e.tree_nodes, e.tree_low, e.tree_high)
+        && let Some(tree) = e.tree_nodes
     {
-        let eta = e.eta_seconds.map_or("no rate yet".to_string(), |s| {
-            format!("~{} at this job's rate", duration(s))
-        });
-        outln!(
-            "  estimate: tree ~{} nodes (95% interval {} - {}), ~{} left, {eta}",
-            sci(tree),
-            sci(low),
-            sci(high),
-            sci(tree - j.nodes_total as f64)
-        );
+        let (size, eta) = match (e.tree_low, e.tree_high) {
+            (Some(low), Some(high)) => (
+                format!(
+                    "tree ~{} nodes (95% interval {} - {}), ~{} left",
+                    sci(tree),
+                    sci(low),
+                    sci(high),
+                    sci(tree - j.nodes_total as f64)
+                ),
+                e.eta_seconds.map_or("no rate yet".to_string(), |s| {
+                    format!("~{} at this job's rate", duration(s))
+                }),
+            ),
+            _ => (
+                format!(
+                    "tree at least {} nodes (95%; the samples' mean ~{} is a guess)",
+                    sci(e.tree_at_least.unwrap_or(tree)),
+                    sci(tree)
+                ),
+                "time to go unknown".to_string(),
+            ),
+        };
+        outln!("  estimate: {size}, {eta}");
+        outln!("  estimated by: {}", e.tree_how);
     }
     if j.paused {
         outln!("  paused: no new leases (`resume {}` goes on)", j.job_id);

@@ -456,9 +456,7 @@ async function jobPage(id) {
     section("Progress", progressBar(Number(u.done), total),
       el("p", {}, est ? `Estimated remaining: about ${compact(est.remaining_nodes)} nodes. How: ${est.how}.` :
         job.state === "running" ? "No estimate yet: it needs finished units." : "Nothing remains."),
-      est && est.tree_nodes != null ? el("p", { id: "tree-estimate" },
-        `The whole tree: about ${compact(est.tree_nodes)} nodes (95% interval ${compact(est.tree_low)} to ${compact(est.tree_high)})` +
-        (est.eta_seconds != null ? `, about ${duration(est.eta_seconds)} to go at this job's rate` : "") + `. How: ${est.tree_how}.`) : null),
+      est && est.tree_nodes != null ? el("p", { id: "tree-estimate" }, treeEstimateText(est)) : null),
     el("div", { class: "grid2" },
       section("Boards", el("div", { class: "boards" }, boards)),
       section("Nodes per depth (log scale)", depthChart(job.nodes_by_depth || []),
@@ -640,6 +638,16 @@ function route() {
   return { nav: "fleet", key: "fleet", render: fleetPage };
 }
 
+// The tree estimate in words: an interval only when the estimate can support one, and
+// the time to go only then.
+function treeEstimateText(est) {
+  const size = est.tree_high != null
+    ? `about ${compact(est.tree_nodes)} nodes (95% interval ${compact(est.tree_low)} to ${compact(est.tree_high)})`
+    : `at least ${compact(est.tree_at_least)} nodes (95% confidence; the mean of the samples, ${compact(est.tree_nodes)}, is a guess: the tree's mass is in branches the samples have not all seen)`;
+  const eta = est.eta_seconds != null ? `, about ${duration(est.eta_seconds)} to go at this job's rate` : ", time to go unknown";
+  return `The whole tree: ${size}${eta}. How: ${est.tree_how}.`;
+}
+
 let inFlight = false;
 async function refresh() {
   if (inFlight || !current) return;
@@ -648,7 +656,10 @@ async function refresh() {
     const content = await current.render();
     const main = document.getElementById("main");
     const scroll = window.scrollY;
-    main.replaceChildren(...content);
+    // pages leave out what does not apply as null: append() skips it, replaceChildren
+    // would print it
+    main.replaceChildren();
+    append(main, content);
     window.scrollTo(0, scroll);
     document.body.dataset.loaded = String(Number(document.body.dataset.loaded || 0) + 1);
     setLive(true, "live · " + new Date().toLocaleTimeString());

@@ -10,12 +10,27 @@ use e2fleet_engine::search::Walker;
 use e2fleet_proto::api::{Heartbeat, JobId, Lease, LeaseId};
 use tracing::{info, instrument, warn};
 
-use super::policy::{MAX_LEASES_PER_CALL, MAX_LEASES_PER_REQUEST, MAX_PAUSED_CHARS, lease_cap};
+use super::policy::{
+    MAX_LEASES_PER_CALL, MAX_LEASES_PER_REQUEST, MAX_PAUSED_CHARS, YIELD_AFTER_MS,
+    YIELD_LOOK_EVERY_MS, YIELD_PATIENCE_MS, lease_cap,
+};
 use super::{Fleet, FleetError, LeasedUnit};
 use crate::store::{
     LeaseRecord, LeaseState, Leasing, NewUnit, Seen, StoreError, Tx, UnitKind, UnitRecord,
     WorkerRecord,
 };
+
+/// What a heartbeat answers.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BeatAnswer {
+    /// The leases' new deadline, ms since the epoch.
+    pub deadline_ms: i64,
+    /// Leases to drop without a report.
+    pub stop: Vec<LeaseId>,
+    /// Leases to stop now at their exact cursor and report: the coordinator splits the
+    /// rest of their units for idle threads.
+    pub yield_now: Vec<LeaseId>,
+}
 
 impl Fleet {
     /// Returns expired leases' units to the queue.
@@ -127,6 +142,9 @@ impl Fleet {
                     Err(e) => warn!(unit_id = %unit.id, error = %e, "continuation not split"),
                 }
             }
+        }
+        if rows.is_empty() {
+            self.ask_running_unit_to_yield(tx, now)?;
         }
         let mut grants = Vec::with_capacity(rows.len());
         for row in rows {
@@ -245,7 +263,27 @@ impl Fleet {
         Ok(!siblings.is_empty())
     }
 
-    /// Extends a worker's leases; returns the new deadline and the leases it must drop.
+    /// A worker found nothing to do: if a unit has run long on a job with nothing else to
+    /// lease, its lease is asked to stop at its exact cursor and report (heard at its
+    /// worker's next heartbeat). The stopped run counts (only such units are asked: the
+    /// operator's, quorum one, no other run), and the rest becomes a continuation that
+    /// the next idle lease call splits into sibling units. At most once a second, and one
+    /// unit a job at a time.
+    fn ask_running_unit_to_yield(&self, tx: &mut dyn Tx, now: i64) -> Result<(), FleetError> {
+        let last = self.last_yield_ms.load(Ordering::Relaxed);
+        if now - last < YIELD_LOOK_EVERY_MS && now >= last {
+            return Ok(());
+        }
+        self.last_yield_ms.store(now, Ordering::Relaxed);
+        if let Some(lease) = tx.yield_candidate(now - YIELD_AFTER_MS, now - YIELD_PATIENCE_MS)? {
+            tx.request_yield(lease, now)?;
+            info!(lease_id = %lease, "a long-running unit asked to stop at its cursor for idle threads");
+        }
+        Ok(())
+    }
+
+    /// Extends a worker's leases; returns the new deadline, the leases it must drop and
+    /// those it should stop at their cursor and report.
     ///
     /// A lease that expired while its worker was away (a laptop asleep, a partition) comes
     /// back to life when nothing happened to its unit meanwhile: the worker carries on
@@ -256,7 +294,7 @@ impl Fleet {
         &self,
         worker: &WorkerRecord,
         beat: &Heartbeat,
-    ) -> Result<(i64, Vec<LeaseId>), FleetError> {
+    ) -> Result<BeatAnswer, FleetError> {
         let now = self.now();
         let deadline = now + self.config.lease.as_millis() as i64;
         let worker_id = worker.id;
@@ -303,7 +341,13 @@ impl Fleet {
                     ..Seen::default()
                 };
                 tx.worker_seen(worker_id, now, &seen)?;
-                Ok((deadline, stop))
+                let mut yield_now = tx.yields_of_worker(worker_id)?;
+                yield_now.retain(|id| !stop.contains(id));
+                Ok(BeatAnswer {
+                    deadline_ms: deadline,
+                    stop,
+                    yield_now,
+                })
             })
             .await
     }

@@ -54,6 +54,7 @@ mod submission;
 pub mod verification;
 
 pub use e2fleet_proto::REPORT_MAX_SOLUTIONS;
+pub use leasing::BeatAnswer;
 pub use registration::{MAX_LABEL_BYTES, TOKEN_CACHE_TTL, check_label, random_token};
 pub use submission::{choose_split_depth, self_tests};
 pub use verification::FLAGS_TTL;
@@ -204,7 +205,7 @@ pub struct JobCtx {
     pub self_tests: OnceLock<Vec<SelfTest>>,
     /// The job's node budget per run.
     pub budget: Option<u64>,
-    /// The tree's size by random probes, made on first request (`status::job`).
+    /// The tree's size estimate, made on first request (`status::job`).
     pub tree: OnceLock<e2fleet_engine::search::estimate::TreeEstimate>,
 }
 
@@ -247,6 +248,8 @@ pub struct Fleet {
     flagged: Mutex<Option<(verification::Flags, std::time::Instant)>>,
     /// When the lease path last expired overdue leases (ms).
     last_expiry_ms: AtomicI64,
+    /// When a lease call last looked for a running unit to split (see `leasing`).
+    last_yield_ms: AtomicI64,
     /// Lease id -> (job, budget, unit) of the units handed out, so a report is verified
     /// without a read (see `reports::precheck`). A hint only: the write path compares it
     /// with the stored unit and checks again if they differ.
@@ -289,6 +292,7 @@ impl Fleet {
             tokens: Mutex::new(HashMap::new()),
             flagged: Mutex::new(None),
             last_expiry_ms: AtomicI64::new(i64::MIN / 2),
+            last_yield_ms: AtomicI64::new(i64::MIN / 2),
             leased: Mutex::new(HashMap::new()),
             default_suite_ready: AtomicBool::new(false),
             live: Mutex::new((i64::MIN / 2, 0)),

@@ -15,6 +15,15 @@ pub const DEFAULT_TARGET_UNITS: usize = 1000;
 /// by the tree estimate (see `submission::size_by_time`).
 pub const UNIT_SECONDS: f64 = 60.0;
 
+/// How long a unit must have run before it is asked to stop at its cursor so the rest can
+/// be split for idle threads, ms (the worker hears it at its next heartbeat).
+pub const YIELD_AFTER_MS: i64 = 10_000;
+/// How long one job waits for a unit asked to yield before asking another, ms (a unit
+/// answers at its worker's next heartbeat, a third of a lease).
+pub const YIELD_PATIENCE_MS: i64 = 30_000;
+/// How often lease calls that found nothing look for a running unit to split, ms.
+pub const YIELD_LOOK_EVERY_MS: i64 = 1_000;
+
 /// Per-core nodes/s assumed for sizing units when no result of the last hour was timed.
 pub const DEFAULT_PER_CORE_NODES_PER_S: f64 = 100e6;
 
@@ -39,10 +48,10 @@ pub const SHARES_EVERY_MS: i64 = 500;
 /// Largest share a job may have (shares are relative: 1 is the default).
 pub const MAX_SHARE: f64 = 1_000_000.0;
 
-/// Prefixes a job's tree estimate probes below (a uniform sample; all when fewer).
-pub const TREE_PREFIXES: usize = 200;
-/// Random probes below each sampled prefix.
-pub const TREE_PROBES: usize = 50;
+/// What a job's tree estimate spends (the population estimator, about a second of one
+/// core on a 16x16 board).
+pub const TREE_EFFORT: e2fleet_engine::search::estimate::Effort =
+    e2fleet_engine::search::estimate::Effort::JOB;
 
 /// How long a count of live parties is reused, ms.
 pub const LIVE_PARTIES_EVERY_MS: i64 = 2_000;

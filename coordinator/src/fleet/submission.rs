@@ -12,7 +12,7 @@ use tracing::{info, warn};
 
 use super::policy::{
     DEFAULT_ORDER, DEFAULT_PER_CORE_NODES_PER_S, DEFAULT_TARGET_UNITS, MAX_REPLICAS, MAX_SHARE,
-    MAX_UNITS_PER_JOB, SELF_TEST_BUDGETS, TREE_PREFIXES, TREE_PROBES, UNIT_SECONDS, quorum_for,
+    MAX_UNITS_PER_JOB, SELF_TEST_BUDGETS, TREE_EFFORT, UNIT_SECONDS, quorum_for,
 };
 use super::{Fleet, FleetError, JobCtx, REPORT_MAX_SOLUTIONS, finish_if_done};
 use crate::store::{JobRecord, NewJob, NewUnit, RateSample, Schedule, UnitKind};
@@ -257,9 +257,10 @@ pub struct Sized {
 /// [`DEFAULT_TARGET_UNITS`] units and a note to give a budget.
 pub fn size_by_time(plan: &SearchPlan, per_core: f64, seed: u64) -> Sized {
     let target = UNIT_SECONDS * per_core;
-    let probe_depth = choose_split_depth(plan, 64);
-    let tree = estimate::estimate_tree(plan, probe_depth, TREE_PREFIXES, TREE_PROBES, seed);
-    if tree.nodes <= target {
+    // the mean: on a heavy-tailed tree usually low, so units may come out bigger than a
+    // minute; a unit that runs long is split while it runs (see `leasing`)
+    let tree = estimate::estimate_tree(plan, TREE_EFFORT, seed).point(0.0);
+    if tree <= target {
         return Sized {
             depth: 0,
             note: None,
@@ -275,19 +276,19 @@ pub fn size_by_time(plan: &SearchPlan, per_core: f64, seed: u64) -> Sized {
         if prefixes == 0.0 || prefixes > MAX_UNITS_PER_JOB as f64 {
             break;
         }
-        if (tree.nodes - known) / prefixes <= target {
+        if (tree - known) / prefixes <= target {
             return Sized { depth, note: None };
         }
     }
     let depth = choose_split_depth(plan, DEFAULT_TARGET_UNITS);
-    let years = tree.nodes / per_core / (365.25 * 86400.0);
+    let years = tree / per_core / (365.25 * 86400.0);
     Sized {
         depth,
         note: Some(format!(
             "this tree is estimated at ~{:.1e} nodes, ~{years:.1e} years on one core: no split gives units of about a minute, \
              so it is split into about {DEFAULT_TARGET_UNITS} units that will not finish; give --budget N (nodes per run) so every \
              run ends with an exact cursor and continues",
-            tree.nodes
+            tree
         )),
     }
 }

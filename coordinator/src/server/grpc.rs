@@ -175,10 +175,11 @@ impl WorkerService for WorkerApi {
     ) -> Result<Response<v2::HeartbeatResponse>, Status> {
         let worker = self.worker(&request).await?;
         let beat = wire(Heartbeat::try_from(request.get_ref()))?;
-        let (deadline, stop) = self.0.heartbeat(&worker, &beat).await.map_err(status_of)?;
+        let answer = self.0.heartbeat(&worker, &beat).await.map_err(status_of)?;
         Ok(Response::new(v2::HeartbeatResponse {
-            deadline_unix_ms: deadline,
-            stop_lease_ids: stop.iter().map(ToString::to_string).collect(),
+            deadline_unix_ms: answer.deadline_ms,
+            stop_lease_ids: answer.stop.iter().map(ToString::to_string).collect(),
+            yield_lease_ids: answer.yield_now.iter().map(ToString::to_string).collect(),
         }))
     }
 

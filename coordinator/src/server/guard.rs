@@ -57,9 +57,10 @@ pub const BODY_TIME: Duration = Duration::from_secs(300);
 /// Calls without a token in flight at once, from everyone.
 pub const OPEN_IN_FLIGHT: usize = 256;
 /// Calls without a token in flight at once from one address (a lab behind one address
-/// registering its workers together gets more as these end: a registration takes
-/// milliseconds).
-pub const OPEN_IN_FLIGHT_PER_IP: usize = 32;
+/// registering its workers together is refused past this and retries: a registration
+/// takes milliseconds). Eight addresses at this limit fill a quarter of
+/// [`OPEN_IN_FLIGHT`].
+pub const OPEN_IN_FLIGHT_PER_IP: usize = 8;
 /// Verification and audit submissions (the heavy bodies) in flight at once, from
 /// everyone; each identity has one at a time.
 pub const HEAVY_IN_FLIGHT: usize = 4;

@@ -1,11 +1,12 @@
 //! A job's status.
 
 use e2fleet_engine::search::estimate::{self, TreeEstimate};
+
 use e2fleet_proto::api::status::{DeepestBoard, Estimate, JobStatus, ResultGroup, Waiting};
 use e2fleet_proto::api::{JobId, JobState};
 
 use super::RATE_WINDOW_MS;
-use crate::fleet::policy::{TREE_PREFIXES, TREE_PROBES};
+use crate::fleet::policy::TREE_EFFORT;
 use crate::fleet::{Fleet, FleetError};
 use crate::store::{JobRecord, RateSample, Tx};
 
@@ -28,17 +29,12 @@ impl Fleet {
             .await?;
         // the tree estimate: made once per job (tens of ms), off the async threads
         let ctx = self.context(job_id).await?;
-        let split_depth = status.split_depth;
         let tree = tokio::task::spawn_blocking(move || {
-            *ctx.tree.get_or_init(|| {
-                estimate::estimate_tree(
-                    &ctx.spec.plan,
-                    split_depth,
-                    TREE_PREFIXES,
-                    TREE_PROBES,
-                    seed_of(job_id),
-                )
-            })
+            ctx.tree
+                .get_or_init(|| {
+                    estimate::estimate_tree(&ctx.spec.plan, TREE_EFFORT, seed_of(job_id))
+                })
+                .clone()
         })
         .await
         .map_err(|e| FleetError::FailedPrecondition(format!("tree estimate: {e}")))?;
@@ -185,7 +181,7 @@ impl Fleet {
     /// A job's tree estimate, if already made.
     fn made_tree_estimate(&self, job: JobId) -> Option<TreeEstimate> {
         self.cached_context(job)
-            .and_then(|ctx| ctx.tree.get().copied())
+            .and_then(|ctx| ctx.tree.get().cloned())
     }
 }
 
@@ -194,20 +190,25 @@ fn seed_of(job: JobId) -> u64 {
     u64::from_le_bytes(job.0.as_bytes()[..8].try_into().expect("8 bytes"))
 }
 
-/// Adds the tree estimate to a running job's status: the tree's size with its interval,
-/// what it leaves to walk and how long that takes at the job's aggregate rate.
+/// Adds the tree estimate to a running job's status: the tree's size (an interval when
+/// the estimate supports one, else what it is at least), what is counted and what is
+/// extrapolated, and how long the rest takes at the job's aggregate rate (unknown without
+/// an interval: a time from a guess would mislead).
 fn add_tree_estimate(status: &mut JobStatus, tree: &TreeEstimate) {
-    if status.state != JobState::Running || tree.sampled == 0 {
+    if status.state != JobState::Running {
         return;
     }
     let counted = status.nodes_total as f64;
-    let (low, high) = tree.interval(counted);
-    let nodes = tree.nodes.max(counted);
+    let nodes = tree.point(counted);
+    let interval = tree.interval(counted);
     let left = nodes - counted;
-    let eta = (status.aggregate_nodes_per_s > 0.0).then(|| left / status.aggregate_nodes_per_s);
+    let eta = interval
+        .filter(|_| status.aggregate_nodes_per_s > 0.0)
+        .map(|_| left / status.aggregate_nodes_per_s);
     let tree_how = format!(
-        "Knuth's random probes below {} of the {} prefixes at split depth {} ({} probes), the interval from their spread (95%); subtree sizes are heavy-tailed, so the true size is more often above the interval than below",
-        tree.sampled, tree.prefixes, status.split_depth, tree.probes
+        "{}; {} nodes counted exactly so far, the rest extrapolated",
+        tree.method(),
+        status.nodes_total
     );
     let estimate = status.estimate.get_or_insert_with(|| Estimate {
         remaining_nodes: left,
@@ -215,8 +216,9 @@ fn add_tree_estimate(status: &mut JobStatus, tree: &TreeEstimate) {
         ..Estimate::default()
     });
     estimate.tree_nodes = Some(nodes);
-    estimate.tree_low = Some(low);
-    estimate.tree_high = Some(high);
+    estimate.tree_low = interval.map(|i| i.0);
+    estimate.tree_high = interval.map(|i| i.1);
+    estimate.tree_at_least = Some(tree.lower(counted));
     estimate.eta_seconds = eta;
     estimate.tree_how = tree_how;
 }

@@ -144,6 +144,19 @@ pub trait Leases {
     /// run is not needed any more); their ids and units.
     fn supersede_decided_leases(&mut self, worker: WorkerId)
     -> StoreResult<Vec<(LeaseId, UnitId)>>;
+    /// The running unit best split for idle threads: the oldest active lease, created
+    /// before `started_before`, not yet asked to yield, on a running unpaused job with no
+    /// other lease asked to yield since `asked_since`, whose unit a stopped run of the
+    /// operator's counts alone (quorum one, no result, no other lease out). Its id.
+    fn yield_candidate(
+        &mut self,
+        started_before: i64,
+        asked_since: i64,
+    ) -> StoreResult<Option<LeaseId>>;
+    /// Asks an active lease to stop at its cursor and report (at `now_ms`).
+    fn request_yield(&mut self, id: LeaseId, now_ms: i64) -> StoreResult<()>;
+    /// A worker's active leases asked to yield.
+    fn yields_of_worker(&mut self, worker: WorkerId) -> StoreResult<Vec<LeaseId>>;
     /// Releases a worker's active lease; its unit if it was active.
     fn release_lease(&mut self, id: LeaseId, worker: WorkerId) -> StoreResult<Option<UnitId>>;
     /// Cancels the active leases of a job's units; how many.

@@ -513,6 +513,12 @@ impl SimWorker {
     /// Heartbeats `leases`; the ids of those the coordinator says to drop.
     #[allow(dead_code)]
     pub async fn heartbeat(&mut self, leases: &[&v2::Lease]) -> Result<Vec<String>, Status> {
+        Ok(self.beat(leases).await?.stop_lease_ids)
+    }
+
+    /// Heartbeats `leases`; the whole answer.
+    #[allow(dead_code)]
+    pub async fn beat(&mut self, leases: &[&v2::Lease]) -> Result<v2::HeartbeatResponse, Status> {
         let r = self
             .client
             .heartbeat(
@@ -530,7 +536,7 @@ impl SimWorker {
                 }),
             )
             .await?;
-        Ok(r.into_inner().stop_lease_ids)
+        Ok(r.into_inner())
     }
 
     pub async fn report(&mut self, lease: &v2::Lease, r: &UnitResult) -> Result<String, Status> {

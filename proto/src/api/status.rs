@@ -46,7 +46,7 @@ pub struct Estimate {
     pub remaining_nodes: f64,
     /// How the figure was made, and how far to trust it.
     pub how: String,
-    /// The whole tree's estimated nodes (Knuth's random probes), when made.
+    /// The whole tree's estimated nodes (the mean of the estimate's runs), when made.
     pub tree_nodes: Option<f64>,
     /// Low end of its 95% interval (never below the nodes already counted).
     pub tree_low: Option<f64>,
@@ -56,6 +56,9 @@ pub struct Estimate {
     pub eta_seconds: Option<f64>,
     /// How the tree estimate was made.
     pub tree_how: String,
+    /// At least this many nodes, at 95% confidence, however heavy the tree's tail.
+    #[serde(default)]
+    pub tree_at_least: Option<f64>,
 }
 
 /// Results of a job with one verdict and engine build.

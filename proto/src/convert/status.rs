@@ -48,6 +48,7 @@ impl From<&JobStatus> for v2::JobStatus {
                 tree_high: e.tree_high,
                 eta_seconds: e.eta_seconds,
                 tree_how: e.tree_how.clone(),
+                tree_at_least: e.tree_at_least,
             }),
             results: j
                 .results
@@ -135,6 +136,7 @@ impl TryFrom<&v2::JobStatus> for JobStatus {
                 tree_high: e.tree_high,
                 eta_seconds: e.eta_seconds,
                 tree_how: e.tree_how.clone(),
+                tree_at_least: e.tree_at_least,
             }),
             results: j
                 .results

@@ -45,6 +45,17 @@ pub enum Outcome {
     },
 }
 
+/// What [`Executor::yield_lease`] did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Yielded {
+    /// The run stops at its cursor and its result is sent as usual.
+    Stopping,
+    /// The unit was queued, not started: it is the caller's to give back.
+    Dequeued,
+    /// Not held here (finished, or never given to the engines).
+    NotHeld,
+}
+
 #[derive(Default)]
 struct Shared {
     queue: Mutex<VecDeque<Task>>,
@@ -238,6 +249,33 @@ impl Executor {
                 .insert(lease_id);
         }
         was_queued || running
+    }
+
+    /// Stops one lease's run at its exact cursor, to be reported (the coordinator splits
+    /// the rest of its unit); a queued one leaves the queue unstarted.
+    pub fn yield_lease(&self, lease_id: LeaseId) -> Yielded {
+        let mut queue = self.shared.queue.lock().expect("queue");
+        let before = queue.len();
+        queue.retain(|t| t.lease.lease_id != lease_id);
+        if queue.len() < before {
+            return Yielded::Dequeued;
+        }
+        drop(queue);
+        if self
+            .shared
+            .running
+            .lock()
+            .expect("running")
+            .contains_key(&lease_id)
+        {
+            self.shared
+                .stop_leases
+                .lock()
+                .expect("stop set")
+                .insert(lease_id);
+            return Yielded::Stopping;
+        }
+        Yielded::NotHeld
     }
 
     /// Engine threads without a unit now (waiting on the queue; a lane engine short of
@@ -660,6 +698,57 @@ mod tests {
             "engine time {} s counts the pause ({waited:.2} s in all)",
             entry.engine_seconds
         );
+        executor.join();
+    }
+
+    /// A lease asked to yield: a running one stops at its exact cursor and reports it
+    /// (its continuation walks the rest to the unit's exact count); a queued one leaves
+    /// the queue unstarted, for the caller to give back.
+    #[test]
+    fn a_yielded_lease_stops_at_its_cursor_and_reports() {
+        let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+        let executor = Executor::start(1, tx);
+        let running = task(1_000_000_000);
+        let (running_id, unit) = (running.lease.lease_id, running.lease.unit.clone());
+        let queued = task(1_000_000_000);
+        let queued_id = queued.lease.lease_id;
+        executor.push(running);
+        let t = Instant::now();
+        while executor.load().1 != 1 {
+            assert!(t.elapsed() < Duration::from_secs(20), "the unit never ran");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        executor.push(queued);
+        assert_eq!(executor.yield_lease(queued_id), Yielded::Dequeued);
+        assert_eq!(executor.yield_lease(running_id), Yielded::Stopping);
+        assert_eq!(executor.yield_lease(LeaseId::random()), Yielded::NotHeld);
+        let t = Instant::now();
+        let entry = loop {
+            if let Ok(o) = rx.try_recv() {
+                break done(o);
+            }
+            assert!(t.elapsed() < Duration::from_secs(20), "no outcome");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(entry.lease_id, running_id);
+        let cursor = entry.result.cursor.clone().expect("stopped at a cursor");
+        assert_eq!(
+            entry.result.stop,
+            Some(e2fleet_engine::unit::StopReason::Requested)
+        );
+        // the stopped run and its continuation add up to the whole unit
+        let plan = plan();
+        let mut walker = e2fleet_engine::search::Walker::new(&plan);
+        let options = e2fleet_engine::search::RunOptions::default();
+        let rest = walker
+            .run(
+                &unit.continuation(cursor),
+                options,
+                &mut e2fleet_engine::search::NoControl,
+            )
+            .unwrap();
+        // Brendan set 1 6x6's whole tree
+        assert_eq!(entry.result.committed + rest.committed, 69_284_103);
         executor.join();
     }
 

@@ -23,13 +23,13 @@ use tracing::{debug, error, info, warn};
 use super::RunConfig;
 use super::connection::Connection;
 use super::controls::Controls;
-use super::executor::{Executor, Outcome, Task};
+use super::executor::{Executor, Outcome, Task, Yielded};
 use super::jobs::{JobEngine, Prepared, prepare_job, verify_class};
 use super::journal::{Entry, Journal};
 use super::pacing::{Idle, IdleLedger, Outstanding, UnitPace, WakeWatch, queue_target};
 use super::pause::{Conditions, Reason};
 use super::signals::Console;
-use crate::api::is_transient;
+use crate::api::{BeatReply, is_transient};
 use crate::engine_args::EngineArgs;
 
 /// How long a stopping worker keeps trying to deliver finished results before it exits
@@ -61,7 +61,7 @@ enum Answer {
     Heartbeat {
         took: Duration,
         generation: u64,
-        answer: Result<Vec<LeaseId>, Status>,
+        answer: Result<BeatReply, Status>,
     },
     Released {
         answer: Result<u32, Status>,
@@ -730,10 +730,11 @@ impl FleetLoop {
             } => {
                 self.heartbeats_out.answered();
                 match answer {
-                    Ok(drop) => {
+                    Ok(reply) => {
                         self.conn.ok(took);
                         self.last_heartbeat = Instant::now();
-                        self.drop_leases(&drop, executor)?;
+                        self.drop_leases(&reply.drop, executor)?;
+                        self.yield_leases(&reply.yield_now, executor);
                     }
                     Err(s) => {
                         self.heartbeat_now = true;
@@ -810,6 +811,31 @@ impl FleetLoop {
             }
         }
         Ok(())
+    }
+
+    /// Leases the coordinator wants split for idle threads elsewhere: a running unit
+    /// stops at its exact cursor and reports it (the coordinator counts the run and
+    /// splits the rest); a unit not started yet goes back whole.
+    fn yield_leases(&mut self, leases: &[LeaseId], executor: &Executor) {
+        let mut back = Vec::new();
+        for id in leases {
+            match executor.yield_lease(*id) {
+                Yielded::Stopping => {
+                    info!(lease_id = %id, "unit stopped at its cursor: the coordinator splits the rest for idle threads")
+                }
+                Yielded::Dequeued => back.push(*id),
+                Yielded::NotHeld => {
+                    let waited = self.waiting.len();
+                    self.waiting.retain(|l| l.lease_id != *id);
+                    if self.waiting.len() < waited {
+                        back.push(*id);
+                    }
+                }
+            }
+        }
+        if !back.is_empty() {
+            self.release(back);
+        }
     }
 
     /// The status line a person watching sees.

@@ -144,6 +144,40 @@ impl Leases for SqlTx<'_> {
         )
     }
 
+    fn yield_candidate(
+        &mut self,
+        started_before: i64,
+        asked_since: i64,
+    ) -> StoreResult<Option<LeaseId>> {
+        self.c.map_row(
+            "SELECT l.id FROM leases l JOIN units u ON u.id = l.unit_id JOIN jobs j ON j.id = u.job_id \
+             WHERE l.state = 'active' AND l.yield_ms IS NULL AND l.created_ms <= ?1 AND l.account_id = ?2 \
+               AND u.state IN ('open', 'busy') AND u.needed = 1 AND u.results = 0 AND u.active_leases = 1 \
+               AND j.state = 'running' AND j.paused = 0 \
+               AND NOT EXISTS (SELECT 1 FROM leases o JOIN units ou ON ou.id = o.unit_id \
+                               WHERE ou.job_id = u.job_id AND o.state = 'active' AND o.yield_ms >= ?3) \
+             ORDER BY l.created_ms LIMIT 1",
+            args![started_before, AccountId::OPERATOR, asked_since],
+            |r| r.parsed(0),
+        )
+    }
+
+    fn request_yield(&mut self, id: LeaseId, now_ms: i64) -> StoreResult<()> {
+        self.c.execute(
+            "UPDATE leases SET yield_ms = ? WHERE id = ? AND state = 'active'",
+            args![now_ms, id.to_string()],
+        )?;
+        Ok(())
+    }
+
+    fn yields_of_worker(&mut self, worker: WorkerId) -> StoreResult<Vec<LeaseId>> {
+        self.c.map(
+            "SELECT id FROM leases WHERE worker_id = ? AND state = 'active' AND yield_ms IS NOT NULL",
+            args![worker.to_string()],
+            |r| r.parsed(0),
+        )
+    }
+
     fn release_lease(&mut self, id: LeaseId, worker: WorkerId) -> StoreResult<Option<UnitId>> {
         self.c.map_row("UPDATE leases SET state = 'released' WHERE id = ? AND worker_id = ? AND state = 'active' RETURNING unit_id", args![id.to_string(), worker.to_string()], |r| r.get(0).map(UnitId))
     }

@@ -1,5 +1,6 @@
-//! How big is a tree nobody has walked? Knuth's random-probe estimator (Knuth 1975,
-//! "Estimating the efficiency of backtrack programs"), stratified by the job's split.
+//! Knuth's random-probe estimator (Knuth 1975, "Estimating the efficiency of backtrack
+//! programs"), stratified by a split: the baseline the population estimator is measured
+//! against.
 //!
 //! One probe walks down from a node choosing uniformly among the children it finds at each
 //! depth (the candidates the walk itself would accept: same plan, same tests); with `k_i`
@@ -7,20 +8,21 @@
 //! estimate of the nodes below the node (the walk's nodes: committed placements).
 //!
 //! A job's tree is the exact enumeration to its split depth plus the subtrees of its `N`
-//! prefixes. [`estimate_tree`] probes a uniform sample of `m` prefixes, `p` probes each,
+//! prefixes. [`estimate_split`] probes a uniform sample of `m` prefixes, `p` probes each,
 //! and scales: `N x` the mean of the sampled prefixes' estimates. Its standard error comes
 //! from the spread of those per-prefix estimates (`N sqrt((1 - m/N) s^2 / m)`, which holds
 //! the probes' own noise too). Subtree sizes are heavy-tailed: the interval is honest about
 //! what was seen, and on hard trees the true size is more often above it than below.
 
 use crate::model::{Placement, pack, rotate};
-use crate::plan::{SENTINEL, SearchPlan, candidate_piece};
+use crate::plan::{SearchPlan, candidate_piece};
 
-use super::Walker;
+use super::super::Walker;
+use super::{Rng, children, mean_and_error};
 
-/// An estimate of a tree's size.
+/// Knuth's estimate of a split tree.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct TreeEstimate {
+pub struct KnuthEstimate {
     /// Estimated nodes of the whole tree (the enumeration's exact nodes included).
     pub nodes: f64,
     /// Standard error of `nodes`.
@@ -33,7 +35,7 @@ pub struct TreeEstimate {
     pub probes: usize,
 }
 
-impl TreeEstimate {
+impl KnuthEstimate {
     /// The 95% interval (normal approximation), never below `floor` (nodes already known).
     pub fn interval(&self, floor: f64) -> (f64, f64) {
         let half = 1.96 * self.std_error;
@@ -41,30 +43,6 @@ impl TreeEstimate {
             (self.nodes - half).max(floor),
             (self.nodes + half).max(floor),
         )
-    }
-}
-
-/// A small deterministic generator (SplitMix64): probes are reproducible from a seed.
-#[derive(Clone, Debug)]
-pub struct Rng(u64);
-
-impl Rng {
-    /// A generator from `seed`.
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed)
-    }
-
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: usize) -> usize {
-        ((self.next() >> 11) as f64 / (1u64 << 53) as f64 * n as f64) as usize % n
     }
 }
 
@@ -102,19 +80,7 @@ impl<'p> Probe<'p> {
         let mut placed: Vec<(usize, usize, u32)> = Vec::new();
         let (mut weight, mut total) = (1.0f64, 0.0f64);
         for d in depth..plan.len() {
-            let mut i = plan.bucket_start(&self.board, d);
-            let (mask, expect) = (plan.depths[d].extra_mask, plan.extra_expect(&self.board, d));
-            self.fits.clear();
-            loop {
-                let c = plan.candidates[i];
-                i += 1;
-                if c == SENTINEL {
-                    break;
-                }
-                if self.used[candidate_piece(c)] == 0 && (c as u32 & mask) == expect {
-                    self.fits.push(c);
-                }
-            }
+            children(plan, &self.board, &self.used, d, &mut self.fits);
             if self.fits.is_empty() {
                 break;
             }
@@ -134,26 +100,16 @@ impl<'p> Probe<'p> {
     }
 }
 
-fn mean_and_error(xs: &[f64]) -> (f64, f64) {
-    let n = xs.len() as f64;
-    let mean = xs.iter().sum::<f64>() / n;
-    if xs.len() < 2 {
-        return (mean, f64::INFINITY);
-    }
-    let var = xs.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1.0);
-    (mean, (var / n).sqrt())
-}
-
 /// Estimates the whole tree of `plan` split at `split_depth`: the enumeration to that depth
 /// exactly, the subtrees below a uniform sample of at most `max_sampled` of its prefixes
 /// with `probes` probes each.
-pub fn estimate_tree(
+pub fn estimate_split(
     plan: &SearchPlan,
     split_depth: usize,
     max_sampled: usize,
     probes: usize,
     seed: u64,
-) -> TreeEstimate {
+) -> KnuthEstimate {
     let mut prefixes: Vec<Vec<Placement>> = Vec::new();
     let enumeration = Walker::new(plan)
         .enumerate(&[], split_depth, &mut |p| prefixes.push(p.to_vec()))
@@ -161,7 +117,7 @@ pub fn estimate_tree(
     let known: f64 = enumeration.iter().sum::<u64>() as f64;
     let n = prefixes.len();
     if n == 0 || split_depth >= plan.len() {
-        return TreeEstimate {
+        return KnuthEstimate {
             nodes: known,
             std_error: 0.0,
             prefixes: n,
@@ -204,11 +160,26 @@ pub fn estimate_tree(
     } else {
         0.0
     };
-    TreeEstimate {
+    KnuthEstimate {
         nodes: known + nf * mean,
         std_error: (between + nf / mf * within).sqrt(),
         prefixes: n,
         sampled: m,
         probes: m * probes.max(2),
     }
+}
+
+/// The shallowest depth with at least `target` prefixes (or the last depth): where
+/// [`estimate_split`] stratifies when no split is given.
+pub fn split_for(plan: &SearchPlan, target: usize) -> usize {
+    let mut walker = Walker::new(plan);
+    for depth in 1..=plan.len() {
+        let counts = walker
+            .enumerate(&[], depth, &mut |_| {})
+            .expect("root enumeration");
+        if counts[depth - 1] as usize >= target || counts[depth - 1] == 0 {
+            return depth;
+        }
+    }
+    plan.len()
 }
