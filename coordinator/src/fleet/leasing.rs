@@ -11,8 +11,8 @@ use e2fleet_proto::api::{Heartbeat, JobId, Lease, LeaseId};
 use tracing::{info, instrument, warn};
 
 use super::policy::{
-    MAX_LEASES_PER_CALL, MAX_LEASES_PER_REQUEST, MAX_PAUSED_CHARS, YIELD_AFTER_MS,
-    YIELD_LOOK_EVERY_MS, YIELD_PATIENCE_MS, lease_cap,
+    MAX_LEASES_PER_CALL, MAX_LEASES_PER_REQUEST, MAX_PAUSED_CHARS, MAX_SPLIT_LEVELS,
+    YIELD_AFTER_MS, YIELD_LOOK_EVERY_MS, YIELD_PATIENCE_MS, lease_cap,
 };
 use super::{Fleet, FleetError, LeasedUnit};
 use crate::store::{
@@ -233,32 +233,43 @@ impl Fleet {
         Ok(rows)
     }
 
-    /// Splits a waiting continuation: its untried siblings at the shallowest cursor level
-    /// become plain prefix units (one counted node each), and the unit keeps the rest.
+    /// Splits a waiting continuation at every level of its cursor (at most
+    /// [`MAX_SPLIT_LEVELS`]): the untried siblings at each level become plain prefix units
+    /// (one counted node each), and the unit keeps the subtree of its cursor's last
+    /// placement. On a heavy-tailed tree the mass is near where the stopped run was (deep
+    /// in its cursor's branch), and only a split down to there gives idle threads units
+    /// from it: siblings at the shallow levels alone are mostly dead ends.
     fn split_unit(&self, tx: &mut dyn Tx, row: &UnitRecord, now: i64) -> Result<bool, FleetError> {
         let ctx = self.context_tx(tx, row.job_id)?;
-        let split = Walker::new(&ctx.spec.plan)
-            .split_continuation(&row.unit)
-            .map_err(|e| {
+        let mut walker = Walker::new(&ctx.spec.plan);
+        let mut remaining = row.unit.clone();
+        let mut siblings: Vec<NewUnit> = Vec::new();
+        let mut by_depth: Vec<(usize, i64)> = Vec::new();
+        for _ in 0..MAX_SPLIT_LEVELS {
+            if remaining.cursor.is_empty() {
+                break;
+            }
+            let depth = remaining.prefix.len();
+            let split = walker.split_continuation(&remaining).map_err(|e| {
                 FleetError::FailedPrecondition(format!("cannot split unit {}: {e}", row.id))
             })?;
-        let depth = row.unit.prefix.len();
-        let siblings: Vec<NewUnit> = split
-            .siblings
-            .iter()
-            .map(|s| NewUnit {
-                unit: s.clone(),
+            if !split.siblings.is_empty() {
+                by_depth.push((depth, split.siblings.len() as i64));
+            }
+            siblings.extend(split.siblings.into_iter().map(|unit| NewUnit {
+                unit,
                 parent: Some(row.id),
                 kind: UnitKind::Split,
                 quorum: row.quorum,
-            })
-            .collect();
+            }));
+            remaining = split.remaining;
+        }
         tx.insert_units(row.job_id, &siblings, now)?;
         // a late result on an expired lease of this unit would answer the unit as it was
         tx.supersede_expired_leases(row.id)?;
-        tx.set_unit_path(row.id, &split.remaining)?;
-        if !siblings.is_empty() {
-            tx.add_split_nodes(row.job_id, depth, siblings.len() as i64)?;
+        tx.set_unit_path(row.id, &remaining)?;
+        for (depth, n) in by_depth {
+            tx.add_split_nodes(row.job_id, depth, n)?;
         }
         Ok(!siblings.is_empty())
     }

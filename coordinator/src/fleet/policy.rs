@@ -21,6 +21,9 @@ pub const YIELD_AFTER_MS: i64 = 10_000;
 /// How long one job waits for a unit asked to yield before asking another, ms (a unit
 /// answers at its worker's next heartbeat, a third of a lease).
 pub const YIELD_PATIENCE_MS: i64 = 30_000;
+/// Most cursor levels one split of a waiting continuation takes apart at once (every
+/// level of a 16x16 board's).
+pub const MAX_SPLIT_LEVELS: usize = 256;
 /// How often lease calls that found nothing look for a running unit to split, ms.
 pub const YIELD_LOOK_EVERY_MS: i64 = 1_000;
 

@@ -25,39 +25,50 @@ struct Served {
 
 impl Served {
     async fn start() -> Served {
-        let dir = tempfile::tempdir().unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = Command::new(env!("CARGO_BIN_EXE_e2fleet-coordinator"))
-            .args(["serve", "--listen", &format!("0.0.0.0:{port}"), "--db"])
-            .arg(dir.path().join("e2fleet.db"))
-            .env("E2FLEET_ENROLL_TOKEN", ENROLL)
-            .env("E2FLEET_ADMIN_TOKEN", ADMIN)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let served = Served {
-            child,
-            port,
-            _dir: dir,
-        };
-        let started = Instant::now();
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            assert!(
-                started.elapsed() < Duration::from_secs(30),
-                "no coordinator"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        // a port found free may be taken before the coordinator binds it (another
+        // suite's attack opens thousands of connections, each on an ephemeral port): a
+        // coordinator that exits at once is started again on another
+        for _ in 0..5 {
+            let dir = tempfile::tempdir().unwrap();
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let child = Command::new(env!("CARGO_BIN_EXE_e2fleet-coordinator"))
+                .args(["serve", "--listen", &format!("0.0.0.0:{port}"), "--db"])
+                .arg(dir.path().join("e2fleet.db"))
+                .env("E2FLEET_ENROLL_TOKEN", ENROLL)
+                .env("E2FLEET_ADMIN_TOKEN", ADMIN)
+                .env("RUST_LOG", "warn")
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            let mut served = Served {
+                child,
+                port,
+                _dir: dir,
+            };
+            let started = Instant::now();
+            loop {
+                if tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .is_ok()
+                {
+                    return served;
+                }
+                if served.child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(30),
+                    "no coordinator"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
         }
-        served
+        panic!("the coordinator would not start on five ports in a row")
     }
 
     fn url(&self) -> String {

@@ -45,6 +45,10 @@ const MAX_REPORTS_IN_FLIGHT: usize = 32;
 /// Most units one lease call asks for.
 const MAX_LEASES_PER_CALL: usize = 64;
 
+/// How often a worker with an engine thread idle heartbeats (a unit it runs may be wanted
+/// split for that thread; otherwise a third of the lease).
+const IDLE_HEARTBEAT: Duration = Duration::from_secs(5);
+
 /// A call's answer, back at the loop.
 enum Answer {
     Leased {
@@ -470,11 +474,17 @@ impl FleetLoop {
                 .is_some_and(|d| self.started.elapsed() >= d)
     }
 
-    /// Heartbeats well within the lease (and at once after a pause change or a gap):
+    /// Heartbeats well within the lease, every [`IDLE_HEARTBEAT`] while a thread is idle
+    /// (and at once after a pause change or a gap):
     /// every lease held, running, queued, waiting for its engine, or finished and not
     /// yet acknowledged (the coordinator keeps those alive, or revives them).
     fn send_heartbeat(&mut self, executor: &Executor) {
-        let every = (self.conn.lease / 3).max(Duration::from_secs(1));
+        // an engine thread without a unit heartbeats more often: the coordinator may be
+        // about to split a unit this worker runs for it (a heartbeat is how it hears)
+        let mut every = (self.conn.lease / 3).max(Duration::from_secs(1));
+        if executor.idle_threads() > 0 {
+            every = every.min(IDLE_HEARTBEAT);
+        }
         if !self.heartbeats_out.may_send(self.hedge_after())
             || !self.conn.up()
             || !(self.heartbeat_now || self.last_heartbeat.elapsed() >= every)
