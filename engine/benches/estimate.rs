@@ -5,6 +5,8 @@
 //! docs/benchmarks.md ("Tree estimates") come from
 //!
 //! `cargo bench -p e2fleet-engine --bench estimate -- [--seeds N] [--particles P] [--runs R] [--only NAME]`
+//!
+//! and, for a board of unknown size, `-- --puzzle FILE [--order SPEC] [--seeds N]`.
 
 use std::time::Instant;
 
@@ -88,6 +90,26 @@ fn main() {
         runs: flag("--runs").map_or(Effort::JOB.runs, |s| s.parse().unwrap()),
     };
     let only = flag("--only");
+    if let Some(file) = flag("--puzzle") {
+        // one board of unknown size: what the coordinator would say of it
+        let puzzle = load_file(std::path::Path::new(&file), &LoadOptions::default()).unwrap();
+        let spec = flag("--order").unwrap_or_else(|| "row-major".into());
+        let order = FillOrder::new(&puzzle, &spec.parse::<OrderSpec>().unwrap()).unwrap();
+        let plan = SearchPlan::new(&puzzle, &order);
+        for seed in 0..seeds {
+            let started = Instant::now();
+            let e = estimate_tree(&plan, effort, seed);
+            println!(
+                "{file} {spec} seed {seed}: mean {:.3e}, at least {:.3e}, interval {:?}, {:.2} s; {}",
+                e.nodes,
+                e.at_least,
+                e.interval(0.0),
+                started.elapsed().as_secs_f64(),
+                e.method()
+            );
+        }
+        return;
+    }
     let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../puzzles/");
     println!(
         "effort: {} particles x {} runs; {seeds} estimates a board\n",

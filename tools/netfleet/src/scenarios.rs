@@ -360,9 +360,13 @@ async fn rtt_mix_units(opts: &Options, r: &mut Report, board: &Board, short: u64
     r.say(format!(
         "internet / loopback efficiency: {ratio:.3} (the goal: at least 0.95)"
     ));
+    // the quick form runs in the test suite, on shared CI cores beside other tests: it
+    // guards against a worker that idles on round trips (half its time, once), and the
+    // full form holds the goal itself
+    let floor = if opts.quick { 0.90 } else { 0.95 };
     ensure!(
-        ratio >= 0.95,
-        "the fleet across the internet walks {ratio:.3} of what it walks on loopback"
+        ratio >= floor,
+        "the fleet across the internet walks {ratio:.3} of what it walks on loopback (at least {floor} expected)"
     );
     Ok(())
 }
