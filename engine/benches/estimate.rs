@@ -160,7 +160,7 @@ fn main() {
         }
         let seconds = started.elapsed().as_secs_f64() / seeds as f64;
         for seed in 0..seeds {
-            let split = e2fleet_engine::search::estimate::knuth::split_for(&plan, 64);
+            let split = e2fleet_engine::search::split_depth_for(&plan, 64);
             let k = estimate_split(&plan, split, 200, 50, seed).nodes / truth;
             (klo, khi, ksum) = (klo.min(k), khi.max(k), ksum + k);
         }

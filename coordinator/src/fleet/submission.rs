@@ -295,16 +295,7 @@ pub fn size_by_time(plan: &SearchPlan, per_core: f64, seed: u64) -> Sized {
 
 /// The shallowest depth with at least `target` prefixes (or the last depth).
 pub fn choose_split_depth(plan: &SearchPlan, target: usize) -> usize {
-    let mut walker = Walker::new(plan);
-    for depth in 1..=plan.len() {
-        let counts = walker
-            .enumerate(&[], depth, &mut |_| {})
-            .expect("root enumeration");
-        if counts[depth - 1] as usize >= target || counts[depth - 1] == 0 {
-            return depth;
-        }
-    }
-    plan.len()
+    e2fleet_engine::search::split_depth_for(plan, target)
 }
 
 /// Self-test units with their exact results: a few budgeted slices of the tree,

@@ -17,7 +17,7 @@
 pub mod estimate;
 mod prefixes;
 
-pub use prefixes::Split;
+pub use prefixes::{Split, split_depth_for};
 
 use thiserror::Error;
 

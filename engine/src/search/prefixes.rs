@@ -4,7 +4,7 @@
 
 use super::{Leaf, NoControl, UnitError, Walker};
 use crate::model::Placement;
-use crate::plan::{SENTINEL, candidate_piece};
+use crate::plan::{SENTINEL, SearchPlan, candidate_piece};
 use crate::unit::Unit;
 
 impl Walker<'_> {
@@ -188,6 +188,21 @@ impl Walker<'_> {
             siblings,
         })
     }
+}
+
+/// The shallowest depth with at least `target` prefixes (or the last depth, or the first
+/// with none): where a tree is split into about `target` units.
+pub fn split_depth_for(plan: &SearchPlan, target: usize) -> usize {
+    let mut walker = Walker::new(plan);
+    for depth in 1..=plan.len() {
+        let counts = walker
+            .enumerate(&[], depth, &mut |_| {})
+            .expect("root enumeration");
+        if counts[depth - 1] as usize >= target || counts[depth - 1] == 0 {
+            return depth;
+        }
+    }
+    plan.len()
 }
 
 /// The result of [`Walker::split_continuation`].

@@ -168,18 +168,3 @@ pub fn estimate_split(
         probes: m * probes.max(2),
     }
 }
-
-/// The shallowest depth with at least `target` prefixes (or the last depth): where
-/// [`estimate_split`] stratifies when no split is given.
-pub fn split_for(plan: &SearchPlan, target: usize) -> usize {
-    let mut walker = Walker::new(plan);
-    for depth in 1..=plan.len() {
-        let counts = walker
-            .enumerate(&[], depth, &mut |_| {})
-            .expect("root enumeration");
-        if counts[depth - 1] as usize >= target || counts[depth - 1] == 0 {
-            return depth;
-        }
-    }
-    plan.len()
-}
