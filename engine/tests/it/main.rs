@@ -4,6 +4,7 @@
 mod accounting;
 mod bad_input;
 mod certificate;
+mod codegen;
 mod compiled;
 mod estimate;
 mod formats;
