@@ -1,4 +1,4 @@
--- Accounts and trust (issue #14). A worker is its server-assigned id plus its secret; an
+-- Accounts and trust. A worker is its server-assigned id plus its secret; an
 -- enrolment token belongs to an account. Nothing a worker says about itself (host name,
 -- CPU, fingerprint) decides trust, replicas, quarantine or flags: those read accounts,
 -- identities and results.

@@ -59,7 +59,7 @@ pub struct BenchArgs {
 
 /// The machine a bench ran on: speeds depend on the CPU's microarchitecture as much as on
 /// the engine (the walk the race picks, and the ratios to other engines, differ between
-/// Zen 4 and Zen 5: docs/benchmarks.md, session 15), so a figure travels with it.
+/// Zen 4 and Zen 5 EPYCs), so a figure travels with it.
 #[derive(Serialize, Clone)]
 struct Machine {
     /// The CPU as the operating system names it.

@@ -207,11 +207,7 @@ impl EngineArgs {
             let target = self.build_options().target_cpu;
             (
                 EngineKind::Compiled,
-                e2fleet_engine::compiled::codegen::release_id(
-                    &self.codegen(),
-                    self.walk(),
-                    target.as_deref(),
-                ),
+                self.walk().release_id(&self.codegen(), target.as_deref()),
             )
         } else {
             (

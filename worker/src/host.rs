@@ -48,7 +48,7 @@ pub fn rustc_version(rustc: &std::path::Path) -> String {
 
 /// The CPU rustc builds for when asked for `native` on this machine (`znver4`,
 /// `skylake`, `apple-m1`, ...), from `rustc --print target-cpus`: the microarchitecture,
-/// which decides how fast each walk runs (docs/benchmarks.md, session 15), where the
+/// which decides how fast each walk runs, where the
 /// OS's model name may give only the family. `None` when rustc cannot be run or does
 /// not say.
 pub fn native_cpu(rustc: &std::path::Path) -> Option<String> {
@@ -73,7 +73,7 @@ fn native_cpu_in(listing: &str) -> Option<String> {
 
 /// The CPU as a worker reports it: the OS's model name and, when rustc names it, the
 /// microarchitecture (`AMD EPYC (znver4)`), so machines the OS names alike but that run
-/// the engine at different speeds (Zen 4 and Zen 5 EPYCs: docs/benchmarks.md, session 15)
+/// the engine at different speeds (Zen 4 and Zen 5 EPYCs)
 /// are told apart in the fleet's per-core rates and in hardware classes.
 pub fn cpu_label(model: &str, native: Option<&str>) -> String {
     match native {
@@ -87,8 +87,8 @@ pub fn cpu_label(model: &str, native: Option<&str>) -> String {
 /// fifteen years) timed in this thread, the fastest of a few tries. An estimate: boost
 /// clocks move with load and temperature, and engines run in a process of their own. It
 /// turns nodes/s into cycles per node, the figure that compares an engine across machines
-/// whose clocks differ (the Zen 4 machine of docs/benchmarks.md, session 16, ran at
-/// ~2.7-2.8 GHz where the Zen 5 one ran at ~3.7: most of the gap between their nodes/s).
+/// whose clocks differ (a Zen 4 EPYC measured ~2.7-2.8 GHz where a Zen 5 one ran at
+/// ~3.7: most of the gap between their nodes/s).
 /// `None` off x86-64, where those instructions' latencies differ from core to core.
 pub fn clock_ghz() -> Option<f64> {
     if !cfg!(target_arch = "x86_64") {

@@ -460,7 +460,7 @@ async fn a_job_the_enumeration_finishes_shows_how_deep_it_got_and_its_warnings()
 }
 
 /// A cross-checked job on a one-worker fleet says what it needs at submission, and its
-/// status says why its units wait (issue #19): nothing waits silently.
+/// status says why its units wait: nothing waits silently.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cross_checked_job_says_what_it_waits_for() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,5 +1,5 @@
 //! Trust: strangers can join the fleet and still cannot forge its numbers. Each test is
-//! an attack from issue #14, made as a hostile volunteer would make it (the real gRPC API,
+//! an attack on trust, made as a hostile volunteer would make it (the real gRPC API,
 //! an enrolment token, nothing else), and what the coordinator does about it.
 
 use std::sync::Arc;

@@ -4,12 +4,10 @@
 //! Neither wins everywhere. On Brendan's sets the lane engine is 1.08-1.25x the compiled
 //! engine (its walk has no branch on the tree, and those trees mispredict); on an easy
 //! board such as the E2 clue puzzle 2 (12x6, 9 colours) the compiled walk's branches
-//! predict well and it runs ~1.6x the lane engine (`docs/benchmarks.md`, session 29); on
-//! the hard 16x16 boards the lane engine's wide form is 1.1-1.2x the compiled engine on
-//! Zen 4 (session 32; the real E2 near this race's margin), and many times faster on a
-//! split whose units are a few thousand nodes (no round trip to a process between them;
-//! session 31). So,
-//! as for the compiled engine's two walks ([`super::walk`]), `auto` does not guess: it
+//! predict well and it runs ~1.6x the lane engine; on the hard 16x16 boards the lane
+//! engine's wide form is 1.1-1.2x the compiled engine on Zen 4 (the real E2 near this
+//! race's margin), and many times faster on a split whose units are a few thousand nodes
+//! (no round trip to a process between them: `docs/engine-design.md`). So, as for the compiled engine's two walks ([`super::walk`]), `auto` does not guess: it
 //! walks the same seeded sample of units ([`super::walk::race_sample`]) on both, the lane
 //! engine as many at a time as it walks a job's units, in alternated rounds, and keeps the
 //! lane engine only when it is clearly faster ([`LANES_MARGIN`]). Both must return the

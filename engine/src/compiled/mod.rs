@@ -156,7 +156,7 @@ impl CompiledProgram {
         extra.extend(program_flags());
         if slots {
             // one small function per bucket: smaller code is faster code here (the hot
-            // buckets outgrow the instruction cache at -O3; docs/benchmarks.md, session 11)
+            // buckets outgrow the instruction cache at -O3)
             extra.push("-Copt-level=s".into());
         }
         program.compile_time = runtime.compile_time
@@ -225,8 +225,8 @@ impl CompiledProgram {
 /// - its modules compiled in parallel, and no crate-local ThinLTO pass over them (it would
 ///   only cost time: nothing inlines across them);
 /// - loops aligned to 32 bytes (LLVM's default for the CPU is 16 or none): on Zen 4 every
-///   board class 1.01-1.05x, the hard 16x16 boards 1.014-1.032x (docs/benchmarks.md,
-///   session 22); on Zen 5 it measured neutral (session 9).
+///   board class 1.01-1.05x, the hard 16x16 boards 1.014-1.032x; on Zen 5 it measured
+///   neutral.
 fn program_flags() -> Vec<String> {
     vec![
         format!("-Ccodegen-units={}", codegen::MODULES),
@@ -645,7 +645,7 @@ impl Engine for CompiledEngine {
     /// between units. A unit of a few thousand nodes walks in ~15 µs, and a request and
     /// its answer crossing two processes and their reader threads took ~50-75 µs on a
     /// 2-vCPU virtual machine: a 6x6 board split at depth 8 walked at 27 M nodes/s one
-    /// unit at a time (`docs/benchmarks.md`, session 30). Long units go one at a time, so
+    /// unit at a time. Long units go one at a time, so
     /// none waits in a process behind another's hours while a thread is free.
     fn run_feed<'a>(&mut self, first: Work<'a>, feed: &mut dyn Feed<'a>) {
         // taken from the feed and not sent yet (first, or sent to a process that failed)

@@ -78,8 +78,7 @@ impl BuildOptions {
             // a position-dependent executable: the generated code indexes its tables by
             // absolute address instead of loading each table's address first (the real
             // E2 with the slot walk 41.3 -> 37.5 instructions per node, bench-hard 42.0 ->
-            // 38.1, the list walk 43.8 -> 40.5; speed unchanged within noise:
-            // docs/benchmarks.md, session 12)
+            // 38.1, the list walk 43.8 -> 40.5; speed unchanged within noise)
             flags.push("-Crelocation-model=static".into());
         }
         flags.extend(self.extra_flags.iter().cloned());

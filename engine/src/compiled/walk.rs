@@ -60,6 +60,26 @@ impl Walk {
             Walk::Slots => "-slots",
         }
     }
+
+    /// The engine release of compiled engines built with `options`, this walk policy and
+    /// this CPU target (`None` = generic): the same for every puzzle, unlike a build id
+    /// (which also says which walk a build runs: `-slots` at its end for the slot walk).
+    pub fn release_id(self, options: &CodegenOptions, target_cpu: Option<&str>) -> String {
+        let mut id = format!(
+            "compiled-{}-{}-g{}",
+            codegen::generator_id(),
+            target_cpu.unwrap_or("generic"),
+            options.group.map_or("auto".to_string(), |g| g.to_string())
+        );
+        if let Some(d) = options.fault_depth {
+            id.push_str(&format!("-FAULT{d}"));
+        }
+        if options.fault_hang {
+            id.push_str("-HANG");
+        }
+        id.push_str(self.release_suffix());
+        id
+    }
 }
 
 /// The slot walk is kept only when its median per-round speed ratio to the list walk is
@@ -75,7 +95,7 @@ pub const RACE_ROUNDS: usize = 5;
 /// time, up to this. The decision is remembered until the next engine release, so a busy
 /// minute on a shared machine should not make it: on a Zen 4 one race of three on Brendan
 /// 7x7 measured 1.024x in such a minute against 1.089x in the two others, and kept the
-/// slower walk (`docs/benchmarks.md`, session 17).
+/// slower walk.
 pub const MAX_RACE_ROUNDS: usize = 15;
 
 /// Units of the tree a race walks in each round ([`race_sample`]).
@@ -354,10 +374,10 @@ fn race(
 /// sized on `engine`'s speed so a round takes about [`ROUND_TARGET`] (runs long enough
 /// that a unit's set-up and the pipe do not count). A sample whose units walked less
 /// than half their budgets in the calibration run (and less than [`MIN_RACE_NODES`] in
-/// all) is taken again nearer the root, down to the root itself. (Until session 30 the
-/// walk race asked for [`MIN_RACE_NODES`] whatever the budgets: calibration stops at 8
-/// units of 1,000,000 nodes on any board walked at more than ~80 M nodes/s, so every
-/// fast board, the real E2 among them, was raced on the root alone.)
+/// all) is taken again nearer the root, down to the root itself. (A race that asked for
+/// [`MIN_RACE_NODES`] whatever the budgets would race every fast board, the real E2 among
+/// them, on the root alone: calibration stops at 8 units of 1,000,000 nodes on any board
+/// walked at more than ~80 M nodes/s.)
 pub(crate) fn sized_sample(
     plan: &SearchPlan,
     engine: &mut super::CompiledEngine,

@@ -1,11 +1,11 @@
 //! The lane engine: a branch-free walk that takes exactly one node per step, and walks
-//! several units at once in one thread, their steps interleaved (issue #15).
+//! several units at once in one thread, their steps interleaved.
 //!
 //! # Why
 //! A branchy depth-first walk spends most of a node waiting on the tree's own branches
 //! (does this placement have a child? another sibling?): on the low-colour boards these
 //! mispredict ~0.6 times a node and bound the compiled mask walk at ~21 cycles a node,
-//! and on the hard 16x16 boards ~0.9 times (`docs/benchmarks.md`, sessions 16-30). Here
+//! and on the hard 16x16 boards ~0.9 times (`docs/engine-design.md`). Here
 //! no step branches on the tree: each step takes the lowest bit of the current frame's
 //! candidate mask, commits that node, builds the child's frame unconditionally, and
 //! chooses where to go next (the child, the next sibling, or the nearest shallower frame

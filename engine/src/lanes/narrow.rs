@@ -5,7 +5,7 @@
 //! A branchy depth-first walk spends most of a node waiting on the tree's own branches
 //! (does this placement have a child? another sibling?): on the low-colour boards these
 //! mispredict ~0.6 times a node and bound the compiled mask walk at ~21 cycles a node
-//! (`docs/benchmarks.md`, sessions 16-27). Here no step branches on the tree: each step
+//! (`docs/engine-design.md`). Here no step branches on the tree: each step
 //! takes the lowest bit of the current frame's candidate mask, commits that node, builds
 //! the child's frame unconditionally, and chooses where to go next (the child, the next
 //! sibling, or the nearest shallower frame with candidates left) with conditional moves.
@@ -35,14 +35,15 @@
 //! candidate as bytes, so a key's colours are two byte loads at per-depth offsets.
 //!
 //! # Measured
-//! `docs/benchmarks.md`, sessions 28 and 29. What a pair waits on is the longer of its two
+//! `docs/engine-design.md` ("The lane engine"). What a pair waits on is the longer of its two
 //! chains from one frame to the next, so the step keeps stores off them: the colour
 //! facing the cell filled just before comes from that candidate in a register (not read
 //! back from the board it was just stored to), the per-depth arrays sit at different
 //! places in a 4 KiB page (`PAD`; 4K aliasing ran the walk at a third of its speed),
 //! and no index on the chain is masked (the tables have room for every index a step can
 //! form). ~70 instructions a node; on Brendan's sets 6x6-10x10, on the units of a split,
-//! 1.08-1.25x the compiled engine and 2.04-2.68x the build issue #15 was filed on.
+//! 1.08-1.25x the compiled engine and 2.04-2.68x its mask walk before the lane engine
+//! existed.
 
 use super::{Form, Head, NotEligible};
 use crate::model::{GREY, Placement};

@@ -20,8 +20,8 @@
 //!
 //! # `unsafe`
 //! This module is the one place of the engine crate with `unsafe` code, for three things
-//! the walk's speed rests on (session 30's prototype, `docs/experiments/lane_walk_16.rs`,
-//! measured each):
+//! the walk's speed rests on (each measured on a prototype before it was kept:
+//! `docs/engine-design.md`):
 //! - the SSSE3/BMI1 kernel ([`drive_n`]) is a `#[target_feature]` function, called only
 //!   when [`Tables::new`] found both features on this processor;
 //! - the two selects of a step are a `cmov` in inline assembly ([`pick`]): LLVM turned

@@ -20,17 +20,29 @@ fn cases() -> Vec<(&'static str, &'static str, CodegenOptions)> {
     };
     vec![
         // one-word mask walk, and with the slot lookup
-        ("brendan/set1/pieces_07x07.txt", "default", CodegenOptions::default()),
+        (
+            "brendan/set1/pieces_07x07.txt",
+            "default",
+            CodegenOptions::default(),
+        ),
         ("brendan/set1/pieces_07x07.txt", "slots", slots.clone()),
         // two candidates of one piece in a bucket
         ("brendan/set2/pieces_08x08.txt", "slots", slots.clone()),
         // two-word masks: split where the inner pieces start, windows
         ("brendan/set1/pieces_09x09.txt", "slots", slots.clone()),
-        ("brendan/set2/pieces_10x10.txt", "default", CodegenOptions::default()),
+        (
+            "brendan/set2/pieces_10x10.txt",
+            "default",
+            CodegenOptions::default(),
+        ),
         // an E2 clue puzzle (at most 128 pieces)
         ("clues/e2-clue-clue1.json", "slots", slots.clone()),
         // 16x16: the list walk with pruned levels, the slot walk
-        ("bench/bench-easy.json", "default", CodegenOptions::default()),
+        (
+            "bench/bench-easy.json",
+            "default",
+            CodegenOptions::default(),
+        ),
         ("bench/bench-easy.json", "slots", slots.clone()),
         ("e2/official.json", "default", CodegenOptions::default()),
         (

@@ -1,5 +1,5 @@
 //! The coordinator binary against a hostile volunteer and a stranger on the network,
-//! with real processes: what they try (issue #14) and what it costs them.
+//! with real processes: what they try and what it costs them.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -202,7 +202,7 @@ async fn misreporting_workers_of_one_volunteer_account_cannot_move_a_total() {
     }
 }
 
-/// The worker's side (issue #14 item 7): plain http:// to another machine is refused
+/// The worker's side: plain http:// to another machine is refused
 /// unless allowed; the token can come from a private file instead of a command line; the
 /// identity, journal and engine cache are the worker user's alone.
 #[test]
