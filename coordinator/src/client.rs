@@ -24,7 +24,15 @@ pub enum ClientError {
     Call(String),
     /// The coordinator's answer does not make a valid value.
     #[error("malformed answer from the coordinator: {0}")]
-    Wire(#[from] WireError),
+    Wire(WireError),
+}
+
+// the message names the cause itself ("{0}"), so it is not also a `source()`: an error
+// chain then says each cause once
+impl From<WireError> for ClientError {
+    fn from(e: WireError) -> Self {
+        ClientError::Wire(e)
+    }
 }
 
 /// A connection to a coordinator's operator API with the admin token.

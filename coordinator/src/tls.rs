@@ -88,13 +88,23 @@ fn ca_params() -> rcgen::CertificateParams {
 
 /// Makes (once) a fleet's own CA and a server certificate for `names` (host names and IP
 /// addresses) in `dir`: `ca.pem` (give it to every client as `--ca-cert`), `ca-key.pem`,
-/// `server.pem` and `server-key.pem` (keys 0600). Later starts reuse them; a server
+/// `server.pem` and `server-key.pem` (keys 0600), and a `.gitignore` that keeps the folder
+/// out of any git working tree it lands in. Later starts reuse them; a server
 /// certificate for other names is made again with the same CA, so clients keep working.
 pub fn self_signed(dir: &Path, names: &[String]) -> Result<SelfSigned, String> {
     if names.is_empty() {
         return Err("--tls-name: give at least one host name or address".into());
     }
     std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    // the folder holds private keys: a `git add .` in a working tree must not take them
+    let ignore = dir.join(".gitignore");
+    if !ignore.exists() {
+        std::fs::write(
+            &ignore,
+            "# private keys of the fleet's CA and server: never commit\n*\n",
+        )
+        .map_err(|e| format!("cannot write {}: {e}", ignore.display()))?;
+    }
     let files = SelfSigned {
         ca: dir.join("ca.pem"),
         cert: dir.join("server.pem"),

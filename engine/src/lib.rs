@@ -5,7 +5,8 @@
 //! network or of storage; the coordinator and the worker both build on it.
 //!
 //! # Layout
-//! - [`model`]: pieces, rotations, cells, placements and the validated [`Puzzle`].
+//! - [`board`]: colours, sides, rotations, placements and cell geometry.
+//! - [`model`]: the validated [`Puzzle`] (with [`board`]'s primitives re-exported).
 //! - [`validate`]: the checks behind [`Puzzle::new`], with specific errors.
 //! - [`formats`]: loaders for every community format (site JSON, 16-bit CSV, e2pieces
 //!   text, Brendan Owen's sets, `.puz`, Blackwood lists), format detection and the site
@@ -14,7 +15,7 @@
 //! - [`plan`]: the per-(puzzle, order) search tables both engines use.
 //! - [`spec`]: a puzzle text + order spec -> puzzle, fill order and plan, in one call.
 //! - [`search`]: the reference walker: units, budgets, cursors, continuations, prefix
-//!   enumeration and continuation splitting.
+//!   enumeration and continuation splitting; tree estimates (`search::estimate`).
 //! - [`unit`](mod@unit): work units and their exact results.
 //! - [`verify`]: the independent board verifier and the score.
 //! - [`certificate`]: a finished job as a file anyone can audit (format, Merkle root,
@@ -23,6 +24,8 @@
 //! - [`compiled`]: the compiled engine: code generator, local rustc build and cache, child process.
 //! - [`lanes`]: the lane engine: a branch-free walk of several units at once in one thread
 //!   (two on boards of at most 128 pieces and 16 colours, four on 16x16 boards).
+//! - [`lanes_race`]: which of the lane and compiled engines `auto` runs on a board,
+//!   raced on its own tree.
 //! - [`engine`]: one interface over every engine kind.
 //! - [`testing`]: random planted puzzles and the brute-force oracle for tests.
 //!
@@ -36,11 +39,13 @@
 //! assert!(result.solutions_count > 0);
 //! ```
 
+pub mod board;
 pub mod certificate;
 pub mod compiled;
 pub mod engine;
 pub mod formats;
 pub mod lanes;
+pub mod lanes_race;
 pub mod model;
 pub mod order;
 pub mod plan;

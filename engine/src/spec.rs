@@ -27,7 +27,7 @@ pub enum SpecError {
     #[error("puzzle: {0}")]
     Puzzle(String),
     /// The order spec does not parse or does not fit the puzzle.
-    #[error("order: {0}")]
+    #[error(transparent)]
     Order(#[from] order::OrderError),
     /// The search tables would be too large to build or compile.
     #[error(transparent)]

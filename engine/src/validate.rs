@@ -6,7 +6,7 @@
 
 use thiserror::Error;
 
-use crate::model::{
+use crate::board::{
     Colour, GREY, MAX_CELLS, MAX_COLOUR, MAX_SIDE, Placement, SIDE_NAMES, cell_name, geometry,
     rotate,
 };

@@ -92,7 +92,15 @@ pub enum BoardError {
     },
     /// The board is not a legal path of the fill order.
     #[error("not a path of the fill order: {0}")]
-    Path(#[from] UnitError),
+    Path(UnitError),
+}
+
+// the message names the cause itself ("{0}"), so it is not also a `source()`: an error
+// chain then says each cause once
+impl From<UnitError> for BoardError {
+    fn from(e: UnitError) -> Self {
+        BoardError::Path(e)
+    }
 }
 
 /// Checks that `board` (hints may be included or left out) obeys every rule: cells and

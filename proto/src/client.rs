@@ -179,6 +179,9 @@ pub fn explain_connect_error(url: &str, e: &(dyn std::error::Error + 'static)) -
         || lower.contains("wrong version number")
     {
         "the TLS setting does not match: an https:// URL to a plain-HTTP coordinator (use http://), or the reverse"
+    } else if lower.contains("notvalidforname") || lower.contains("not valid for name") {
+        "the coordinator's certificate is not made for the name in this URL: connect by a name it \
+         has, or restart the coordinator with --tls-name listing this one (docs/operator-guide.md, TLS)"
     } else if lower.contains("invalid peer certificate")
         || lower.contains("unknownissuer")
         || lower.contains("certificate")
@@ -191,6 +194,13 @@ pub fn explain_connect_error(url: &str, e: &(dyn std::error::Error + 'static)) -
         "the host name does not resolve"
     } else if lower.contains("timed out") || lower.contains("deadline") {
         "no answer in time: a firewall, or the wrong address"
+    } else if url.starts_with("http://")
+        && (lower.contains("connection closed")
+            || lower.contains("connection reset")
+            || lower.contains("broken pipe"))
+    {
+        "the coordinator closed the connection at once: if it serves TLS, use an https:// URL \
+         (and --ca-cert for the fleet's own CA)"
     } else if lower.contains("http2")
         || lower.contains("frame with invalid size")
         || lower.contains("invalid http")
@@ -254,6 +264,33 @@ pub fn authed<T>(token: &str, message: T) -> Request<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hints a newcomer needs when TLS does not line up: the name, and http:// to a
+    /// TLS coordinator.
+    #[test]
+    fn tls_mismatches_are_explained() {
+        #[derive(Debug)]
+        struct E(&'static str);
+        impl std::fmt::Display for E {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(self.0)
+            }
+        }
+        impl std::error::Error for E {}
+        let name = explain_connect_error(
+            "https://localhost:7733",
+            &E(
+                "invalid peer certificate: certificate not valid for name \"localhost\"; certificate is only valid for IpAddress(127.0.0.1)",
+            ),
+        );
+        assert!(name.contains("--tls-name"), "{name}");
+        assert!(!name.contains("pass its CA"), "{name}");
+        let plain = explain_connect_error(
+            "http://127.0.0.1:7733",
+            &E("connection closed before message completed"),
+        );
+        assert!(plain.contains("https://"), "{plain}");
+    }
 
     #[test]
     fn urls_are_checked_with_a_hint() {

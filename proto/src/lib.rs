@@ -10,7 +10,8 @@
 //!   operators' read models (serde for the JSON API).
 //! - [`convert`]: the one place wire messages become domain values and back.
 //! - [`client`]: URL checks, channels (TLS or not) and authenticated requests.
-//! - [`logs`]: the log set-up both programs share.
+//! - [`text`]: counts as the programs print them for people.
+//! - `logs` (feature `cli`): the log set-up both programs share.
 
 #![allow(missing_docs)]
 
@@ -26,7 +27,9 @@ pub mod v2 {
 pub mod api;
 pub mod client;
 pub mod convert;
+#[cfg(feature = "cli")]
 pub mod logs;
+pub mod text;
 
 /// Solutions kept per reported result; coordinator and workers use the same cap so that
 /// result digests compare.

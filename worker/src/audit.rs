@@ -30,6 +30,7 @@ use e2fleet_engine::search::{NoControl, RunOptions};
 use e2fleet_engine::unit::result_digest;
 use e2fleet_engine::{SearchSpec, UnitResult};
 use e2fleet_proto::api::{AuditOutcome, AuditSubmission, AuditedUnit, JobId, UnitId};
+use e2fleet_proto::text::count;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 
@@ -526,10 +527,10 @@ fn print(r: &AuditReport, json: bool) {
             }
         }
         out.push_str(&format!(
-            "PASS: job {} — {} nodes, {} solutions{}\n",
+            "PASS: job {} — {}, {}{}\n",
             r.job_name,
-            r.nodes,
-            r.solutions,
+            count(r.nodes, "node", "nodes"),
+            count(r.solutions, "solution", "solutions"),
             if r.complete {
                 String::new()
             } else {

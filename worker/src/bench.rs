@@ -107,7 +107,7 @@ struct BoardReport {
     /// How `--engine auto` chose between the lane and compiled engines (a race's
     /// lanes/compiled ratio), when it raced them.
     #[serde(skip_serializing_if = "Option::is_none")]
-    lanes_race: Option<e2fleet_engine::compiled::lanes_race::LanesRace>,
+    lanes_race: Option<e2fleet_engine::lanes_race::LanesRace>,
     /// Wall seconds from the puzzle to a ready engine: builds (both walks' under `--walk
     /// auto`), start and the race.
     setup_s: f64,

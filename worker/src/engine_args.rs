@@ -6,11 +6,11 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use clap::{Args, ValueEnum};
 use e2fleet_engine::compiled::codegen::Prune;
-use e2fleet_engine::compiled::lanes_race::{self, LanesRace};
 use e2fleet_engine::compiled::walk::{self, Built, Walk};
 use e2fleet_engine::compiled::{BuildOptions, CodegenOptions, CompiledProgram};
 use e2fleet_engine::engine::{Engine, EngineKind, ReferenceEngine};
 use e2fleet_engine::lanes::{LaneEngine, LaneForm, LaneTables};
+use e2fleet_engine::lanes_race::{self, LanesRace};
 use e2fleet_engine::plan::SearchPlan;
 
 /// Which engine to use.

@@ -16,6 +16,7 @@ use e2fleet_engine::engine::{EngineError, EngineKind, Feed, Work};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{RunOptions, Walker};
 use e2fleet_engine::{OrderSpec, Placement, Puzzle, Unit, UnitResult};
+use e2fleet_proto::text::thousands;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::{Deserialize, Serialize};
 
@@ -415,8 +416,8 @@ fn human(puzzle: &Puzzle, r: &Report) -> String {
             }
         );
     }
-    let _ = writeln!(out, "nodes      {}", r.nodes_total);
-    let _ = writeln!(out, "solutions  {}", r.solutions_count);
+    let _ = writeln!(out, "nodes      {}", thousands(r.nodes_total));
+    let _ = writeln!(out, "solutions  {}", thousands(r.solutions_count));
     let _ = writeln!(
         out,
         "max depth  {} of {}",

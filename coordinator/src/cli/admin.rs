@@ -176,6 +176,15 @@ async fn export(id: &str, out: &std::path::Path, partial: bool, admin: &AdminArg
     let cert = e2fleet_engine::certificate::decode(&file)
         .context("the coordinator sent a certificate that does not read back")?;
     std::fs::write(out, &file).with_context(|| format!("cannot write {}", out.display()))?;
+    // what `sha256sum FILE` prints: the figure to publish beside the file (the digest
+    // line inside it seals the content, not the gzip around it)
+    let file_sha256: String = {
+        use sha2::{Digest, Sha256};
+        Sha256::digest(&file)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
     if admin.json {
         outln!(
             "{}",
@@ -184,7 +193,8 @@ async fn export(id: &str, out: &std::path::Path, partial: bool, admin: &AdminArg
                 "bytes": file.len(),
                 "units": cert.units.len(),
                 "complete": cert.job.complete,
-                "sha256": cert.digest(),
+                "sha256": file_sha256,
+                "content_sha256": cert.digest(),
                 "merkle_root": cert.merkle_root,
                 "nodes": cert.totals.iter().sum::<u64>(),
                 "solutions": cert.solutions_count,
@@ -192,7 +202,7 @@ async fn export(id: &str, out: &std::path::Path, partial: bool, admin: &AdminArg
         );
     } else {
         outln!(
-            "wrote {} ({} bytes): job {id}, {} units{}\n  nodes {}, solutions {}\n  sha256      {}\n  merkle root {}\nanyone can check it: e2fleet-worker audit {} --sample 100",
+            "wrote {} ({} bytes): job {id}, {} units{}\n  nodes {}, solutions {}\n  sha256      {} (the file's, as sha256sum prints it)\n  merkle root {}\nanyone can check it: e2fleet-worker audit {} --sample 100",
             out.display(),
             file.len(),
             cert.units.len(),
@@ -203,7 +213,7 @@ async fn export(id: &str, out: &std::path::Path, partial: bool, admin: &AdminArg
             },
             cert.totals.iter().sum::<u64>(),
             cert.solutions_count,
-            cert.digest(),
+            file_sha256,
             cert.merkle_root,
             out.display()
         );

@@ -7,6 +7,7 @@ use e2fleet_proto::api::Verdict;
 use e2fleet_proto::api::status::{
     AccountStatus, FleetStatus, JobStatus, VerificationMatrix, WorkerStatus,
 };
+use e2fleet_proto::text::thousands;
 
 use crate::outln;
 
@@ -64,18 +65,18 @@ pub fn job(j: &JobStatus, json: bool) {
         j.job_id,
         j.name,
         j.state,
-        u.done,
-        u.leased,
-        u.open,
-        j.nodes_total,
-        j.enumeration_nodes,
-        j.split_nodes,
-        j.unit_nodes,
-        j.solutions_count,
+        thousands(u.done),
+        thousands(u.leased),
+        thousands(u.open),
+        thousands(j.nodes_total),
+        thousands(j.enumeration_nodes),
+        thousands(j.split_nodes),
+        thousands(j.unit_nodes),
+        thousands(j.solutions_count),
         j.deepest.depth,
         match j.conservation_ok {
             Some(true) =>
-                "holds (enumeration + split + units = total, recomputed from stored results)",
+                "holds: the total is exact (enumeration + split + units, recomputed from stored results)",
             Some(false) => "BROKEN",
             None => "checked at completion",
         },

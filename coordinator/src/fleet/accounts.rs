@@ -15,7 +15,7 @@ use std::sync::Arc;
 use e2fleet_proto::api::{AccountId, AccountKind, ResultVerdict, TeamId, UnitId, WorkerId};
 use tracing::{info, warn};
 
-use super::registration::{random_token, sha256_hex};
+use super::tokens::{random_token, sha256_hex};
 use super::{Fleet, FleetError};
 use crate::store::{AccountRecord, Tx, UnitState};
 

@@ -19,8 +19,8 @@ use e2fleet_proto::REPORT_MAX_SOLUTIONS;
 use e2fleet_proto::api::{AuditOutcome, AuditSubmission, JobId, JobState, UnitId};
 use tracing::{info, warn};
 
+use super::policy::BEST_BOARDS;
 use super::{Fleet, FleetError};
-use crate::status::best::BEST_BOARDS;
 use crate::store::{AuditRecord, CertificateRow, JobRecord, WorkerRecord};
 
 /// Solution boards a certificate carries (the count is always exact).

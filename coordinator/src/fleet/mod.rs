@@ -5,9 +5,12 @@
 //! # Layout
 //! - this file: [`Fleet`] (configuration, clock, caches) and [`FleetError`];
 //! - [`policy`]: defaults and limits in one place;
-//! - `registration.rs`: worker identities, tokens, quarantine release;
+//! - `registration.rs`: worker identities, enrolment, authentication, quarantine release;
+//!   `tokens.rs`: fresh tokens and the digests they are stored under;
+//! - `accounts.rs`: operator and volunteer accounts, earned trust, voiding;
 //! - `submission.rs`: jobs (validation, split depth, enumeration), specs, cancellation;
-//! - `leasing.rs`: leases, expiry, idle-time splitting, heartbeats, releases;
+//! - `sharing.rs`: which job a lease call serves (priorities, shares, pause);
+//! - `leasing.rs`: leases, expiry, idle-time and running-unit splits, heartbeats, releases;
 //! - `reports.rs`: recording results exactly once; `checks.rs`: verifying a result
 //!   without re-running it; `quorum.rs`: deciding units (accept, confirm, overturn);
 //! - [`verification`]: suites, hardware classes and the conformance matrix;
@@ -51,12 +54,14 @@ mod registration;
 mod reports;
 mod sharing;
 mod submission;
+mod tokens;
 pub mod verification;
 
 pub use e2fleet_proto::REPORT_MAX_SOLUTIONS;
 pub use leasing::BeatAnswer;
-pub use registration::{MAX_LABEL_BYTES, TOKEN_CACHE_TTL, check_label, random_token};
+pub use registration::{MAX_LABEL_BYTES, TOKEN_CACHE_TTL, check_label};
 pub use submission::{choose_split_depth, self_tests};
+pub use tokens::random_token;
 pub use verification::FLAGS_TTL;
 
 /// Why a fleet operation failed. [`crate::server::errors`] maps each kind to one gRPC

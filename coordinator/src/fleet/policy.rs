@@ -45,6 +45,9 @@ pub const MAX_LEASES_PER_CALL: usize = 1024;
 /// Characters kept of the pause reason a heartbeat gives (a label for the dashboard).
 pub const MAX_PAUSED_CHARS: usize = 120;
 
+/// Best boards (the deepest placements found) a job keeps and shows.
+pub const BEST_BOARDS: usize = 10;
+
 /// How long a count of leases out per job is reused, ms (see `sharing`).
 pub const SHARES_EVERY_MS: i64 = 500;
 

@@ -41,9 +41,9 @@ use e2fleet_engine::{Unit, UnitResult};
 use e2fleet_proto::api::{AccountId, ReportOutcome, ReportStatus, ResultVerdict};
 use tracing::warn;
 
+use super::policy::BEST_BOARDS;
 use super::policy::quorum_for;
 use super::{Fleet, FleetError};
-use crate::status::best::BEST_BOARDS;
 use crate::store::{
     AccountNeed, JobHead, MoreRuns, NewUnit, ResultRecord, Standing, Tx, UnitKind, UnitRecord,
     UnitState,

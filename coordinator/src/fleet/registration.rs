@@ -5,12 +5,11 @@
 //! A worker *is* its server-assigned id and its secret. Its host name, CPU and fingerprint
 //! are labels: shown, grouped by, never trusted.
 
-use rand::RngCore;
-use sha2::{Digest, Sha256};
 use tracing::info;
 
 use e2fleet_proto::api::{AccountId, AccountKind, HostInfo, WorkerId};
 
+use super::tokens::{random_token, sha256_hex};
 use super::{Fleet, FleetError};
 use crate::store::{AccountRecord, WorkerRecord};
 
@@ -27,21 +26,6 @@ pub const TOKEN_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(
 
 /// Longest label (host name, CPU model, versions, ...) a worker may send, in bytes.
 pub const MAX_LABEL_BYTES: usize = 256;
-
-/// Lowercase hex SHA-256.
-pub(crate) fn sha256_hex(data: &[u8]) -> String {
-    Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
-
-/// A fresh random token (192 bits, hex).
-pub fn random_token() -> String {
-    let mut bytes = [0u8; 24];
-    rand::rng().fill_bytes(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
 
 /// Compares two secrets in time independent of where they differ.
 pub(crate) fn constant_time_eq(a: &str, b: &str) -> bool {

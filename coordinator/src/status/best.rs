@@ -7,10 +7,8 @@ use e2fleet_engine::model::Placement;
 use e2fleet_proto::api::{AccountId, JobId};
 use serde::Serialize;
 
+use crate::fleet::policy::BEST_BOARDS;
 use crate::fleet::{Fleet, FleetError};
-
-/// Boards shown.
-pub const BEST_BOARDS: usize = 10;
 
 /// One of a job's best boards.
 #[derive(Clone, Debug, PartialEq, Serialize)]

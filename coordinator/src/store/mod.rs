@@ -46,16 +46,16 @@ pub use writer::WriterTotals;
 pub enum StoreError {
     /// The database failed.
     #[error("database: {0}")]
-    Db(#[from] sqlx::Error),
+    Db(sqlx::Error),
     /// A migration failed.
     #[error("migration: {0}")]
-    Migrate(#[from] sqlx::migrate::MigrateError),
+    Migrate(sqlx::migrate::MigrateError),
     /// A stored value does not decode (a bug or a hand-edited database).
     #[error("corrupt stored value: {0}")]
     Corrupt(String),
     /// A statement failed.
     #[error("database: {0}")]
-    Sqlite(#[from] rusqlite::Error),
+    Sqlite(rusqlite::Error),
     /// The writer's queue is full: the coordinator is overloaded; retry later.
     #[error("busy: too many writes queued; retry later")]
     Busy,
@@ -65,6 +65,26 @@ pub enum StoreError {
     /// The database cannot be opened where it was asked for.
     #[error("{0}")]
     Open(String),
+}
+
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> Self {
+        StoreError::Sqlite(e)
+    }
+}
+
+impl From<sqlx::migrate::MigrateError> for StoreError {
+    fn from(e: sqlx::migrate::MigrateError) -> Self {
+        StoreError::Migrate(e)
+    }
+}
+
+// the message names the cause itself ("{0}"), so it is not also a `source()`: an error
+// chain then says each cause once
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        StoreError::Db(e)
+    }
 }
 
 /// The coordinator's database.

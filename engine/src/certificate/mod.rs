@@ -270,7 +270,7 @@ pub fn placements(
 pub enum CertificateError {
     /// Not a gzip stream, or cut short.
     #[error("not a certificate file: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// The body does not hash to the digest line: the file was changed.
     #[error(
         "the certificate's digest does not match its content (sha256 {actual}, the file says {stated}): the file was changed or damaged"
@@ -287,6 +287,14 @@ pub enum CertificateError {
     /// The file claims more than the reader agreed to read ([`Limits`]).
     #[error("{0}")]
     TooLarge(String),
+}
+
+// the message names the cause itself ("{0}"), so it is not also a `source()`: an error
+// chain then says each cause once
+impl From<std::io::Error> for CertificateError {
+    fn from(e: std::io::Error) -> Self {
+        CertificateError::Io(e)
+    }
 }
 
 /// What a reader of a certificate agrees to spend on it, checked before the work: a

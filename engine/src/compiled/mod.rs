@@ -15,7 +15,6 @@
 
 pub mod cache;
 pub mod codegen;
-pub mod lanes_race;
 pub mod toolchain;
 pub mod walk;
 

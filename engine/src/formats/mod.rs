@@ -169,7 +169,7 @@ pub struct LoadError {
 pub enum LoadErrorKind {
     /// The file could not be read.
     #[error("cannot read the file: {0}")]
-    Io(#[from] std::io::Error),
+    Io(std::io::Error),
     /// Nothing but blank lines and comments.
     #[error("the file is empty")]
     Empty,
@@ -207,6 +207,14 @@ pub enum LoadErrorKind {
         /// The line of the piece involved, where known.
         line: Option<usize>,
     },
+}
+
+// the message names the cause itself ("{0}"), so it is not also a `source()`: an error
+// chain then says each cause once
+impl From<std::io::Error> for LoadErrorKind {
+    fn from(e: std::io::Error) -> Self {
+        LoadErrorKind::Io(e)
+    }
 }
 
 /// What a parser hands back before validation.

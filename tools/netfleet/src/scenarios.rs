@@ -15,6 +15,7 @@ use e2fleet_proto::api::status::JobStatus;
 use crate::fleet::{Fleet, FleetSpec, WorkerSpec};
 use crate::link::Shape;
 use crate::measure;
+use e2fleet_proto::text::thousands;
 
 /// A board whose whole tree is known (`puzzles/README.md`).
 #[derive(Clone, Copy, Debug)]
@@ -203,18 +204,6 @@ async fn check_no_errors(fleet: &Fleet, r: &mut Report) -> Result<()> {
         workers.len()
     ));
     Ok(())
-}
-
-fn thousands(n: u64) -> String {
-    let s = n.to_string();
-    let mut out = String::new();
-    for (i, c) in s.chars().enumerate() {
-        if i > 0 && (s.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 fn workers(shapes: &[(&str, Shape)]) -> Vec<WorkerSpec> {

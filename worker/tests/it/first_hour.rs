@@ -10,6 +10,34 @@ fn worker_bin() -> &'static str {
     env!("CARGO_BIN_EXE_e2fleet-worker")
 }
 
+/// An error names each cause once: a cause chain whose message already contains its
+/// cause printed it twice.
+#[test]
+fn a_bad_fill_order_is_said_once() {
+    let out = Command::new(worker_bin())
+        .arg("solve")
+        .arg(puzzle_path("e2/official.json"))
+        .args(["--order", "cells:135,0,1"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        err.matches("holds a hint").count(),
+        1,
+        "each cause once: {err}"
+    );
+    assert!(err.contains("cell 135"), "{err}");
+    // a file that cannot be read: the reason once
+    let out = Command::new(worker_bin())
+        .args(["solve", "/nonexistent/board.json"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert_eq!(err.matches("No such file").count(), 1, "{err}");
+}
+
 #[test]
 fn a_coordinator_url_without_a_scheme_is_refused_at_once_with_the_fix() {
     let dir = tempfile::tempdir().unwrap();

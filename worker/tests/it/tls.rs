@@ -78,6 +78,11 @@ async fn the_coordinators_own_ca_as_the_guide_says() {
             .permissions(),
     );
     assert_eq!(key_mode & 0o077, 0, "the server key is private");
+    let ignore = std::fs::read_to_string(dir.path().join("tls").join(".gitignore")).unwrap();
+    assert!(
+        ignore.lines().any(|l| l.trim() == "*"),
+        "the keys' folder keeps itself out of git: {ignore}"
+    );
     assert!(url.starts_with("https://"), "{url}");
     a_job_completes_over_tls(&url, &ca, &dir.path().join("w1")).await;
     // a client that does not trust the CA is refused, and says why

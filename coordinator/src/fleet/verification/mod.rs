@@ -22,7 +22,7 @@ use e2fleet_engine::unit::result_digest;
 use e2fleet_proto::api::{HostInfo, SuiteResult, UnitVerdict, Verdict, VerificationOutcome};
 use tracing::{info, warn};
 
-use super::registration::sha256_hex;
+use super::tokens::sha256_hex;
 use super::{Fleet, FleetError};
 use crate::store::{NewVerification, ResultBody, SuiteUnitRecord, WorkerRecord};
 

@@ -7,8 +7,8 @@
 //! predict well and it runs ~1.6x the lane engine; on the hard 16x16 boards the lane
 //! engine's wide form is 1.1-1.2x the compiled engine on Zen 4 (the real E2 near this
 //! race's margin), and many times faster on a split whose units are a few thousand nodes
-//! (no round trip to a process between them: `docs/engine-design.md`). So, as for the compiled engine's two walks ([`super::walk`]), `auto` does not guess: it
-//! walks the same seeded sample of units ([`super::walk::race_sample`]) on both, the lane
+//! (no round trip to a process between them: `docs/engine-design.md`). So, as for the compiled engine's two walks ([`crate::compiled::walk`]), `auto` does not guess: it
+//! walks the same seeded sample of units ([`crate::compiled::walk::race_sample`]) on both, the lane
 //! engine as many at a time as it walks a job's units, in alternated rounds, and keeps the
 //! lane engine only when it is clearly faster ([`LANES_MARGIN`]). Both must return the
 //! same results, unit by unit, or the race is refused (one of them is wrong). The decision
@@ -20,12 +20,12 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::cache::Cache;
-use super::walk::{
+use crate::compiled::cache::Cache;
+use crate::compiled::walk::{
     MAX_RACE_ROUNDS, RACE_ROUNDS, median, remember_as, remembered_as, settled_at, sized_sample,
     timed_units,
 };
-use super::{BuildOptions, CompileError, CompiledProgram};
+use crate::compiled::{BuildOptions, CompileError, CompiledProgram};
 use crate::engine::{Engine, EngineError, Feed, Work};
 use crate::lanes::{LaneEngine, LaneTables, lanes_release};
 use crate::plan::SearchPlan;
@@ -75,7 +75,7 @@ pub fn race(
     // tree that small stays compiled)
     let (units, nodes) = sized_sample(plan, &mut compiled)?;
     let agree = |x: &[UnitResult], y: &[UnitResult]| {
-        super::walk::agree("the lane and compiled engines", x, y, nodes)
+        crate::compiled::walk::agree("the lane and compiled engines", x, y, nodes)
     };
     let mut ratios = Vec::with_capacity(MAX_RACE_ROUNDS);
     while ratios.len() < RACE_ROUNDS
