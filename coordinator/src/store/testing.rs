@@ -11,8 +11,9 @@
 //! [`PostgresServer`] starts a throwaway server for a test (`initdb` and `postgres` from
 //! the PATH or Debian's `/usr/lib/postgresql/*/bin`, run as the `postgres` user when the
 //! tests run as root, in a temporary folder, on a free local port; stopped when dropped).
-//! Where it cannot start, tests that need it skip with a message, unless [`REQUIRE_ENV`]
-//! is set (CI sets it).
+//! Tests that need it are marked ignored, with the install command, where the server
+//! programs are missing (`cfg(has_postgres)`, `tools/build/optional_tools.rs`; CI sets
+//! `E2FLEET_REQUIRE_POSTGRES` and a missing server is a build error there).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -24,8 +25,6 @@ use super::Database;
 
 /// The PostgreSQL server the suites run against instead of SQLite.
 pub const SERVER_ENV: &str = "E2FLEET_TEST_POSTGRES";
-/// When set, a test that needs PostgreSQL fails instead of skipping.
-pub const REQUIRE_ENV: &str = "E2FLEET_REQUIRE_POSTGRES";
 
 /// The database a test's `path` stands for (see the module docs).
 pub async fn database_for(path: &Path) -> Database {
@@ -175,19 +174,12 @@ impl PostgresServer {
         Ok(server)
     }
 
-    /// Starts one, or returns `None` with a message on stderr when it cannot (and
-    /// [`REQUIRE_ENV`] is not set: then it panics).
-    pub fn start_or_skip(test: &str) -> Option<PostgresServer> {
-        match PostgresServer::start() {
-            Ok(s) => Some(s),
-            Err(why) if std::env::var_os(REQUIRE_ENV).is_some() => {
-                panic!("{test}: PostgreSQL is required ({REQUIRE_ENV}) but cannot start: {why}")
-            }
-            Err(why) => {
-                eprintln!("{test}: skipped, no PostgreSQL server can be started here: {why}");
-                None
-            }
-        }
+    /// Starts one for `test`, or panics saying why: tests that need it are marked ignored
+    /// where the server programs are missing (`cfg(has_postgres)`, set by the build
+    /// script), so here they are present and a failure to start is a failure.
+    pub fn start_for(test: &str) -> PostgresServer {
+        PostgresServer::start()
+            .unwrap_or_else(|why| panic!("{test}: PostgreSQL cannot start here: {why}"))
     }
 
     /// Restarts the server (a fast shutdown: open transactions roll back, connections

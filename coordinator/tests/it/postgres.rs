@@ -5,9 +5,8 @@
 //! [`SERVER_ENV`] set, [`database_for`] gives each path a database of its own on that
 //! server instead. [`the_whole_suite_passes_on_postgresql`] starts a throwaway server
 //! ([`PostgresServer`]) and runs this test program again with it set: one `cargo test`
-//! covers both stores. Without PostgreSQL's server binaries the tests here skip with a
-//! message (`apt-get install postgresql`), unless `E2FLEET_REQUIRE_POSTGRES` is set, as CI
-//! sets it.
+//! covers both stores. Without PostgreSQL's server programs the tests here are ignored,
+//! with the install command as the reason (`cfg(has_postgres)`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,13 +27,15 @@ fn nested() -> bool {
 }
 
 #[test]
+#[cfg_attr(
+    not(has_postgres),
+    ignore = "no PostgreSQL server programs: apt-get install postgresql"
+)]
 fn the_whole_suite_passes_on_postgresql() {
     if nested() {
         return;
     }
-    let Some(server) = PostgresServer::start_or_skip("the_whole_suite_passes_on_postgresql") else {
-        return;
-    };
+    let server = PostgresServer::start_for("the_whole_suite_passes_on_postgresql");
     let out = std::process::Command::new(std::env::current_exe().unwrap())
         .env(SERVER_ENV, server.url())
         .args(["--skip", "postgres::", "--test-threads", "2"])
@@ -115,15 +116,16 @@ async fn hammer(coordinators: &[Coordinator], workers: usize, batch: u32) -> Vec
 /// job, every unit is granted exactly once across them all, and the totals are exact.
 /// (A property test over the fleet's shape; the cases share one server.)
 #[test]
+#[cfg_attr(
+    not(has_postgres),
+    ignore = "no PostgreSQL server programs: apt-get install postgresql"
+)]
 fn concurrent_leases_across_coordinators_never_grant_a_unit_twice() {
     if nested() {
         return;
     }
-    let Some(server) = PostgresServer::start_or_skip(
-        "concurrent_leases_across_coordinators_never_grant_a_unit_twice",
-    ) else {
-        return;
-    };
+    let server =
+        PostgresServer::start_for("concurrent_leases_across_coordinators_never_grant_a_unit_twice");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

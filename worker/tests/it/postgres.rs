@@ -7,8 +7,8 @@
 //! `migrate-store` finishes exactly.
 //!
 //! Each test starts a throwaway PostgreSQL server
-//! ([`e2fleet_coordinator::store::testing::PostgresServer`]); without the server binaries
-//! they skip with a message, unless `E2FLEET_REQUIRE_POSTGRES` is set (CI).
+//! ([`e2fleet_coordinator::store::testing::PostgresServer`]); without the server programs
+//! they are ignored, with the install command as the reason (`cfg(has_postgres)`).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -131,12 +131,13 @@ fn assert_exact(doc: &serde_json::Value, nodes: u64, solutions: u64) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(has_postgres),
+    ignore = "no PostgreSQL server programs: apt-get install postgresql"
+)]
 async fn two_coordinators_on_one_postgresql_share_a_job_exactly() {
-    let Some(server) =
-        PostgresServer::start_or_skip("two_coordinators_on_one_postgresql_share_a_job_exactly")
-    else {
-        return;
-    };
+    let server =
+        PostgresServer::start_for("two_coordinators_on_one_postgresql_share_a_job_exactly");
     let dir = tempfile::tempdir().unwrap();
     let fleet = coordinators(&server, 2).await;
     let (a, b) = (&fleet[0].1, &fleet[1].1);
@@ -162,11 +163,12 @@ async fn two_coordinators_on_one_postgresql_share_a_job_exactly() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(has_postgres),
+    ignore = "no PostgreSQL server programs: apt-get install postgresql"
+)]
 async fn a_database_restart_mid_job_loses_nothing() {
-    let Some(server) = PostgresServer::start_or_skip("a_database_restart_mid_job_loses_nothing")
-    else {
-        return;
-    };
+    let server = PostgresServer::start_for("a_database_restart_mid_job_loses_nothing");
     let dir = tempfile::tempdir().unwrap();
     let fleet = coordinators(&server, 2).await;
     let (a, b) = (&fleet[0].1, &fleet[1].1);
@@ -187,12 +189,12 @@ async fn a_database_restart_mid_job_loses_nothing() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(has_postgres),
+    ignore = "no PostgreSQL server programs: apt-get install postgresql"
+)]
 async fn three_coordinators_lose_nothing_when_one_is_sigkilled() {
-    let Some(server) =
-        PostgresServer::start_or_skip("three_coordinators_lose_nothing_when_one_is_sigkilled")
-    else {
-        return;
-    };
+    let server = PostgresServer::start_for("three_coordinators_lose_nothing_when_one_is_sigkilled");
     let dir = tempfile::tempdir().unwrap();
     let mut fleet = coordinators(&server, 3).await;
     let urls: Vec<&str> = fleet.iter().map(|(_, u)| u.as_str()).collect();
@@ -223,12 +225,14 @@ async fn three_coordinators_lose_nothing_when_one_is_sigkilled() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(has_postgres),
+    ignore = "no PostgreSQL server programs: apt-get install postgresql"
+)]
 async fn a_fleet_stopped_mid_job_on_sqlite_is_migrated_and_finishes_exactly_on_postgresql() {
-    let Some(server) = PostgresServer::start_or_skip(
+    let server = PostgresServer::start_for(
         "a_fleet_stopped_mid_job_on_sqlite_is_migrated_and_finishes_exactly_on_postgresql",
-    ) else {
-        return;
-    };
+    );
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("fleet.db");
     let (mut sqlite, url) = serve(&file, "127.0.0.1:0", &[]);

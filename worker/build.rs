@@ -1,0 +1,9 @@
+//! The tools the PostgreSQL and TLS-recipe tests need (`tools/build/optional_tools.rs`):
+//! `cfg(has_postgres)`, `cfg(has_openssl)`.
+
+include!("../tools/build/optional_tools.rs");
+
+fn main() {
+    optional_tool("postgres", postgres());
+    optional_tool("openssl", openssl());
+}
