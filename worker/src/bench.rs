@@ -1,4 +1,4 @@
-//! `e2fleet-worker bench`: per-core placements/s of this machine's engine on benchmark
+//! `e2fleet-worker bench`: per-core nodes/s of this machine's engine on benchmark
 //! boards, with the exact node count walked and the compile time, so a speed figure is
 //! always reported with the count that proves what was walked.
 

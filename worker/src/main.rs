@@ -24,7 +24,7 @@ struct Cli {
 enum Command {
     /// Walk a puzzle's search tree (or part of it) and report exact counts.
     Solve(solve::SolveArgs),
-    /// Measure per-core placements/s on benchmark boards (exact counts alongside), and
+    /// Measure per-core nodes/s on benchmark boards (exact counts alongside), and
     /// what a node costs in cycles at the clock a busy core runs at.
     Bench(bench::BenchArgs),
     /// Join a fleet: lease units from a coordinator and walk them on every core.

@@ -321,7 +321,7 @@ pub fn run(args: VerifyArgs) -> Result<()> {
         .unwrap_or_default();
     let verdict = if failed.is_empty() {
         format!(
-            "VERIFIED{class_note}: {} units agree with their exact results{}; speed units {:.1} M placements/s per core (median); {:.1} s",
+            "VERIFIED{class_note}: {} units agree with their exact results{}; speed units {:.1} M nodes/s per core (median); {:.1} s",
             if pending > 0 {
                 format!("{} of {}", reports.len() - pending, reports.len())
             } else {

@@ -852,7 +852,7 @@ impl FleetLoop {
     fn show_status(&self, executor: &Executor) {
         let (queued, running) = executor.load();
         self.console.status(format!(
-            "{} | {running}/{} engines busy, {} queued | {} units reported | {:.1} M placements/s per core | {}",
+            "{} | {running}/{} engines busy, {} queued | {} units reported | {:.1} M nodes/s per core | {}",
             match self.pause {
                 Some(reason) => format!("paused ({reason})"),
                 None if self.stopping.is_some() => "stopping".to_string(),

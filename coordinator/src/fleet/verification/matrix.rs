@@ -15,7 +15,7 @@ use crate::store::VerificationRecord;
 impl Fleet {
     /// The conformance matrix of a suite: hardware classes x units, each cell agrees /
     /// DISAGREES / pending / not run with the per-core rate; flagged classes; the speed
-    /// table (per-core placements/s per class on the suite's speed units).
+    /// table (per-core nodes/s per class on the suite's speed units).
     pub async fn verification_matrix(&self, suite: &str) -> Result<VerificationMatrix, FleetError> {
         let suite = suite_name(suite).to_string();
         let units = self.suite(&suite).await?;
