@@ -21,6 +21,8 @@ use std::fmt::Write;
 
 use crate::plan::SENTINEL;
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
 use super::{Gen, MODULES};
 
 impl Gen<'_> {
@@ -41,7 +43,16 @@ impl Gen<'_> {
     /// call site tests a result: 38.6 -> 33.5 instructions per node on the real E2's
     /// pieces without a clue).
     pub(super) fn slot_walk(&mut self) {
-        use std::collections::{BTreeMap, BTreeSet, HashMap};
+        let plan = self.slot_plan();
+        self.slot_statics(&plan);
+        let module_of = self.bucket_functions(&plan);
+        self.slot_function_table(&plan.targets, &module_of);
+        self.slot_heads();
+    }
+
+    /// The slot walk's shape, before any of it is written: which depths reach each
+    /// bucket, the key -> function table, each depth's next key.
+    fn slot_plan(&self) -> SlotPlan {
         let p = self.plan;
         let offs = self.offsets();
         let depths = p.len();
@@ -102,6 +113,19 @@ impl Gen<'_> {
             .windows(2)
             .find_map(|w| w[1].key.iter().find(|k| k.cell == w[0].pos))
             .map_or(0, |k| k.shift);
+        SlotPlan {
+            reach,
+            targets,
+            keys,
+            shift,
+        }
+    }
+
+    /// The per-depth tables (`NX`, `ME`, `POS`) and the helpers every bucket function
+    /// calls.
+    fn slot_statics(&mut self, plan: &SlotPlan) {
+        let (p, keys) = (self.plan, &plan.keys);
+        let depths = p.len();
         w!(self, "type Bf = fn(usize, usize);");
         w!(self, "const DEPTHS: usize = {depths};");
         let nx: Vec<String> = keys
@@ -152,8 +176,12 @@ fn halt() {{ unsafe {{ HALTED = true; let t = &raw mut BFT; for e in (*t).iter_m
 #[inline(never)]
 fn fill() {{ unsafe {{ let t = &raw mut BFT; for (i, &f) in BFI.iter().enumerate() {{ (*t)[i] = FNS[f as usize] as usize; }} }} }}"#
         );
-        // the bucket functions in MODULES modules of about equal size (they call each
-        // other only through `BFT`)
+    }
+
+    /// The bucket functions, in [`MODULES`] modules of about equal size (they call each
+    /// other only through `BFT`); the module each is in, by name.
+    fn bucket_functions(&mut self, plan: &SlotPlan) -> HashMap<String, usize> {
+        let (p, reach) = (self.plan, &plan.reach);
         let sizes: Vec<usize> = reach
             .keys()
             .map(|&start| {
@@ -175,67 +203,79 @@ fn fill() {{ unsafe {{ let t = &raw mut BFT; for (i, &f) in BFI.iter().enumerate
             }
             done += size;
             module_of.insert(format!("b{start}"), module);
-            w!(
-                self,
-                "#[inline(never)]\npub fn b{start}(d: usize, slot: usize) {{\nlet st = state();\nif enter(st, d, slot, false) {{ halt(); return; }}"
-            );
-            if ds.len() == 1 {
-                let d = *ds.iter().next().unwrap();
-                w!(self, "let d: usize = {d};");
-            }
-            let pats: BTreeSet<u8> = ds.iter().map(|&d| keys[d + 1].3).collect();
-            let uniform = pats.len() == 1;
-            let pat = *pats.iter().next().unwrap();
-            if uniform {
-                let hi = if pat & 1 != 0 {
-                    String::new()
-                } else {
-                    format!(" + (colour(st, nx.1 as usize) << {log})")
-                };
-                let lo = if pat & 2 != 0 {
-                    ""
-                } else {
-                    " + colour(st, nx.2 as usize)"
-                };
-                w!(
-                    self,
-                    "let nx = unsafe {{ *NX.get_unchecked(d + 1) }}; let kb = nx.0 as usize{hi}{lo};"
-                );
-            } else {
-                // depths that disagree on which key part is the placed colour: it is scaled per
-                // depth (a rare shape)
-                w!(
-                    self,
-                    "let nx = unsafe {{ *NX.get_unchecked(d + 1) }}; let me = unsafe {{ *ME.get_unchecked(d + 1) }}; let mul = [0usize, {}, 1, {}][me as usize & 3]; let kb = nx.0 as usize + (if me & 1 != 0 {{ 0 }} else {{ colour(st, nx.1 as usize) << {log} }}) + (if me & 2 != 0 {{ 0 }} else {{ colour(st, nx.2 as usize) }});",
-                    side,
-                    side + 1
-                );
-            }
-            let mut i = start;
-            while p.candidates[i] != SENTINEL {
-                let c = p.candidates[i];
-                let piece = crate::plan::candidate_piece(c);
-                let r = ((c >> shift) & 0xFF) as usize;
-                let key = match (uniform, pat) {
-                    (false, _) => format!("kb + {r} * mul"),
-                    (true, 1) => format!("kb + {}", r << log),
-                    (true, 2) => format!("kb + {r}"),
-                    (true, 3) => format!("kb + {}", (r << log) + r),
-                    (true, _) => "kb".to_string(),
-                };
-                w!(
-                    self,
-                    "if st.used[{piece}] == 0 {{\nst.used[{piece}] = 1;\nbf({key})(d + 1, {i});\nst.used[{piece}] = 0;\n}}"
-                );
-                i += 1;
-            }
-            w!(self, "}}");
+            self.bucket_function(start, ds, plan);
         }
         w!(self, "}}");
-        // key -> function, as an index into the distinct functions: rustc type-checks an
-        // array of ~10^5 function items for seconds, an array of integers in no time.
-        // `main` fills `BFT` (the addresses, read by `bf`) before serving.
-        let mut names: Vec<String> = targets.clone();
+        module_of
+    }
+
+    /// The function of the bucket starting at `start` in `CANDS`, walked at depths `ds`.
+    fn bucket_function(&mut self, start: usize, ds: &BTreeSet<usize>, plan: &SlotPlan) {
+        let (p, keys, shift) = (self.plan, &plan.keys, plan.shift);
+        let log = self.stride_log2() as usize;
+        let side = 1usize << log;
+        w!(
+            self,
+            "#[inline(never)]\npub fn b{start}(d: usize, slot: usize) {{\nlet st = state();\nif enter(st, d, slot, false) {{ halt(); return; }}"
+        );
+        if ds.len() == 1 {
+            let d = *ds.iter().next().unwrap();
+            w!(self, "let d: usize = {d};");
+        }
+        let pats: BTreeSet<u8> = ds.iter().map(|&d| keys[d + 1].3).collect();
+        let uniform = pats.len() == 1;
+        let pat = *pats.iter().next().unwrap();
+        if uniform {
+            let hi = if pat & 1 != 0 {
+                String::new()
+            } else {
+                format!(" + (colour(st, nx.1 as usize) << {log})")
+            };
+            let lo = if pat & 2 != 0 {
+                ""
+            } else {
+                " + colour(st, nx.2 as usize)"
+            };
+            w!(
+                self,
+                "let nx = unsafe {{ *NX.get_unchecked(d + 1) }}; let kb = nx.0 as usize{hi}{lo};"
+            );
+        } else {
+            // depths that disagree on which key part is the placed colour: it is scaled per
+            // depth (a rare shape)
+            w!(
+                self,
+                "let nx = unsafe {{ *NX.get_unchecked(d + 1) }}; let me = unsafe {{ *ME.get_unchecked(d + 1) }}; let mul = [0usize, {}, 1, {}][me as usize & 3]; let kb = nx.0 as usize + (if me & 1 != 0 {{ 0 }} else {{ colour(st, nx.1 as usize) << {log} }}) + (if me & 2 != 0 {{ 0 }} else {{ colour(st, nx.2 as usize) }});",
+                side,
+                side + 1
+            );
+        }
+        let mut i = start;
+        while p.candidates[i] != SENTINEL {
+            let c = p.candidates[i];
+            let piece = crate::plan::candidate_piece(c);
+            let r = ((c >> shift) & 0xFF) as usize;
+            let key = match (uniform, pat) {
+                (false, _) => format!("kb + {r} * mul"),
+                (true, 1) => format!("kb + {}", r << log),
+                (true, 2) => format!("kb + {r}"),
+                (true, 3) => format!("kb + {}", (r << log) + r),
+                (true, _) => "kb".to_string(),
+            };
+            w!(
+                self,
+                "if st.used[{piece}] == 0 {{\nst.used[{piece}] = 1;\nbf({key})(d + 1, {i});\nst.used[{piece}] = 0;\n}}"
+            );
+            i += 1;
+        }
+        w!(self, "}}");
+    }
+
+    /// Key -> function, as an index into the distinct functions: rustc type-checks an
+    /// array of ~10^5 function items for seconds, an array of integers in no time. `main`
+    /// fills `BFT` (the addresses, read by `bf`) before serving.
+    fn slot_function_table(&mut self, targets: &[String], module_of: &HashMap<String, usize>) {
+        let mut names: Vec<String> = targets.to_vec();
         names.sort();
         names.dedup();
         let index: HashMap<&str, usize> = names
@@ -259,11 +299,16 @@ fn fill() {{ unsafe {{ let t = &raw mut BFT; for (i, &f) in BFI.iter().enumerate
             n = targets.len()
         );
         self.main_init = "fill();".into();
-        // Entries from the runtime's cold scan, which has counted the placement at d - 1
-        // already: that count is taken back and the bucket function counts it again. One
-        // function for every depth, behind a thunk per depth (the runtime's table takes no
-        // depth); it tells the runtime whether the unit stopped below it, and if so points
-        // the table back at the bucket functions.
+    }
+
+    /// Entries from the runtime's cold scan, which has counted the placement at d - 1
+    /// already: that count is taken back and the bucket function counts it again. One
+    /// function for every depth, behind a thunk per depth (the runtime's table takes no
+    /// depth); it tells the runtime whether the unit stopped below it, and if so points
+    /// the table back at the bucket functions.
+    fn slot_heads(&mut self) {
+        let depths = self.plan.len();
+        let log = self.stride_log2() as usize;
         w!(
             self,
             "#[inline(never)]\nfn head(d: usize) -> bool {{ let st = state(); let pos = POS[d - 1] as usize; st.cells[pos][1] = st.cells[pos][1].wrapping_sub(1); st.left += 1; let c = st.cells[pos][0]; let slot = CANDS.iter().position(|&x| x == c).unwrap(); let nx = NX[d]; let k = nx.0 as usize + (colour(st, nx.1 as usize) << {log}) + colour(st, nx.2 as usize); bf(k)(d, slot); if unsafe {{ HALTED }} {{ unsafe {{ HALTED = false; }} fill(); true }} else {{ false }} }}"
@@ -283,4 +328,17 @@ fn fill() {{ unsafe {{ let t = &raw mut BFT; for (i, &f) in BFI.iter().enumerate
             heads.join(", ")
         );
     }
+}
+
+/// What the slot walk's tables say ([`Gen::slot_plan`]).
+struct SlotPlan {
+    /// Which depths each bucket (by its first slot) is walked at.
+    reach: BTreeMap<usize, BTreeSet<usize>>,
+    /// Key -> function name; then the solution keys; then transposed tables.
+    targets: Vec<String>,
+    /// Per depth: (key base, byte of the high colour, byte of the low colour, which of
+    /// them is the previous depth's cell: 1 high, 2 low).
+    keys: Vec<(usize, usize, usize, u8)>,
+    /// The shift of the placed candidate's colour a next key reads.
+    shift: u32,
 }
