@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use clap::Args;
-use e2fleet_engine::engine::{EngineError, Feed, Work};
+use e2fleet_engine::engine::{Engine, EngineError, Feed, Work};
 use e2fleet_engine::formats::{LoadOptions, load_file, parse_str};
 use e2fleet_engine::search::RunOptions;
 use e2fleet_engine::suite::{BUILTIN_PUZZLES, builtin_label, builtin_puzzle};
@@ -15,7 +15,7 @@ use e2fleet_engine::unit::{StopReason, UnitResult};
 use e2fleet_engine::{OrderSpec, Unit};
 use serde::Serialize;
 
-use crate::engine_args::EngineArgs;
+use crate::engine_args::{EngineArgs, EngineFactory};
 
 /// The boards `bench` runs when none is named: an easy and a hard 16x16 board, and a
 /// small board with few colours (Brendan Owen's set 1, 7x7), all built into the binary.
@@ -284,43 +284,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         };
         let (units, all_units) = units_at(&plan, args.split_depth as usize)?;
         let mut engine = factory.make();
-        let mut runs = Vec::new();
-        for _ in 0..args.runs.max(1) {
-            let limit = Duration::from_secs_f64(args.seconds);
-            let t0 = Instant::now();
-            // the units in order, as many at once as the engine walks (the lane engine
-            // two), until the time is up: then no new unit starts and the ones walking
-            // stop at their next poll
-            let mut feed = Timed {
-                units: &units,
-                budget: args.unit_budget,
-                next: 0,
-                t0,
-                limit,
-                nodes: 0,
-                units_done: 0,
-                budgets_spent: 0,
-                over: false,
-                error: None,
-            };
-            if let Some(first) = feed.next() {
-                engine.run_feed(first, &mut feed);
-            }
-            if let Some(e) = feed.error {
-                return Err(e.into());
-            }
-            let (nodes, units_done, budgets_spent) =
-                (feed.nodes, feed.units_done, feed.budgets_spent);
-            let seconds = t0.elapsed().as_secs_f64();
-            runs.push(Run {
-                nodes,
-                seconds,
-                nodes_per_s: nodes as f64 / seconds,
-                finished: all_units && units_done + budgets_spent == units.len(),
-                units_done,
-                units_budgeted: args.unit_budget.map(|_| budgets_spent),
-            });
-        }
+        let runs = timed_runs(engine.as_mut(), &units, all_units, &args)?;
         let median =
             e2fleet_proto::api::status::median(runs.iter().map(|r| r.nodes_per_s).collect())
                 .unwrap_or(0.0);
@@ -351,67 +315,120 @@ pub fn run(args: BenchArgs) -> Result<()> {
         if args.json {
             println!("{}", serde_json::to_string(&report)?);
         } else {
-            let walked = match report.split_depth {
-                0 => String::new(),
-                d if report.all_units => {
-                    format!(", the {} units of a split at depth {d}", report.units)
-                }
-                d => format!(", the first {} units of a split at depth {d}", report.units),
-            };
-            let walked = match report.unit_budget {
-                Some(b) => format!("{walked}, at most {b} nodes each"),
-                None => walked,
-            };
-            let cycles = match (report.cycles_per_node, report.clock_ghz) {
-                (Some(c), Some(ghz)) => format!(" = {c:.1} cycles per node at ~{ghz:.2} GHz"),
-                _ => String::new(),
-            };
-            println!(
-                "{}: {} engine, {:.1} M nodes/s per core (median of {}{walked}){cycles}, compile {:.2} s{}",
-                report.board,
-                report.engine,
-                report.median_nodes_per_s / 1e6,
-                report.runs.len(),
-                report.compile_s,
-                if report.compile_cached {
-                    " (cached)"
-                } else {
-                    ""
-                }
-            );
-            if let Some(b) = factory.built() {
-                println!("    {}; ready in {:.2} s", b.describe(), report.setup_s);
-            }
-            if let Some(r) = factory.lanes_race() {
-                println!(
-                    "    the lane engine against the compiled engine on this puzzle: {:.2}x ({}); the {} engine kept",
-                    r.ratio,
-                    match r.rounds {
-                        0 => "remembered".to_string(),
-                        n => format!("{n} alternated rounds"),
-                    },
-                    if r.lanes { "lane" } else { "compiled" }
-                );
-            }
-            for r in &report.runs {
-                let done = match (report.split_depth, r.finished) {
-                    (0, true) => " (whole tree)".to_string(),
-                    (0, false) => String::new(),
-                    (_, true) => " (every unit)".to_string(),
-                    (_, false) => format!(" ({} units walked to their end)", r.units_done),
-                };
-                let done = match r.units_budgeted {
-                    Some(b) => format!("{done} ({b} units to their budget)"),
-                    None => done,
-                };
-                println!(
-                    "    {} nodes in {:.2} s = {:.1} M/s{done}",
-                    r.nodes,
-                    r.seconds,
-                    r.nodes_per_s / 1e6,
-                );
-            }
+            print_report(&report, &factory);
         }
     }
     Ok(())
+}
+
+/// `args.runs` timed runs over `units` in order, as many at once as the engine walks
+/// (the lane engine several), until the time is up: then no new unit starts and the ones
+/// walking stop at their next poll.
+fn timed_runs(
+    engine: &mut dyn Engine,
+    units: &[Unit],
+    all_units: bool,
+    args: &BenchArgs,
+) -> Result<Vec<Run>> {
+    let mut runs = Vec::new();
+    for _ in 0..args.runs.max(1) {
+        let limit = Duration::from_secs_f64(args.seconds);
+        let t0 = Instant::now();
+        // the units in order, as many at once as the engine walks (the lane engine
+        // two), until the time is up: then no new unit starts and the ones walking
+        // stop at their next poll
+        let mut feed = Timed {
+            units,
+            budget: args.unit_budget,
+            next: 0,
+            t0,
+            limit,
+            nodes: 0,
+            units_done: 0,
+            budgets_spent: 0,
+            over: false,
+            error: None,
+        };
+        if let Some(first) = feed.next() {
+            engine.run_feed(first, &mut feed);
+        }
+        if let Some(e) = feed.error {
+            return Err(e.into());
+        }
+        let (nodes, units_done, budgets_spent) = (feed.nodes, feed.units_done, feed.budgets_spent);
+        let seconds = t0.elapsed().as_secs_f64();
+        runs.push(Run {
+            nodes,
+            seconds,
+            nodes_per_s: nodes as f64 / seconds,
+            finished: all_units && units_done + budgets_spent == units.len(),
+            units_done,
+            units_budgeted: args.unit_budget.map(|_| budgets_spent),
+        });
+    }
+    Ok(runs)
+}
+
+/// A board's report as text.
+fn print_report(report: &BoardReport, factory: &EngineFactory) {
+    let walked = match report.split_depth {
+        0 => String::new(),
+        d if report.all_units => {
+            format!(", the {} units of a split at depth {d}", report.units)
+        }
+        d => format!(", the first {} units of a split at depth {d}", report.units),
+    };
+    let walked = match report.unit_budget {
+        Some(b) => format!("{walked}, at most {b} nodes each"),
+        None => walked,
+    };
+    let cycles = match (report.cycles_per_node, report.clock_ghz) {
+        (Some(c), Some(ghz)) => format!(" = {c:.1} cycles per node at ~{ghz:.2} GHz"),
+        _ => String::new(),
+    };
+    println!(
+        "{}: {} engine, {:.1} M nodes/s per core (median of {}{walked}){cycles}, compile {:.2} s{}",
+        report.board,
+        report.engine,
+        report.median_nodes_per_s / 1e6,
+        report.runs.len(),
+        report.compile_s,
+        if report.compile_cached {
+            " (cached)"
+        } else {
+            ""
+        }
+    );
+    if let Some(b) = factory.built() {
+        println!("    {}; ready in {:.2} s", b.describe(), report.setup_s);
+    }
+    if let Some(r) = factory.lanes_race() {
+        println!(
+            "    the lane engine against the compiled engine on this puzzle: {:.2}x ({}); the {} engine kept",
+            r.ratio,
+            match r.rounds {
+                0 => "remembered".to_string(),
+                n => format!("{n} alternated rounds"),
+            },
+            if r.lanes { "lane" } else { "compiled" }
+        );
+    }
+    for r in &report.runs {
+        let done = match (report.split_depth, r.finished) {
+            (0, true) => " (whole tree)".to_string(),
+            (0, false) => String::new(),
+            (_, true) => " (every unit)".to_string(),
+            (_, false) => format!(" ({} units walked to their end)", r.units_done),
+        };
+        let done = match r.units_budgeted {
+            Some(b) => format!("{done} ({b} units to their budget)"),
+            None => done,
+        };
+        println!(
+            "    {} nodes in {:.2} s = {:.1} M/s{done}",
+            r.nodes,
+            r.seconds,
+            r.nodes_per_s / 1e6,
+        );
+    }
 }

@@ -242,46 +242,12 @@ pub async fn run(command: Command) -> Result<()> {
                     admin,
                 }),
             ..
-        }) => {
-            let id = job_id(&id)?;
-            if priority.is_none() && share.is_none() {
-                bail!("give --priority, --share or both (`pause` and `resume` pause a job)");
-            }
-            let change = ScheduleChange {
-                priority,
-                share,
-                paused: None,
-            };
-            let mut c = connect(&admin).await?;
-            c.set_schedule(id, change).await?;
-            let job = c.job(id).await?;
-            outln!(
-                "job {id}: priority {}, share {}{}",
-                job.priority,
-                job.share,
-                if job.paused { ", paused" } else { "" }
-            );
-            Ok(())
-        }
+        }) => set_schedule(&id, priority, share, &admin).await,
         Command::Job(JobArgs {
             id, watch, admin, ..
         }) => {
-            let id = job_id(&id.unwrap_or_default())?;
             let admin = admin.expect("clap requires the admin flags without a subcommand");
-            let mut c = connect(&admin).await?;
-            let started = std::time::Instant::now();
-            loop {
-                let job = c.job(id).await?;
-                if !watch || job.state != JobState::Running {
-                    if watch {
-                        eprintln!();
-                    }
-                    print::job(&job, admin.json);
-                    return Ok(());
-                }
-                eprint!("\r{}   ", print::progress(&job, started.elapsed()));
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
+            job(&id.unwrap_or_default(), watch, &admin).await
         }
         Command::Export {
             id,
@@ -334,16 +300,66 @@ pub async fn run(command: Command) -> Result<()> {
             Ok(())
         }
         Command::Account { action } => account(action).await,
-        Command::Verify {
-            action: VerifyCommand::Unflag { class, admin },
-        } => {
+        Command::Verify { action } => verify(action).await,
+    }
+}
+
+/// `job set ID --priority P --share S`.
+async fn set_schedule(
+    id: &str,
+    priority: Option<i32>,
+    share: Option<f64>,
+    admin: &AdminArgs,
+) -> Result<()> {
+    let id = job_id(id)?;
+    if priority.is_none() && share.is_none() {
+        bail!("give --priority, --share or both (`pause` and `resume` pause a job)");
+    }
+    let change = ScheduleChange {
+        priority,
+        share,
+        paused: None,
+    };
+    let mut c = connect(admin).await?;
+    c.set_schedule(id, change).await?;
+    let job = c.job(id).await?;
+    outln!(
+        "job {id}: priority {}, share {}{}",
+        job.priority,
+        job.share,
+        if job.paused { ", paused" } else { "" }
+    );
+    Ok(())
+}
+
+/// `job ID [--watch]`: the job's status, or its progress until it is no longer running.
+async fn job(id: &str, watch: bool, admin: &AdminArgs) -> Result<()> {
+    let id = job_id(id)?;
+    let mut c = connect(admin).await?;
+    let started = std::time::Instant::now();
+    loop {
+        let job = c.job(id).await?;
+        if !watch || job.state != JobState::Running {
+            if watch {
+                eprintln!();
+            }
+            print::job(&job, admin.json);
+            return Ok(());
+        }
+        eprint!("\r{}   ", print::progress(&job, started.elapsed()));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+/// `verify unflag | submit | matrix`.
+async fn verify(action: VerifyCommand) -> Result<()> {
+    match action {
+        VerifyCommand::Unflag { class, admin } => {
             connect(&admin).await?.unflag_class(&class).await?;
             outln!("hardware class {class} unflagged: its disagreements so far no longer count");
             Ok(())
         }
-        Command::Verify {
-            action: VerifyCommand::Submit { file, name, admin },
-        } => {
+        VerifyCommand::Submit { file, name, admin } => {
             let suite_json = std::fs::read_to_string(&file)
                 .with_context(|| format!("cannot read {}", file.display()))?;
             let name = name.unwrap_or_else(|| {
@@ -367,9 +383,7 @@ pub async fn run(command: Command) -> Result<()> {
             }
             Ok(())
         }
-        Command::Verify {
-            action: VerifyCommand::Matrix { suite, admin },
-        } => {
+        VerifyCommand::Matrix { suite, admin } => {
             let matrix = connect(&admin).await?.matrix(&suite).await?;
             if admin.json {
                 outln!("{}", serde_json::to_string(&matrix)?);

@@ -45,8 +45,8 @@ use super::policy::BEST_BOARDS;
 use super::policy::quorum_for;
 use super::{Fleet, FleetError};
 use crate::store::{
-    AccountNeed, JobHead, MoreRuns, NewUnit, ResultRecord, Standing, Tx, UnitKind, UnitRecord,
-    UnitState,
+    AccountNeed, JobHead, MoreRuns, NewUnit, ResultId, ResultRecord, Standing, Tx, UnitKind,
+    UnitRecord, UnitState,
 };
 
 /// Whose history a lost cross-check puts in doubt.
@@ -110,6 +110,108 @@ impl Group<'_> {
     }
 }
 
+/// The valid results of a unit grouped by digest, in order of arrival.
+fn group_by_digest(valid: &[ResultRecord]) -> Vec<Group<'_>> {
+    let mut groups: Vec<Group<'_>> = Vec::new();
+    for r in valid {
+        match groups.iter_mut().find(|g| g.digest == r.digest) {
+            Some(g) => g.results.push(r),
+            None => groups.push(Group {
+                digest: &r.digest,
+                results: vec![r],
+            }),
+        }
+    }
+    groups
+}
+
+/// The group a quorum would accept, and the quorum it needs: the strongest group (most
+/// parties, then most identities, then the first to arrive) at the unit's quorum, raised
+/// to 2 in a dispute; but a dispute between the operator's word and volunteers' alone is
+/// decided for the operator at once (the volunteers' results are wrong and cost their
+/// accounts now, instead of the unit waiting for a third party that may not be online).
+/// Between volunteers, or among the operator's machines, a deciding run is still needed.
+fn strongest_group<'g, 'r>(groups: &'g [Group<'r>], stored_quorum: u32) -> (&'g Group<'r>, u32) {
+    let disputed = groups.len() > 1;
+    let quorum = if disputed {
+        stored_quorum.max(2)
+    } else {
+        stored_quorum
+    };
+    let best = groups
+        .iter()
+        .max_by(|a, b| {
+            (a.parties(), a.identities())
+                .cmp(&(b.parties(), b.identities()))
+                .then(b.results[0].id.cmp(&a.results[0].id))
+        })
+        .expect("a unit with a valid result has a group");
+    let operator_side = disputed
+        .then(|| {
+            let vouched: Vec<&Group<'_>> = groups.iter().filter(|g| g.has_operator()).collect();
+            // (two volunteer accounts agreeing against it are two parties: the usual
+            // rule, most parties, decides then)
+            let others_alone = groups
+                .iter()
+                .filter(|g| !g.has_operator())
+                .all(|g| g.parties() <= 1);
+            (vouched.len() == 1 && others_alone).then(|| vouched[0])
+        })
+        .flatten();
+    match operator_side {
+        Some(g) => (g, stored_quorum),
+        None => (best, quorum),
+    }
+}
+
+/// Bounded storage: a decided unit's results keep only their cores; the accepted one
+/// keeps its body while it carries solutions or one of the job's best boards.
+fn fold_decided(
+    tx: &mut dyn Tx,
+    job: &JobHead,
+    unit: &UnitRecord,
+    accepted: &ResultRecord,
+) -> Result<(), FleetError> {
+    let keep = accepted.solutions > 0
+        || (accepted.max_depth > 0
+            && tx.boards_kept_at_least(job.id, accepted.max_depth, accepted.id, BEST_BOARDS)?
+                < BEST_BOARDS);
+    tx.fold_results(unit.id, keep.then_some(accepted.id))?;
+    if keep {
+        tx.fold_surplus_boards(job.id, BEST_BOARDS)?;
+    }
+    Ok(())
+}
+
+/// A volunteer result that counts earns its account credit, once per account and unit
+/// (the accepted one first), on a trusted account's word alone too; it goes again if the
+/// result is found wrong or voided (`Tx::set_result_verdict`). Volunteer results another
+/// party agreed with earn their account trust.
+fn credit_and_trust(
+    tx: &mut dyn Tx,
+    agreeing: &[&ResultRecord],
+    accepted_id: ResultId,
+    parties: usize,
+    now: i64,
+) -> Result<(), FleetError> {
+    let accepted_first = agreeing.iter().filter(|r| r.id == accepted_id);
+    let others = agreeing.iter().filter(|r| r.id != accepted_id);
+    for r in accepted_first.chain(others) {
+        if !r.account_id.is_operator() {
+            tx.credit_result(r.id, now)?;
+        }
+    }
+    if parties >= 2 {
+        let mut confirmed = BTreeSet::new();
+        for r in agreeing.iter().filter(|r| !r.account_id.is_operator()) {
+            if confirmed.insert(r.account_id.clone()) {
+                tx.account_confirmed(&r.account_id, r.committed)?;
+            }
+        }
+    }
+    Ok(())
+}
+
 impl Fleet {
     /// Looks at all valid results of a unit and accepts, confirms, overturns or asks for
     /// one more run. `mine` is the result just recorded with its body (`None` when a unit
@@ -127,16 +229,7 @@ impl Fleet {
         // `unit` was read before this report's counters changed: its quorum, accepted
         // result and path are what decide uses, and those are still current
         let valid = tx.valid_results_of_unit(unit.id)?;
-        let mut groups: Vec<Group<'_>> = Vec::new();
-        for r in &valid {
-            match groups.iter_mut().find(|g| g.digest == r.digest) {
-                Some(g) => g.results.push(r),
-                None => groups.push(Group {
-                    digest: &r.digest,
-                    results: vec![r],
-                }),
-            }
-        }
+        let groups = group_by_digest(&valid);
         if groups.is_empty() {
             return Ok(ReportOutcome {
                 status: ReportStatus::PendingCheck,
@@ -153,101 +246,27 @@ impl Fleet {
             }
             _ => unit.quorum,
         };
-        let quorum = if disputed {
-            stored_quorum.max(2)
-        } else {
-            stored_quorum
-        };
-        // the strongest group: most parties, then most identities, then the first to arrive
-        let best = groups
-            .iter()
-            .max_by(|a, b| {
-                (a.parties(), a.identities())
-                    .cmp(&(b.parties(), b.identities()))
-                    .then(b.results[0].id.cmp(&a.results[0].id))
-            })
-            .expect("the new result is valid");
-        // the operator vouches for its machines: a dispute between the operator's word and
-        // volunteers' alone is decided for the operator at once (the volunteers' results
-        // are wrong and cost their accounts now, instead of the unit waiting for a third
-        // party that may not be online); between volunteers, or among the operator's
-        // machines, a deciding run is still needed
-        let operator_side = disputed
-            .then(|| {
-                let vouched: Vec<&Group<'_>> = groups.iter().filter(|g| g.has_operator()).collect();
-                // (two volunteer accounts agreeing against it are two parties: the usual
-                // rule, most parties, decides then)
-                let others_alone = groups
-                    .iter()
-                    .filter(|g| !g.has_operator())
-                    .all(|g| g.parties() <= 1);
-                (vouched.len() == 1 && others_alone).then(|| vouched[0])
-            })
-            .flatten();
-        let (best, quorum) = match operator_side {
-            Some(g) => (g, stored_quorum),
-            None => (best, quorum),
-        };
+        let (best, quorum) = strongest_group(&groups, stored_quorum);
         let (parties, needed) = (best.parties(), best.parties_needed(quorum, live));
+        if best.identities() < quorum as usize || parties < needed {
+            return self.ask_for_another_run(
+                tx,
+                unit,
+                best,
+                (quorum, stored_quorum),
+                (parties, needed),
+                disputed,
+            );
+        }
         let current = match unit.accepted_result {
             Some(id) => tx.result(id)?,
             None => None,
         };
-        if best.identities() < quorum as usize || parties < needed {
-            let account_need = if parties >= needed {
-                AccountNeed::None
-            } else if best.trusted() {
-                AccountNeed::Preferred
-            } else {
-                AccountNeed::Required
-            };
-            tx.request_run(
-                unit.id,
-                &MoreRuns {
-                    quorum: stored_quorum,
-                    account_need,
-                    disputed,
-                },
-            )?;
-            let waiting = match account_need {
-                AccountNeed::Required => "; the next run must come from another account",
-                AccountNeed::Preferred => "; the next run from another account where there is one",
-                AccountNeed::None => "",
-            };
-            return Ok(ReportOutcome {
-                status: if disputed {
-                    ReportStatus::Mismatch
-                } else {
-                    ReportStatus::PendingCheck
-                },
-                detail: format!(
-                    "{} agreeing of {quorum} ({parties} of {needed} independent parties){waiting}",
-                    best.identities()
-                ),
-            });
-        }
         let best_digest = best.digest.to_string();
         let best_results: Vec<&ResultRecord> = best.results.clone();
         // a quorum exists: losers are wrong
-        let mut quarantined_accounts: Vec<AccountId> = Vec::new();
-        let mut suspects: BTreeSet<Suspect> = BTreeSet::new();
-        for group in groups.iter().filter(|g| g.digest != best_digest) {
-            for r in &group.results {
-                tx.set_result_verdict(r.id, ResultVerdict::Wrong)?;
-                if tx.worker_error(r.worker_id, self.config.quarantine_after)? {
-                    warn!(worker_id = %r.worker_id, account = %r.account_id, "worker quarantined after wrong results");
-                }
-                if tx.account_error(&r.account_id, self.config.trust.account_quarantine_after)? {
-                    warn!(account = %r.account_id, "account quarantined after wrong results of its workers");
-                    quarantined_accounts.push(r.account_id.clone());
-                }
-                suspects.insert(if r.account_id.is_operator() {
-                    Suspect::Worker(r.worker_id)
-                } else {
-                    Suspect::Account(r.account_id.clone())
-                });
-            }
-        }
+        let losers = groups.iter().filter(|g| g.digest != best_digest);
+        let (quarantined_accounts, suspects) = self.mark_losers(tx, losers)?;
         let winner = best_results[0];
         let accepted_id = match &current {
             Some(c) if c.digest == best_digest => c.id,
@@ -275,43 +294,12 @@ impl Fleet {
             }
         }
         tx.mark_unit_done(unit.id, accepted_id, now)?;
-        // bounded storage: the decided unit's results keep only their cores; the accepted
-        // one keeps its body while it carries solutions or one of the job's best boards
         let accepted = match &current {
             Some(c) if c.id == accepted_id => c,
             _ => winner,
         };
-        let keep = accepted.solutions > 0
-            || (accepted.max_depth > 0
-                && tx.boards_kept_at_least(
-                    job.id,
-                    accepted.max_depth,
-                    accepted_id,
-                    BEST_BOARDS,
-                )? < BEST_BOARDS);
-        tx.fold_results(unit.id, keep.then_some(accepted_id))?;
-        if keep {
-            tx.fold_surplus_boards(job.id, BEST_BOARDS)?;
-        }
-        // a volunteer result that counts earns its account credit, once per account and
-        // unit (the accepted one first), on a trusted account's word alone too; it goes
-        // again if the result is found wrong or voided (`Tx::set_result_verdict`)
-        let accepted_first = best_results.iter().filter(|r| r.id == accepted_id);
-        let others = best_results.iter().filter(|r| r.id != accepted_id);
-        for r in accepted_first.chain(others) {
-            if !r.account_id.is_operator() {
-                tx.credit_result(r.id, now)?;
-            }
-        }
-        // volunteer results another party agreed with earn their account trust
-        if parties >= 2 {
-            let mut confirmed = BTreeSet::new();
-            for r in best_results.iter().filter(|r| !r.account_id.is_operator()) {
-                if confirmed.insert(r.account_id.clone()) {
-                    tx.account_confirmed(&r.account_id, r.committed)?;
-                }
-            }
-        }
+        fold_decided(tx, job, unit, accepted)?;
+        credit_and_trust(tx, &best_results, accepted_id, parties, now)?;
         for account in &quarantined_accounts {
             self.void_account(tx, account)?;
         }
@@ -335,6 +323,80 @@ impl Fleet {
                 best_results.len()
             ),
         })
+    }
+
+    /// No group has its quorum yet: asks for one more run (from another account when the
+    /// group lacks parties) and says what the unit waits for.
+    fn ask_for_another_run(
+        &self,
+        tx: &mut dyn Tx,
+        unit: &UnitRecord,
+        best: &Group<'_>,
+        (quorum, stored_quorum): (u32, u32),
+        (parties, needed): (usize, usize),
+        disputed: bool,
+    ) -> Result<ReportOutcome, FleetError> {
+        let account_need = if parties >= needed {
+            AccountNeed::None
+        } else if best.trusted() {
+            AccountNeed::Preferred
+        } else {
+            AccountNeed::Required
+        };
+        tx.request_run(
+            unit.id,
+            &MoreRuns {
+                quorum: stored_quorum,
+                account_need,
+                disputed,
+            },
+        )?;
+        let waiting = match account_need {
+            AccountNeed::Required => "; the next run must come from another account",
+            AccountNeed::Preferred => "; the next run from another account where there is one",
+            AccountNeed::None => "",
+        };
+        Ok(ReportOutcome {
+            status: if disputed {
+                ReportStatus::Mismatch
+            } else {
+                ReportStatus::PendingCheck
+            },
+            detail: format!(
+                "{} agreeing of {quorum} ({parties} of {needed} independent parties){waiting}",
+                best.identities()
+            ),
+        })
+    }
+
+    /// Marks every result of the losing groups wrong: each loser's identity and account
+    /// collect an error. Returns the accounts those errors quarantined and whose history
+    /// is now suspect.
+    fn mark_losers<'r>(
+        &self,
+        tx: &mut dyn Tx,
+        losers: impl Iterator<Item = &'r Group<'r>>,
+    ) -> Result<(Vec<AccountId>, BTreeSet<Suspect>), FleetError> {
+        let mut quarantined_accounts: Vec<AccountId> = Vec::new();
+        let mut suspects: BTreeSet<Suspect> = BTreeSet::new();
+        for group in losers {
+            for r in &group.results {
+                tx.set_result_verdict(r.id, ResultVerdict::Wrong)?;
+                if tx.worker_error(r.worker_id, self.config.quarantine_after)? {
+                    warn!(worker_id = %r.worker_id, account = %r.account_id, "worker quarantined after wrong results");
+                }
+                if tx.account_error(&r.account_id, self.config.trust.account_quarantine_after)? {
+                    warn!(account = %r.account_id, "account quarantined after wrong results of its workers");
+                    quarantined_accounts.push(r.account_id.clone());
+                }
+                suspects.insert(if r.account_id.is_operator() {
+                    Suspect::Worker(r.worker_id)
+                } else {
+                    Suspect::Account(r.account_id.clone())
+                });
+            }
+        }
+        Ok((quarantined_accounts, suspects))
     }
 
     /// Asks another party to run again every unit `suspect` got accepted on its word

@@ -13,8 +13,8 @@ use tracing::{instrument, warn};
 use super::checks::check_result;
 use super::{Fleet, FleetError, LeasedUnit, finish_if_done};
 use crate::store::{
-    LeaseState, NewResult, ResultBody, ResultCore, ResultId, ResultRecord, Standing, Tx,
-    UnitRecord, UnitState, WorkerRecord,
+    LeaseRecord, LeaseState, NewResult, ResultBody, ResultCore, ResultId, ResultRecord, Standing,
+    Tx, UnitRecord, UnitState, WorkerRecord,
 };
 
 /// A report verified before its write, with what it was verified against.
@@ -102,45 +102,10 @@ impl Fleet {
         (pre, recheck): (Option<Prechecked>, bool),
         now: i64,
     ) -> Result<ReportOutcome, FleetError> {
-        let Some(lease) = tx.lease(report.lease_id)? else {
-            // a unit leaves its leases behind when it is archived, which waits until its
-            // expired leases are older than the detail window: a result later than that
-            // is told so, instead of "not found"
-            if tx.is_archived(report.unit_id)? {
-                return Ok(late(
-                    "the unit was decided and archived long after this lease expired; the result is not compared",
-                ));
-            }
-            return Err(FleetError::NotFound(format!("lease {}", report.lease_id)));
+        let lease = match report_lease(tx, worker, &report, &digest)? {
+            Ok(lease) => lease,
+            Err(answer) => return Ok(answer),
         };
-        if lease.worker_id != worker.id {
-            return Err(FleetError::PermissionDenied(
-                "the lease belongs to another worker".into(),
-            ));
-        }
-        if lease.unit_id != report.unit_id {
-            return Err(FleetError::InvalidArgument(
-                "the lease is for another unit".into(),
-            ));
-        }
-        if let Some(existing) = tx.result_by_lease(lease.id)? {
-            return if existing.digest == digest {
-                Ok(ReportOutcome {
-                    status: ReportStatus::Duplicate,
-                    detail: "already recorded".into(),
-                })
-            } else {
-                Err(FleetError::InvalidArgument(
-                    "a different result was already reported on this lease".into(),
-                ))
-            };
-        }
-        if lease.state == LeaseState::Superseded {
-            // idempotent: the lease stays superseded, a repeat gets the same answer
-            return Ok(late(
-                "the unit changed or was decided by another run after this lease was lost; the result is not compared",
-            ));
-        }
         let unit = tx.unit(lease.unit_id)?.expect("lease has a unit");
         let job = tx.job_head(unit.job_id)?.expect("unit has a job");
         // everything that can refuse the report is decided before the first write (a
@@ -234,29 +199,7 @@ impl Fleet {
             core: folded,
         })?;
         if let Err(why) = check {
-            warn!(worker_id = %worker.id, unit_id = %unit.id, %why, "result failed verification");
-            if lease_was_active {
-                tx.lease_returned(unit.id)?;
-            }
-            let quarantined = tx.worker_error(worker.id, self.config.quarantine_after)?;
-            if tx.account_error(
-                &worker.account_id,
-                self.config.trust.account_quarantine_after,
-            )? {
-                warn!(account = %worker.account_id, "account quarantined after wrong results of its workers");
-                self.void_account(tx, &worker.account_id)?;
-            }
-            return Ok(ReportOutcome {
-                status: ReportStatus::Rejected,
-                detail: format!(
-                    "{why}{}",
-                    if quarantined {
-                        "; worker quarantined"
-                    } else {
-                        ""
-                    }
-                ),
-            });
+            return self.reject_wrong_result(tx, worker, &unit, lease_was_active, &why);
         }
         tx.result_recorded(unit.id, lease_was_active)?;
         let mine = ResultRecord {
@@ -280,6 +223,41 @@ impl Fleet {
         }
         Ok(outcome)
     }
+
+    /// A result that failed verification: recorded as wrong, its worker and account
+    /// collect an error (an account quarantined by it is voided), the unit is open again.
+    fn reject_wrong_result(
+        &self,
+        tx: &mut dyn Tx,
+        worker: &WorkerRecord,
+        unit: &UnitRecord,
+        lease_was_active: bool,
+        why: &str,
+    ) -> Result<ReportOutcome, FleetError> {
+        warn!(worker_id = %worker.id, unit_id = %unit.id, %why, "result failed verification");
+        if lease_was_active {
+            tx.lease_returned(unit.id)?;
+        }
+        let quarantined = tx.worker_error(worker.id, self.config.quarantine_after)?;
+        if tx.account_error(
+            &worker.account_id,
+            self.config.trust.account_quarantine_after,
+        )? {
+            warn!(account = %worker.account_id, "account quarantined after wrong results of its workers");
+            self.void_account(tx, &worker.account_id)?;
+        }
+        Ok(ReportOutcome {
+            status: ReportStatus::Rejected,
+            detail: format!(
+                "{why}{}",
+                if quarantined {
+                    "; worker quarantined"
+                } else {
+                    ""
+                }
+            ),
+        })
+    }
 }
 
 /// The answer to a report that is too late to count (no fault of its worker's).
@@ -302,4 +280,55 @@ fn counts_alone(worker: &WorkerRecord, unit: &UnitRecord, lease_was_active: bool
         && unit.quorum == 1
         && unit.results == 0
         && others_out == 0
+}
+
+/// The lease a report names, checked: it exists (or the answer for a unit archived since),
+/// is this worker's and for this unit, has no other result, and still counts. `Err` is the
+/// answer to give instead (a duplicate, or too late).
+fn report_lease(
+    tx: &mut dyn Tx,
+    worker: &WorkerRecord,
+    report: &Report,
+    digest: &str,
+) -> Result<Result<LeaseRecord, ReportOutcome>, FleetError> {
+    let Some(lease) = tx.lease(report.lease_id)? else {
+        // a unit leaves its leases behind when it is archived, which waits until its
+        // expired leases are older than the detail window: a result later than that
+        // is told so, instead of "not found"
+        if tx.is_archived(report.unit_id)? {
+            return Ok(Err(late(
+                "the unit was decided and archived long after this lease expired; the result is not compared",
+            )));
+        }
+        return Err(FleetError::NotFound(format!("lease {}", report.lease_id)));
+    };
+    if lease.worker_id != worker.id {
+        return Err(FleetError::PermissionDenied(
+            "the lease belongs to another worker".into(),
+        ));
+    }
+    if lease.unit_id != report.unit_id {
+        return Err(FleetError::InvalidArgument(
+            "the lease is for another unit".into(),
+        ));
+    }
+    if let Some(existing) = tx.result_by_lease(lease.id)? {
+        return if existing.digest == digest {
+            Ok(Err(ReportOutcome {
+                status: ReportStatus::Duplicate,
+                detail: "already recorded".into(),
+            }))
+        } else {
+            Err(FleetError::InvalidArgument(
+                "a different result was already reported on this lease".into(),
+            ))
+        };
+    }
+    if lease.state == LeaseState::Superseded {
+        // idempotent: the lease stays superseded, a repeat gets the same answer
+        return Ok(Err(late(
+            "the unit changed or was decided by another run after this lease was lost; the result is not compared",
+        )));
+    }
+    Ok(Ok(lease))
 }

@@ -20,84 +20,13 @@ use crate::store::{JobRecord, NewJob, NewUnit, RateSample, Schedule, UnitKind};
 impl Fleet {
     /// Validates, splits and stores a job.
     pub async fn submit_job(&self, request: JobRequest) -> Result<JobCreated, FleetError> {
-        if request.replicas == 0 || request.replicas > MAX_REPLICAS {
-            return Err(FleetError::InvalidArgument(format!(
-                "replicas must be 1..={MAX_REPLICAS}"
-            )));
-        }
-        if !(0.0..=1.0).contains(&request.spot_check) {
-            return Err(FleetError::InvalidArgument(
-                "spot_check must be within 0..=1".into(),
-            ));
-        }
-        if !(request.share.is_finite() && request.share > 0.0 && request.share <= MAX_SHARE) {
-            return Err(FleetError::InvalidArgument(format!(
-                "a share must be a number above 0 and at most {MAX_SHARE}, not {}",
-                request.share
-            )));
-        }
-        if request.budget == Some(0) {
-            return Err(FleetError::InvalidArgument(
-                "a budget must be at least 1 node".into(),
-            ));
-        }
+        check_request(&request)?;
         let order = request.order.as_deref().unwrap_or(DEFAULT_ORDER);
         let spec = e2fleet_engine::SearchSpec::from_site_json(&request.puzzle_json, order)
             .map_err(|e| FleetError::InvalidArgument(e.to_string()))?;
         let depths = spec.plan.len();
-        let mut sizing_notes = Vec::new();
-        let depth = match request.split_depth {
-            Some(d) if d > depths => {
-                return Err(FleetError::InvalidArgument(format!(
-                    "split depth {d} is past the {depths} free cells"
-                )));
-            }
-            Some(d) => d,
-            // neither a depth, a unit count nor a budget: units of about a minute
-            None if request.target_units.is_none() && request.budget.is_none() => {
-                let now = self.now();
-                let per_core = self
-                    .store
-                    .read(move |tx| {
-                        Ok::<_, FleetError>(RateSample::per_core(
-                            &tx.rate_samples(None, now - 3_600_000)?,
-                        ))
-                    })
-                    .await?
-                    .unwrap_or(DEFAULT_PER_CORE_NODES_PER_S);
-                let plan = spec.plan.clone();
-                let digest = Sha256::digest(request.puzzle_json.as_bytes());
-                let job_seed = u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"));
-                let sized =
-                    tokio::task::spawn_blocking(move || size_by_time(&plan, per_core, job_seed))
-                        .await
-                        .map_err(|e| {
-                            FleetError::FailedPrecondition(format!("sizing units: {e}"))
-                        })?;
-                sizing_notes.extend(sized.note);
-                sized.depth
-            }
-            None => choose_split_depth(
-                &spec.plan,
-                request.target_units.unwrap_or(DEFAULT_TARGET_UNITS).max(1),
-            ),
-        };
-        let mut prefixes = Vec::new();
-        let mut too_many = false;
-        let enumeration = Walker::new(&spec.plan)
-            .enumerate(&[], depth, &mut |p| {
-                if prefixes.len() < MAX_UNITS_PER_JOB {
-                    prefixes.push(p.to_vec());
-                } else {
-                    too_many = true;
-                }
-            })
-            .map_err(|e| FleetError::InvalidArgument(e.to_string()))?;
-        if too_many {
-            return Err(FleetError::InvalidArgument(format!(
-                "split depth {depth} makes more than {MAX_UNITS_PER_JOB} units; choose a smaller depth"
-            )));
-        }
+        let (depth, sizing_notes) = self.split_depth_of(&request, &spec).await?;
+        let (enumeration, prefixes) = enumerate_prefixes(&spec.plan, depth)?;
         let job_id = JobId::random();
         let now = self.now();
         let enumeration_solutions = if depth == depths && depth > 0 {
@@ -146,26 +75,7 @@ impl Fleet {
         let mut warnings = e2fleet_engine::formats::duplicate_notes(&spec.puzzle);
         warnings.extend(sizing_notes);
         let runs_needed = new_units.iter().map(|u| u.quorum).max().unwrap_or(1);
-        if runs_needed > 1 {
-            let since = now - 2 * self.config.lease.as_millis() as i64;
-            let online = self.store.read(move |tx| tx.live_workers(since)).await?;
-            if online < runs_needed {
-                warnings.push(format!(
-                    "this job runs {} units on {runs_needed} different workers ({}), and {online} worker{} online: \
-                     those units will wait after their first run until {} more join{} (another machine, or another \
-                     `e2fleet-worker run` here with its own --data-dir); `job ID` says what is waiting",
-                    if request.replicas > 1 { "all its" } else { "some of its" },
-                    if request.replicas > 1 {
-                        format!("--replicas {}", request.replicas)
-                    } else {
-                        format!("--spot-check {}", request.spot_check)
-                    },
-                    if online == 1 { " is" } else { "s are" },
-                    runs_needed - online,
-                    if runs_needed - online == 1 { "s" } else { "" },
-                ));
-            }
-        }
+        warnings.extend(self.replica_warning(&request, runs_needed, now).await?);
         for w in &warnings {
             warn!(%job_id, warning = %w, "job submitted with a warning");
         }
@@ -196,6 +106,89 @@ impl Fleet {
             split_depth: depth,
             warnings,
         })
+    }
+
+    /// The split depth of a job (the one asked for, or from the unit count asked for, or
+    /// from the tree estimate and the fleet's speed: units of about a minute), and notes
+    /// on how it was chosen.
+    async fn split_depth_of(
+        &self,
+        request: &JobRequest,
+        spec: &e2fleet_engine::SearchSpec,
+    ) -> Result<(usize, Vec<String>), FleetError> {
+        let depths = spec.plan.len();
+        let mut sizing_notes = Vec::new();
+        let depth = match request.split_depth {
+            Some(d) if d > depths => {
+                return Err(FleetError::InvalidArgument(format!(
+                    "split depth {d} is past the {depths} free cells"
+                )));
+            }
+            Some(d) => d,
+            // neither a depth, a unit count nor a budget: units of about a minute
+            None if request.target_units.is_none() && request.budget.is_none() => {
+                let now = self.now();
+                let per_core = self
+                    .store
+                    .read(move |tx| {
+                        Ok::<_, FleetError>(RateSample::per_core(
+                            &tx.rate_samples(None, now - 3_600_000)?,
+                        ))
+                    })
+                    .await?
+                    .unwrap_or(DEFAULT_PER_CORE_NODES_PER_S);
+                let plan = spec.plan.clone();
+                let digest = Sha256::digest(request.puzzle_json.as_bytes());
+                let job_seed = u64::from_le_bytes(digest[..8].try_into().expect("8 bytes"));
+                let sized =
+                    tokio::task::spawn_blocking(move || size_by_time(&plan, per_core, job_seed))
+                        .await
+                        .map_err(|e| {
+                            FleetError::FailedPrecondition(format!("sizing units: {e}"))
+                        })?;
+                sizing_notes.extend(sized.note);
+                sized.depth
+            }
+            None => choose_split_depth(
+                &spec.plan,
+                request.target_units.unwrap_or(DEFAULT_TARGET_UNITS).max(1),
+            ),
+        };
+        Ok((depth, sizing_notes))
+    }
+
+    /// A warning when a job needs more different workers for its runs than are online.
+    async fn replica_warning(
+        &self,
+        request: &JobRequest,
+        runs_needed: u32,
+        now: i64,
+    ) -> Result<Option<String>, FleetError> {
+        if runs_needed > 1 {
+            let since = now - 2 * self.config.lease.as_millis() as i64;
+            let online = self.store.read(move |tx| tx.live_workers(since)).await?;
+            if online < runs_needed {
+                return Ok(Some(format!(
+                    "this job runs {} units on {runs_needed} different workers ({}), and {online} worker{} online: \
+                     those units will wait after their first run until {} more join{} (another machine, or another \
+                     `e2fleet-worker run` here with its own --data-dir); `job ID` says what is waiting",
+                    if request.replicas > 1 {
+                        "all its"
+                    } else {
+                        "some of its"
+                    },
+                    if request.replicas > 1 {
+                        format!("--replicas {}", request.replicas)
+                    } else {
+                        format!("--spot-check {}", request.spot_check)
+                    },
+                    if online == 1 { " is" } else { "s are" },
+                    runs_needed - online,
+                    if runs_needed - online == 1 { "s" } else { "" },
+                )));
+            }
+        }
+        Ok(None)
     }
 
     /// A job's puzzle, order and self-tests.
@@ -324,4 +317,55 @@ pub fn self_tests(plan: &SearchPlan) -> Vec<SelfTest> {
         }
     }
     tests
+}
+
+/// The prefixes of `plan` at `depth` (each a unit) and the enumeration's per-depth counts;
+/// refused past [`MAX_UNITS_PER_JOB`].
+fn enumerate_prefixes(
+    plan: &e2fleet_engine::plan::SearchPlan,
+    depth: usize,
+) -> Result<(Vec<u64>, Vec<Vec<e2fleet_engine::Placement>>), FleetError> {
+    let mut prefixes: Vec<Vec<e2fleet_engine::Placement>> = Vec::new();
+    let mut too_many = false;
+    let enumeration = Walker::new(plan)
+        .enumerate(&[], depth, &mut |p| {
+            if prefixes.len() < MAX_UNITS_PER_JOB {
+                prefixes.push(p.to_vec());
+            } else {
+                too_many = true;
+            }
+        })
+        .map_err(|e| FleetError::InvalidArgument(e.to_string()))?;
+    if too_many {
+        return Err(FleetError::InvalidArgument(format!(
+            "split depth {depth} makes more than {MAX_UNITS_PER_JOB} units; choose a smaller depth"
+        )));
+    }
+    Ok((enumeration, prefixes))
+}
+
+/// The request's own limits: replicas, spot checks, share and budget.
+fn check_request(request: &JobRequest) -> Result<(), FleetError> {
+    if request.replicas == 0 || request.replicas > MAX_REPLICAS {
+        return Err(FleetError::InvalidArgument(format!(
+            "replicas must be 1..={MAX_REPLICAS}"
+        )));
+    }
+    if !(0.0..=1.0).contains(&request.spot_check) {
+        return Err(FleetError::InvalidArgument(
+            "spot_check must be within 0..=1".into(),
+        ));
+    }
+    if !(request.share.is_finite() && request.share > 0.0 && request.share <= MAX_SHARE) {
+        return Err(FleetError::InvalidArgument(format!(
+            "a share must be a number above 0 and at most {MAX_SHARE}, not {}",
+            request.share
+        )));
+    }
+    if request.budget == Some(0) {
+        return Err(FleetError::InvalidArgument(
+            "a budget must be at least 1 node".into(),
+        ));
+    }
+    Ok(())
 }

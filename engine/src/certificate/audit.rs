@@ -170,79 +170,8 @@ pub fn check_structure_within(
 ) -> Result<Structure, AuditError> {
     let plan = &spec.plan;
     let depths = plan.len();
-    if cert.depths != depths {
-        return Err(AuditError::Header(format!(
-            "the certificate says {} free cells, its puzzle and order have {depths}",
-            cert.depths
-        )));
-    }
-    for (what, v) in [
-        ("enumeration", &cert.enumeration),
-        ("split", &cert.split),
-        ("totals", &cert.totals),
-    ] {
-        if v.len() != depths {
-            return Err(AuditError::Header(format!(
-                "{what} has {} depths, expected {depths}",
-                v.len()
-            )));
-        }
-    }
-    if cert.split_depth > depths {
-        return Err(AuditError::Header(format!(
-            "split depth {} is deeper than the tree ({depths})",
-            cert.split_depth
-        )));
-    }
-    if cert.budget == Some(0) {
-        return Err(AuditError::Header("a budget of zero nodes".into()));
-    }
-    let actual_root = super::merkle_root(&cert.units);
-    if actual_root != cert.merkle_root {
-        return Err(AuditError::Root {
-            stated: cert.merkle_root.clone(),
-            actual: actual_root,
-        });
-    }
-
-    // the enumeration, re-derived: never more than it claims (cheap checks first)
-    let stated: u64 = cert
-        .enumeration
-        .iter()
-        .fold(0u64, |a, &n| a.saturating_add(n));
-    if stated > limits.enumeration_nodes {
-        return Err(AuditError::TooLarge(format!(
-            "the certificate states {stated} enumeration nodes to re-derive; the limit is {} (raise it to audit this one)",
-            limits.enumeration_nodes
-        )));
-    }
-    let mut prefixes: Vec<Vec<u32>> = Vec::new();
-    let enumeration = Walker::new(plan)
-        .enumerate_bounded(&[], cert.split_depth, stated, cert.units.len(), &mut |p| {
-            prefixes.push(super::codes(p))
-        })
-        .map_err(|e| AuditError::Header(e.to_string()))?
-        .ok_or_else(|| {
-            AuditError::Header(format!(
-                "the enumeration to depth {} has more than the {stated} nodes the certificate states, or more prefixes than its {} units",
-                cert.split_depth,
-                cert.units.len()
-            ))
-        })?;
-    check_sum("enumeration nodes", &cert.enumeration, &enumeration)?;
-    let enumeration_solutions = if cert.split_depth == depths && depths > 0 {
-        prefixes.len() as u64
-    } else {
-        0
-    };
-    if cert.enumeration_solutions != enumeration_solutions {
-        return Err(AuditError::Sum {
-            what: "enumeration solutions",
-            depth: 0,
-            stated: cert.enumeration_solutions,
-            actual: enumeration_solutions,
-        });
-    }
+    check_header(cert, depths)?;
+    let (enumeration, prefixes, enumeration_solutions) = rederive_enumeration(cert, plan, limits)?;
 
     // each unit on its own
     let mut walker = Walker::new(plan);
@@ -258,55 +187,7 @@ pub fn check_structure_within(
         by_path.insert((&u.prefix, &u.cursor), i);
     }
 
-    // the tiling
-    let mut used = vec![false; cert.units.len()];
-    let mut split = vec![0u64; depths];
-    let mut todo: Vec<(Vec<u32>, Vec<u32>)> = prefixes
-        .iter()
-        .rev()
-        .map(|p| (p.clone(), Vec::new()))
-        .collect();
-    while let Some((prefix, after)) = todo.pop() {
-        if let Some(&i) = by_path.get(&(&prefix[..], &after[..])) {
-            used[i] = true;
-            if let Some(stop) = cert.units[i].result.as_ref().and_then(|r| r.stop.clone()) {
-                todo.push((prefix, stop));
-            }
-            continue;
-        }
-        if after.is_empty() {
-            return Err(AuditError::Uncovered {
-                prefix,
-                after: String::new(),
-            });
-        }
-        let region = Unit {
-            prefix: placements(plan, 0, &prefix).map_err(|e| AuditError::Header(e.to_string()))?,
-            cursor: placements(plan, prefix.len(), &after)
-                .map_err(|e| AuditError::Header(e.to_string()))?,
-        };
-        let parts = walker
-            .split_continuation(&region)
-            .map_err(|e| AuditError::Uncovered {
-                prefix: prefix.clone(),
-                after: format!(", after cursor {after:?} ({e})"),
-            })?;
-        for sibling in parts.siblings.iter().rev() {
-            split[prefix.len()] += 1;
-            todo.push((super::codes(&sibling.prefix), Vec::new()));
-        }
-        todo.push((
-            super::codes(&parts.remaining.prefix),
-            super::codes(&parts.remaining.cursor),
-        ));
-    }
-    if let Some(i) = used.iter().position(|&u| !u) {
-        return Err(AuditError::Stray {
-            id: cert.units[i].id,
-            prefix: cert.units[i].prefix.clone(),
-        });
-    }
-    check_sum("split nodes", &cert.split, &split)?;
+    let split = check_tiling(cert, plan, &mut walker, &by_path, &prefixes)?;
 
     // the sums
     let mut totals = enumeration.clone();
@@ -359,6 +240,161 @@ pub fn check_structure_within(
         solutions_verified: cert.solutions.len(),
         boards_verified: cert.best.len(),
     })
+}
+
+/// The certificate's header against its puzzle and order: depths, vector lengths, split
+/// depth, budget, and the Merkle root over its units.
+fn check_header(cert: &Certificate, depths: usize) -> Result<(), AuditError> {
+    if cert.depths != depths {
+        return Err(AuditError::Header(format!(
+            "the certificate says {} free cells, its puzzle and order have {depths}",
+            cert.depths
+        )));
+    }
+    for (what, v) in [
+        ("enumeration", &cert.enumeration),
+        ("split", &cert.split),
+        ("totals", &cert.totals),
+    ] {
+        if v.len() != depths {
+            return Err(AuditError::Header(format!(
+                "{what} has {} depths, expected {depths}",
+                v.len()
+            )));
+        }
+    }
+    if cert.split_depth > depths {
+        return Err(AuditError::Header(format!(
+            "split depth {} is deeper than the tree ({depths})",
+            cert.split_depth
+        )));
+    }
+    if cert.budget == Some(0) {
+        return Err(AuditError::Header("a budget of zero nodes".into()));
+    }
+    let actual_root = super::merkle_root(&cert.units);
+    if actual_root != cert.merkle_root {
+        return Err(AuditError::Root {
+            stated: cert.merkle_root.clone(),
+            actual: actual_root,
+        });
+    }
+
+    Ok(())
+}
+
+/// The enumeration to the split depth, re-derived: never more than the certificate claims
+/// (cheap checks first). Its per-depth counts, its prefixes (as placement codes) and its
+/// solutions.
+#[allow(clippy::type_complexity)]
+fn rederive_enumeration(
+    cert: &Certificate,
+    plan: &crate::plan::SearchPlan,
+    limits: &super::Limits,
+) -> Result<(Vec<u64>, Vec<Vec<u32>>, u64), AuditError> {
+    let depths = plan.len();
+    let stated: u64 = cert
+        .enumeration
+        .iter()
+        .fold(0u64, |a, &n| a.saturating_add(n));
+    if stated > limits.enumeration_nodes {
+        return Err(AuditError::TooLarge(format!(
+            "the certificate states {stated} enumeration nodes to re-derive; the limit is {} (raise it to audit this one)",
+            limits.enumeration_nodes
+        )));
+    }
+    let mut prefixes: Vec<Vec<u32>> = Vec::new();
+    let enumeration = Walker::new(plan)
+        .enumerate_bounded(&[], cert.split_depth, stated, cert.units.len(), &mut |p| {
+            prefixes.push(super::codes(p))
+        })
+        .map_err(|e| AuditError::Header(e.to_string()))?
+        .ok_or_else(|| {
+            AuditError::Header(format!(
+                "the enumeration to depth {} has more than the {stated} nodes the certificate states, or more prefixes than its {} units",
+                cert.split_depth,
+                cert.units.len()
+            ))
+        })?;
+    check_sum("enumeration nodes", &cert.enumeration, &enumeration)?;
+    let enumeration_solutions = if cert.split_depth == depths && depths > 0 {
+        prefixes.len() as u64
+    } else {
+        0
+    };
+    if cert.enumeration_solutions != enumeration_solutions {
+        return Err(AuditError::Sum {
+            what: "enumeration solutions",
+            depth: 0,
+            stated: cert.enumeration_solutions,
+            actual: enumeration_solutions,
+        });
+    }
+
+    Ok((enumeration, prefixes, enumeration_solutions))
+}
+
+/// The tiling: from every prefix, the units and their continuations cover the tree once,
+/// with the siblings a continuation split made in between; no unit is left over. The
+/// split nodes per depth.
+fn check_tiling(
+    cert: &Certificate,
+    plan: &crate::plan::SearchPlan,
+    walker: &mut Walker<'_>,
+    by_path: &HashMap<(&[u32], &[u32]), usize>,
+    prefixes: &[Vec<u32>],
+) -> Result<Vec<u64>, AuditError> {
+    let depths = plan.len();
+    let mut used = vec![false; cert.units.len()];
+    let mut split = vec![0u64; depths];
+    let mut todo: Vec<(Vec<u32>, Vec<u32>)> = prefixes
+        .iter()
+        .rev()
+        .map(|p| (p.clone(), Vec::new()))
+        .collect();
+    while let Some((prefix, after)) = todo.pop() {
+        if let Some(&i) = by_path.get(&(&prefix[..], &after[..])) {
+            used[i] = true;
+            if let Some(stop) = cert.units[i].result.as_ref().and_then(|r| r.stop.clone()) {
+                todo.push((prefix, stop));
+            }
+            continue;
+        }
+        if after.is_empty() {
+            return Err(AuditError::Uncovered {
+                prefix,
+                after: String::new(),
+            });
+        }
+        let region = Unit {
+            prefix: placements(plan, 0, &prefix).map_err(|e| AuditError::Header(e.to_string()))?,
+            cursor: placements(plan, prefix.len(), &after)
+                .map_err(|e| AuditError::Header(e.to_string()))?,
+        };
+        let parts = walker
+            .split_continuation(&region)
+            .map_err(|e| AuditError::Uncovered {
+                prefix: prefix.clone(),
+                after: format!(", after cursor {after:?} ({e})"),
+            })?;
+        for sibling in parts.siblings.iter().rev() {
+            split[prefix.len()] += 1;
+            todo.push((super::codes(&sibling.prefix), Vec::new()));
+        }
+        todo.push((
+            super::codes(&parts.remaining.prefix),
+            super::codes(&parts.remaining.cursor),
+        ));
+    }
+    if let Some(i) = used.iter().position(|&u| !u) {
+        return Err(AuditError::Stray {
+            id: cert.units[i].id,
+            prefix: cert.units[i].prefix.clone(),
+        });
+    }
+    check_sum("split nodes", &cert.split, &split)?;
+
+    Ok(split)
 }
 
 fn check_sum(what: &'static str, stated: &[u64], actual: &[u64]) -> Result<(), AuditError> {

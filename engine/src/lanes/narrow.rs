@@ -199,117 +199,9 @@ impl Tables {
             index[p] = counts[g] as u8;
             counts[g] += 1;
         }
-        let mut masks = table::<u64, KEY_ROOM>();
-        let mut firsts = table::<u16, KEYS>();
-        // which word of free bits each table's buckets hold (a table whose buckets are all
-        // empty: either)
-        let mut table_word: Vec<Option<u8>> = vec![None; tables];
-        let mut cands: Vec<u64> = vec![0; 64];
-        for t in 0..tables {
-            for a in 0..colours {
-                for b in 0..colours {
-                    let start = plan.offsets[t * colours * colours + a * colours + b] as usize;
-                    let bucket: Vec<u64> = plan.candidates[start..]
-                        .iter()
-                        .copied()
-                        .take_while(|&c| c != SENTINEL)
-                        .collect();
-                    if bucket.is_empty() {
-                        continue;
-                    }
-                    let word = group[candidate_piece(bucket[0])];
-                    if bucket.iter().any(|&c| group[candidate_piece(c)] != word)
-                        || *table_word[t].get_or_insert(word) != word
-                    {
-                        return Err(NotEligible::MixedBucket);
-                    }
-                    let bit_of = |c: u64| index[candidate_piece(c)] as usize;
-                    let lo = bucket.iter().map(|&c| bit_of(c)).min().expect("non-empty");
-                    let hi = bucket.iter().map(|&c| bit_of(c)).max().expect("non-empty");
-                    let span = hi - lo + 1;
-                    // rotations per piece, in canonical order (a group's bits keep the
-                    // pieces' order)
-                    let mut rots: Vec<Vec<u64>> = vec![Vec::new(); span];
-                    for &c in &bucket {
-                        rots[bit_of(c) - lo].push(c);
-                    }
-                    let blocks = rots.iter().map(Vec::len).max().unwrap_or(1);
-                    if blocks * span > i16::MAX as usize {
-                        return Err(NotEligible::TooLarge);
-                    }
-                    let key = (t + 1) * stride + (a << shift) + b;
-                    let base = cands.len();
-                    cands.resize(base + blocks * span, 0);
-                    for (i, list) in rots.iter().enumerate() {
-                        if list.is_empty() {
-                            continue;
-                        }
-                        masks[key] |= 1 << (lo + i);
-                        for (j, &c) in list.iter().enumerate() {
-                            let more = j + 1 < list.len();
-                            let delta = if more {
-                                span as i32
-                            } else {
-                                -((j * span) as i32)
-                            };
-                            cands[base + j * span + i] = lane_candidate(c, more, delta);
-                        }
-                    }
-                    // bit b's first candidate is at block + b (the leading padding
-                    // keeps block from going below zero)
-                    firsts[key] = (base - lo) as u16;
-                }
-            }
-        }
-        if cands.len() > CANDS {
-            return Err(NotEligible::TooLarge);
-        }
-        let mut packed = table::<u64, CAND_ROOM>();
-        packed[..cands.len()].copy_from_slice(&cands);
-        let key_of = |t: usize| ((t / (colours * colours)) + 1) * stride;
-        let cells = plan.cells;
-        // the board is kept by depth (slot d holds the cell filled at depth d, so a step
-        // writes slot d); the hints' cells and the dummy cell take the slots after
-        let mut slot_of = vec![usize::MAX; cells + 1];
-        for (depth, d) in plan.depths.iter().enumerate() {
-            slot_of[d.pos] = depth;
-        }
-        let unfilled = slot_of.iter_mut().filter(|s| **s == usize::MAX);
-        for (next, slot) in (plan.len()..).zip(unfilled) {
-            *slot = next;
-        }
-        let dummy = slot_of[cells] * 8;
-        let mut steps = table::<Depth, DEPTHS>();
-        for (depth, (slot, d)) in steps.iter_mut().zip(&plan.depths).enumerate() {
-            let mut read = |k: usize, m: u8| {
-                let r = d.key[k];
-                if depth > 0 && r.cell == plan.depths[depth - 1].pos && slot.m == 0 {
-                    // the colour is byte `shift / 8` of the previous candidate: rotated
-                    // to bits 4..8 (the first colour) or 0..4 (the second)
-                    slot.m = m;
-                    slot.rot = (r.shift + if m == 0xF0 { 60 } else { 0 }) as u8 % 64;
-                    dummy as u16
-                } else {
-                    (slot_of[r.cell] * 8) as u16 + (r.shift / 8) as u16
-                }
-            };
-            let a = read(0, 0xF0);
-            let b = read(1, 0x0F);
-            slot.a = a;
-            slot.b = b;
-            slot.table = key_of(d.table) as u16;
-            if table_word[d.table / (colours * colours)] == Some(1) {
-                slot.rot |= INNER;
-            }
-        }
-        // past the last depth: the empty table, reads of the dummy cell
-        steps[plan.len()] = Depth {
-            a: dummy as u16,
-            b: dummy as u16,
-            table: 0,
-            rot: 0,
-            m: 0,
-        };
+        let (masks, firsts, table_word, packed) = bucket_tables(plan, &group, &index, tables)?;
+        let slot_of = board_slots(plan);
+        let steps = depth_steps(plan, &slot_of, &table_word);
         let piece_lo: [u64; 128] = std::array::from_fn(|p| {
             if p < plan.pieces && group[p] == 0 {
                 1u64 << index[p]
@@ -670,4 +562,158 @@ fn candidate_rot_of(c: u64) -> u8 {
 #[inline(always)]
 fn delta_of(c: u64) -> i32 {
     (c >> 48) as u16 as i16 as i32
+}
+
+/// The bucket tables: per key the mask of its pieces (in their word of free bits) and its
+/// first candidate's block; which word each table's buckets hold; the candidates, each
+/// piece's rotations one block apart.
+#[allow(clippy::type_complexity)]
+fn bucket_tables(
+    plan: &SearchPlan,
+    group: &[u8; 128],
+    index: &[u8; 128],
+    tables: usize,
+) -> Result<
+    (
+        Box<[u64; KEY_ROOM]>,
+        Box<[u16; KEYS]>,
+        Vec<Option<u8>>,
+        Box<[u64; CAND_ROOM]>,
+    ),
+    NotEligible,
+> {
+    let colours = plan.colours;
+    let shift = SHIFT;
+    let stride = 1usize << (2 * shift);
+    let mut masks = table::<u64, KEY_ROOM>();
+    let mut firsts = table::<u16, KEYS>();
+    // which word of free bits each table's buckets hold (a table whose buckets are all
+    // empty: either)
+    let mut table_word: Vec<Option<u8>> = vec![None; tables];
+    let mut cands: Vec<u64> = vec![0; 64];
+    for t in 0..tables {
+        for a in 0..colours {
+            for b in 0..colours {
+                let start = plan.offsets[t * colours * colours + a * colours + b] as usize;
+                let bucket: Vec<u64> = plan.candidates[start..]
+                    .iter()
+                    .copied()
+                    .take_while(|&c| c != SENTINEL)
+                    .collect();
+                if bucket.is_empty() {
+                    continue;
+                }
+                let word = group[candidate_piece(bucket[0])];
+                if bucket.iter().any(|&c| group[candidate_piece(c)] != word)
+                    || *table_word[t].get_or_insert(word) != word
+                {
+                    return Err(NotEligible::MixedBucket);
+                }
+                let bit_of = |c: u64| index[candidate_piece(c)] as usize;
+                let lo = bucket.iter().map(|&c| bit_of(c)).min().expect("non-empty");
+                let hi = bucket.iter().map(|&c| bit_of(c)).max().expect("non-empty");
+                let span = hi - lo + 1;
+                // rotations per piece, in canonical order (a group's bits keep the
+                // pieces' order)
+                let mut rots: Vec<Vec<u64>> = vec![Vec::new(); span];
+                for &c in &bucket {
+                    rots[bit_of(c) - lo].push(c);
+                }
+                let blocks = rots.iter().map(Vec::len).max().unwrap_or(1);
+                if blocks * span > i16::MAX as usize {
+                    return Err(NotEligible::TooLarge);
+                }
+                let key = (t + 1) * stride + (a << shift) + b;
+                let base = cands.len();
+                cands.resize(base + blocks * span, 0);
+                for (i, list) in rots.iter().enumerate() {
+                    if list.is_empty() {
+                        continue;
+                    }
+                    masks[key] |= 1 << (lo + i);
+                    for (j, &c) in list.iter().enumerate() {
+                        let more = j + 1 < list.len();
+                        let delta = if more {
+                            span as i32
+                        } else {
+                            -((j * span) as i32)
+                        };
+                        cands[base + j * span + i] = lane_candidate(c, more, delta);
+                    }
+                }
+                // bit b's first candidate is at block + b (the leading padding
+                // keeps block from going below zero)
+                firsts[key] = (base - lo) as u16;
+            }
+        }
+    }
+    if cands.len() > CANDS {
+        return Err(NotEligible::TooLarge);
+    }
+    let mut packed = table::<u64, CAND_ROOM>();
+    packed[..cands.len()].copy_from_slice(&cands);
+    Ok((masks, firsts, table_word, packed))
+}
+
+/// Where each cell sits in a lane's board, which is kept by depth: slot `d` holds the cell
+/// filled at depth `d` (so a step writes slot `d`); the hints' cells and the dummy cell
+/// take the slots after.
+fn board_slots(plan: &SearchPlan) -> Vec<usize> {
+    let cells = plan.cells;
+    let mut slot_of = vec![usize::MAX; cells + 1];
+    for (depth, d) in plan.depths.iter().enumerate() {
+        slot_of[d.pos] = depth;
+    }
+    let unfilled = slot_of.iter_mut().filter(|s| **s == usize::MAX);
+    for (next, slot) in (plan.len()..).zip(unfilled) {
+        *slot = next;
+    }
+    slot_of
+}
+
+/// Each depth's step: where its two key colours are read (a colour facing the cell filled
+/// just before comes from that candidate, rotated into place), its table, its word.
+fn depth_steps(
+    plan: &SearchPlan,
+    slot_of: &[usize],
+    table_word: &[Option<u8>],
+) -> Box<[Depth; DEPTHS]> {
+    let colours = plan.colours;
+    let shift = SHIFT;
+    let stride = 1usize << (2 * shift);
+    let key_of = |t: usize| ((t / (colours * colours)) + 1) * stride;
+    let cells = plan.cells;
+    let dummy = slot_of[cells] * 8;
+    let mut steps = table::<Depth, DEPTHS>();
+    for (depth, (slot, d)) in steps.iter_mut().zip(&plan.depths).enumerate() {
+        let mut read = |k: usize, m: u8| {
+            let r = d.key[k];
+            if depth > 0 && r.cell == plan.depths[depth - 1].pos && slot.m == 0 {
+                // the colour is byte `shift / 8` of the previous candidate: rotated
+                // to bits 4..8 (the first colour) or 0..4 (the second)
+                slot.m = m;
+                slot.rot = (r.shift + if m == 0xF0 { 60 } else { 0 }) as u8 % 64;
+                dummy as u16
+            } else {
+                (slot_of[r.cell] * 8) as u16 + (r.shift / 8) as u16
+            }
+        };
+        let a = read(0, 0xF0);
+        let b = read(1, 0x0F);
+        slot.a = a;
+        slot.b = b;
+        slot.table = key_of(d.table) as u16;
+        if table_word[d.table / (colours * colours)] == Some(1) {
+            slot.rot |= INNER;
+        }
+    }
+    // past the last depth: the empty table, reads of the dummy cell
+    steps[plan.len()] = Depth {
+        a: dummy as u16,
+        b: dummy as u16,
+        table: 0,
+        rot: 0,
+        m: 0,
+    };
+    steps
 }

@@ -208,6 +208,124 @@ unsafe fn zeroed<T>() -> Box<T> {
     }
 }
 
+/// A depth's table's first key: table `i` of `tables` (the plan's tables the depths use,
+/// sorted) at `(i + 1) * 1024`.
+fn key_of(tables: &[usize], t: usize) -> usize {
+    (tables.binary_search(&t).expect("a depth's table") + 1) * 1024
+}
+
+/// The buckets (shared by keys with the same candidate list), each key's bucket, and the
+/// candidates with their pieces' one-hot offsets.
+fn fill_buckets(hot: &mut Hot, plan: &SearchPlan, tables: &[usize]) -> Result<(), NotEligible> {
+    let c = plan.colours;
+    let empty = Bucket {
+        ia: m128([0x80; 16]),
+        ib: m128([0x80; 16]),
+        bits: m128([1; 16]),
+        base: 0,
+        len: 0,
+        _p: [0; 2],
+    };
+    let mut buckets = vec![empty];
+    let mut cands: Vec<u64> = Vec::new();
+    // buckets are shared by keys with the same candidate list
+    let mut seen = std::collections::HashMap::new();
+    for &t in tables {
+        for a in 0..c {
+            for b in 0..c {
+                let start = plan.offsets[t + a * c + b] as usize;
+                let list: Vec<u64> = plan.candidates[start..]
+                    .iter()
+                    .copied()
+                    .take_while(|&x| x != SENTINEL)
+                    .collect();
+                if list.is_empty() {
+                    continue;
+                }
+                if list.len() > MAX_BUCKET {
+                    return Err(NotEligible::LongBucket(list.len()));
+                }
+                let id = *seen.entry(start).or_insert_with(|| {
+                    let mut ia = [0x80u8; 16];
+                    let mut ib = [0x80u8; 16];
+                    let mut bits = [1u8; 16];
+                    for (i, &x) in list.iter().enumerate() {
+                        let p = candidate_piece(x);
+                        let byte = (p >> 3) as u8;
+                        if byte < 16 {
+                            ia[i] = byte;
+                        } else {
+                            ib[i] = byte - 16;
+                        }
+                        bits[i] = 1 << (p & 7);
+                    }
+                    buckets.push(Bucket {
+                        ia: m128(ia),
+                        ib: m128(ib),
+                        bits: m128(bits),
+                        base: cands.len() as u32,
+                        len: list.len() as u32,
+                        _p: [0; 2],
+                    });
+                    cands.extend(list.iter().map(|&x| {
+                        x | ((candidate_piece(x) * size_of::<[__m128i; 2]>()) as u64) << OH_AT
+                    }));
+                    buckets.len() - 1
+                });
+                hot.keyb[key_of(tables, t) + (a << 5) + b] = id as u16;
+            }
+        }
+    }
+    if buckets.len() > BUCKETS || cands.len() + MAX_BUCKET > CANDS {
+        return Err(NotEligible::TooLarge);
+    }
+    hot.buckets[..buckets.len()].copy_from_slice(&buckets);
+    hot.cands[..cands.len()].copy_from_slice(&cands);
+    Ok(())
+}
+
+/// Each depth's step: its table and where its two key colours are read (a colour facing
+/// the cell filled just before comes from that candidate, rotated into place).
+fn fill_steps(hot: &mut Hot, plan: &SearchPlan, tables: &[usize]) {
+    // where a key's cell is on the board: the slot of the depth that fills it, or
+    // DUMMY for the plan's dummy cell (a key with fewer than two colours)
+    let mut slot_of = vec![DUMMY; plan.cells + 1];
+    for (e, d) in plan.depths.iter().enumerate() {
+        slot_of[d.pos] = e;
+    }
+    for (e, d) in plan.depths.iter().enumerate() {
+        let mut s = Step {
+            table: key_of(tables, d.table) as u32,
+            ..Step::default()
+        };
+        let prev = e.checked_sub(1).map(|p| plan.depths[p].pos);
+        for (k, read) in d.key.iter().enumerate() {
+            // bit of the colour in the key: 5 for the first, 0 for the second
+            let at = if k == 0 { 5 } else { 0 };
+            let byte = if Some(read.cell) == prev && s.m == 0 {
+                s.rot = (read.shift + 64 - at) % 64;
+                s.m = 0xFF << at;
+                DUMMY * 8
+            } else {
+                let slot = slot_of[read.cell];
+                // the plan's invariant (its keys read dynamic sides only), not a
+                // property of the board: no variant of `NotEligible` stands for it
+                assert!(
+                    slot == DUMMY || slot < e,
+                    "a plan's key reads a cell filled at an earlier depth"
+                );
+                slot * 8 + read.shift as usize / 8
+            };
+            if k == 0 {
+                s.a = byte as u16;
+            } else {
+                s.b = byte as u16;
+            }
+        }
+        hot.steps[e] = s;
+    }
+}
+
 impl Tables {
     /// The tables for `plan`, or why it cannot be walked this way.
     pub(crate) fn new(plan: &SearchPlan) -> Result<Tables, NotEligible> {
@@ -239,109 +357,10 @@ impl Tables {
         if (tables.len() + 1) * 1024 + 1024 > KEYS {
             return Err(NotEligible::TooLarge);
         }
-        let key_of = |t: usize| (tables.binary_search(&t).expect("a depth's table") + 1) * 1024;
         // SAFETY: integers, arrays of them and SSE vectors
         let mut hot: Box<Hot> = unsafe { zeroed() };
-        let empty = Bucket {
-            ia: m128([0x80; 16]),
-            ib: m128([0x80; 16]),
-            bits: m128([1; 16]),
-            base: 0,
-            len: 0,
-            _p: [0; 2],
-        };
-        let mut buckets = vec![empty];
-        let mut cands: Vec<u64> = Vec::new();
-        // buckets are shared by keys with the same candidate list
-        let mut seen = std::collections::HashMap::new();
-        for &t in &tables {
-            for a in 0..c {
-                for b in 0..c {
-                    let start = plan.offsets[t + a * c + b] as usize;
-                    let list: Vec<u64> = plan.candidates[start..]
-                        .iter()
-                        .copied()
-                        .take_while(|&x| x != SENTINEL)
-                        .collect();
-                    if list.is_empty() {
-                        continue;
-                    }
-                    if list.len() > MAX_BUCKET {
-                        return Err(NotEligible::LongBucket(list.len()));
-                    }
-                    let id = *seen.entry(start).or_insert_with(|| {
-                        let mut ia = [0x80u8; 16];
-                        let mut ib = [0x80u8; 16];
-                        let mut bits = [1u8; 16];
-                        for (i, &x) in list.iter().enumerate() {
-                            let p = candidate_piece(x);
-                            let byte = (p >> 3) as u8;
-                            if byte < 16 {
-                                ia[i] = byte;
-                            } else {
-                                ib[i] = byte - 16;
-                            }
-                            bits[i] = 1 << (p & 7);
-                        }
-                        buckets.push(Bucket {
-                            ia: m128(ia),
-                            ib: m128(ib),
-                            bits: m128(bits),
-                            base: cands.len() as u32,
-                            len: list.len() as u32,
-                            _p: [0; 2],
-                        });
-                        cands.extend(list.iter().map(|&x| {
-                            x | ((candidate_piece(x) * size_of::<[__m128i; 2]>()) as u64) << OH_AT
-                        }));
-                        buckets.len() - 1
-                    });
-                    hot.keyb[key_of(t) + (a << 5) + b] = id as u16;
-                }
-            }
-        }
-        if buckets.len() > BUCKETS || cands.len() + MAX_BUCKET > CANDS {
-            return Err(NotEligible::TooLarge);
-        }
-        hot.buckets[..buckets.len()].copy_from_slice(&buckets);
-        hot.cands[..cands.len()].copy_from_slice(&cands);
-        // where a key's cell is on the board: the slot of the depth that fills it, or
-        // DUMMY for the plan's dummy cell (a key with fewer than two colours)
-        let mut slot_of = vec![DUMMY; plan.cells + 1];
-        for (e, d) in plan.depths.iter().enumerate() {
-            slot_of[d.pos] = e;
-        }
-        for (e, d) in plan.depths.iter().enumerate() {
-            let mut s = Step {
-                table: key_of(d.table) as u32,
-                ..Step::default()
-            };
-            let prev = e.checked_sub(1).map(|p| plan.depths[p].pos);
-            for (k, read) in d.key.iter().enumerate() {
-                // bit of the colour in the key: 5 for the first, 0 for the second
-                let at = if k == 0 { 5 } else { 0 };
-                let byte = if Some(read.cell) == prev && s.m == 0 {
-                    s.rot = (read.shift + 64 - at) % 64;
-                    s.m = 0xFF << at;
-                    DUMMY * 8
-                } else {
-                    let slot = slot_of[read.cell];
-                    // the plan's invariant (its keys read dynamic sides only), not a
-                    // property of the board: no variant of `NotEligible` stands for it
-                    assert!(
-                        slot == DUMMY || slot < e,
-                        "a plan's key reads a cell filled at an earlier depth"
-                    );
-                    slot * 8 + read.shift as usize / 8
-                };
-                if k == 0 {
-                    s.a = byte as u16;
-                } else {
-                    s.b = byte as u16;
-                }
-            }
-            hot.steps[e] = s;
-        }
+        fill_buckets(&mut hot, plan, &tables)?;
+        fill_steps(&mut hot, plan, &tables);
         // past the last depth: key 0 (the empty bucket), reads of the dummy slot
         hot.steps[plan.len()] = Step {
             a: (DUMMY * 8) as u16,

@@ -254,28 +254,7 @@ impl SqlTx<'_> {
         if out {
             return Ok(false);
         }
-        let rows: Vec<ResultRow> = {
-            self.c.map("SELECT id, verdict, worker_id, account_id, standing, engine_kind, engine_build, digest, \
-                   committed, solutions, max_depth, counts, stop, body_kept, credited_day FROM results WHERE unit_id = ? ORDER BY id", args![id], |r| {
-                Ok(ResultRow {
-                    id: r.get(0)?,
-                    verdict: r.get(1)?,
-                    worker_id: r.get(2)?,
-                    account_id: r.get(3)?,
-                    standing: r.get(4)?,
-                    engine_kind: r.get(5)?,
-                    engine_build: r.get(6)?,
-                    digest: r.get(7)?,
-                    committed: r.get(8)?,
-                    solutions: r.get(9)?,
-                    max_depth: r.get(10)?,
-                    counts: r.get(11)?,
-                    stop: r.get(12)?,
-                    body_kept: r.get(13)?,
-                    credited_day: r.get(14)?,
-                })
-            })?
-        };
+        let rows = self.unit_results(id)?;
         let Some(winner) = rows.iter().find(|r| r.id == accepted) else {
             return Ok(false);
         };
@@ -292,24 +271,7 @@ impl SqlTx<'_> {
             return Ok(false);
         };
         let job = self.job_num(&job_id, true)?.expect("created");
-        // a continuation of an archived parent is that parent's prefix and stop
-        let derived = match (kind, parent) {
-            (UnitKind::Continuation, Some(p)) => self
-                .c
-                .map_row(
-                    "SELECT prefix, stop_tag FROM archive WHERE job = ? AND unit = ?",
-                    args![job, p],
-                    |r| Ok((r.get::<Option<Vec<u8>>>(0)?, r.get::<Option<i64>>(1)?)),
-                )?
-                .is_some_and(|(prefix, tag)| {
-                    tag == Some(path_tag(&path.cursor))
-                        && prefix.is_none_or(|p| {
-                            // decoded: the parent may be stored in another path form
-                            decode_path_blob(&p, "prefix").is_ok_and(|p| p == path.prefix)
-                        })
-                }),
-            _ => false,
-        };
+        let derived = self.derived_from_parent(job, (kind, parent), &path)?;
         let (prefix, cursor) = if derived {
             (None, None)
         } else {
@@ -372,6 +334,59 @@ impl SqlTx<'_> {
             args![job],
         )?;
         Ok(true)
+    }
+
+    /// The results of unit `id`, in the order they came.
+    fn unit_results(&mut self, id: i64) -> StoreResult<Vec<ResultRow>> {
+        let rows = self.c.map("SELECT id, verdict, worker_id, account_id, standing, engine_kind, engine_build, digest, \
+               committed, solutions, max_depth, counts, stop, body_kept, credited_day FROM results WHERE unit_id = ? ORDER BY id", args![id], |r| {
+            Ok(ResultRow {
+                id: r.get(0)?,
+                verdict: r.get(1)?,
+                worker_id: r.get(2)?,
+                account_id: r.get(3)?,
+                standing: r.get(4)?,
+                engine_kind: r.get(5)?,
+                engine_build: r.get(6)?,
+                digest: r.get(7)?,
+                committed: r.get(8)?,
+                solutions: r.get(9)?,
+                max_depth: r.get(10)?,
+                counts: r.get(11)?,
+                stop: r.get(12)?,
+                body_kept: r.get(13)?,
+                credited_day: r.get(14)?,
+            })
+        })?;
+        Ok(rows)
+    }
+
+    /// Whether a unit's path is derived from its archived parent (a continuation whose
+    /// prefix is its parent's and whose cursor is its parent's stop): then the archive
+    /// stores neither.
+    fn derived_from_parent(
+        &mut self,
+        job: i64,
+        (kind, parent): (UnitKind, Option<i64>),
+        path: &Unit,
+    ) -> StoreResult<bool> {
+        Ok(match (kind, parent) {
+            (UnitKind::Continuation, Some(p)) => self
+                .c
+                .map_row(
+                    "SELECT prefix, stop_tag FROM archive WHERE job = ? AND unit = ?",
+                    args![job, p],
+                    |r| Ok((r.get::<Option<Vec<u8>>>(0)?, r.get::<Option<i64>>(1)?)),
+                )?
+                .is_some_and(|(prefix, tag)| {
+                    tag == Some(path_tag(&path.cursor))
+                        && prefix.is_none_or(|p| {
+                            // decoded: the parent may be stored in another path form
+                            decode_path_blob(&p, "prefix").is_ok_and(|p| p == path.prefix)
+                        })
+                }),
+            _ => false,
+        })
     }
 
     /// An archived unit's prefix and cursor (a derived one's from its ancestors: up the
