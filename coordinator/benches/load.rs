@@ -39,7 +39,7 @@ use e2fleet_engine::formats::{LoadOptions, load_file, to_site_json};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{NoControl, RunOptions, Walker};
 use e2fleet_engine::{FillOrder, Unit};
-use e2fleet_proto::api::JobRequest;
+use e2fleet_proto::api::{JobId, JobRequest};
 use e2fleet_proto::convert::{path_from_wire, result_to_wire};
 use e2fleet_proto::v2;
 use e2fleet_proto::v2::worker_service_client::WorkerServiceClient;
@@ -191,6 +191,155 @@ async fn run() {
     // `--archive-after-s N`: the detail window, as `serve --archive-after-s` (0: no archive)
     let archive_after_s = arg("--archive-after-s", 0);
     let volunteers = arg("--volunteers", 0) as usize;
+    let Started {
+        fleets,
+        urls,
+        job_id,
+        units,
+        depth,
+        enrol,
+    } = start_coordinators(
+        &coordinator,
+        db,
+        Shape {
+            coordinators,
+            workers,
+            jobs,
+            volunteers,
+            archive_after_s,
+        },
+    )
+    .await;
+    let fleet = fleets[0].clone();
+    let puzzle_path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../puzzles/bench/bench-hard.json");
+    let puzzle = load_file(&puzzle_path, &LoadOptions::default()).unwrap();
+    let plan = Arc::new(SearchPlan::new(&puzzle, &FillOrder::row_major(&puzzle)));
+    eprintln!(
+        "job {job_id}: {units} units at depth {depth}; {workers} workers, think {think:?}, {seconds} s"
+    );
+
+    let pool = connections(&urls, channels.max(1).max(coordinators)).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    // latencies are taken in the same steady window as the throughput
+    let measuring = Arc::new(AtomicBool::new(false));
+    let done = Arc::new(AtomicU64::new(0));
+    let lease_lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let report_lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // register every worker first (64 at a time), so that registration does not queue
+    // behind the load the first workers already make
+    let registered_at = Instant::now();
+    let tokens = register_workers(&pool, workers, &enrol).await;
+    eprintln!(
+        "{workers} workers registered in {:.1} s",
+        registered_at.elapsed().as_secs_f64()
+    );
+    let mut tasks = Vec::new();
+    for (i, reg) in tokens.into_iter().enumerate() {
+        let client = WorkerServiceClient::new(pool[i % pool.len()].clone());
+        let (stop, done, plan) = (stop.clone(), done.clone(), plan.clone());
+        let measuring = measuring.clone();
+        let (lease_lat, report_lat) = (lease_lat.clone(), report_lat.clone());
+        tasks.push(tokio::spawn(sim_worker(
+            i,
+            client,
+            reg.worker_token,
+            plan,
+            Sim {
+                workers,
+                think,
+                stop,
+                done,
+                measuring,
+                lease_lat,
+                report_lat,
+            },
+        )));
+    }
+    // measure a steady window after one think time of warm-up
+    tokio::time::sleep(think + Duration::from_secs(1)).await;
+    measuring.store(true, Ordering::Relaxed);
+    let start_done = done.load(Ordering::Relaxed);
+    let writers = |fleets: &[Arc<Fleet>]| {
+        fleets
+            .iter()
+            .map(|f| f.writer_stats())
+            .fold(Default::default(), add_totals)
+    };
+    let w0 = writers(&fleets);
+    let started = Instant::now();
+    if campaign > 0 {
+        run_campaign(&done, campaign, &measured, &fleet).await;
+    } else {
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+    }
+    let completed = done.load(Ordering::Relaxed) - start_done;
+    measuring.store(false, Ordering::Relaxed);
+    let w1 = writers(&fleets);
+    let elapsed = started.elapsed().as_secs_f64();
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        let _ = t.await;
+    }
+    let mut l = lease_lat.lock().unwrap().clone();
+    let mut r = report_lat.lock().unwrap().clone();
+    l.sort_unstable();
+    r.sort_unstable();
+    let status_fleet = fleet.clone();
+    let doc = coordinator
+        .spawn(async move { status_fleet.job_status(job_id).await.unwrap() })
+        .await
+        .unwrap();
+    println!(
+        "coordinators {coordinators} ({})  workers {workers}  think {} ms  completed {:.0} units/s  lease p50 {:.1} ms p99 {:.1} ms  report p50 {:.1} ms p99 {:.1} ms  (job nodes {}, units done {})",
+        fleet.store_backend(),
+        think.as_millis(),
+        completed as f64 / elapsed,
+        pct(&l, 0.5),
+        pct(&l, 0.99),
+        pct(&r, 0.5),
+        pct(&r, 0.99),
+        doc.nodes_total,
+        doc.units.done,
+    );
+    print_writers(&w0, &w1, elapsed);
+    coordinator.shutdown_background();
+}
+
+/// How many coordinators, workers, jobs and volunteer accounts the bench runs.
+struct Shape {
+    coordinators: usize,
+    workers: usize,
+    jobs: usize,
+    volunteers: usize,
+    archive_after_s: u64,
+}
+
+/// The coordinators the bench started, the first one's job and the volunteers' tokens.
+struct Started {
+    fleets: Vec<Arc<Fleet>>,
+    urls: Vec<String>,
+    job_id: JobId,
+    units: usize,
+    depth: usize,
+    enrol: Vec<String>,
+}
+
+/// Starts `shape.coordinators` coordinators on `db`, on the coordinators' runtime; the
+/// first submits the job (bench-hard with a 1-node budget: every report carries a cursor
+/// and spawns the next unit) and enrols the volunteer accounts.
+async fn start_coordinators(
+    coordinator: &tokio::runtime::Runtime,
+    db: Database,
+    shape: Shape,
+) -> Started {
+    let Shape {
+        coordinators,
+        workers,
+        jobs,
+        volunteers,
+        archive_after_s,
+    } = shape;
     let mut fleets = Vec::new();
     let mut urls = Vec::new();
     for _ in 1..coordinators {
@@ -250,36 +399,34 @@ async fn run() {
         .unwrap();
     fleets.insert(0, fleet.clone());
     urls.insert(0, url);
-    let puzzle_path = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../puzzles/bench/bench-hard.json");
-    let puzzle = load_file(&puzzle_path, &LoadOptions::default()).unwrap();
-    let plan = Arc::new(SearchPlan::new(&puzzle, &FillOrder::row_major(&puzzle)));
-    eprintln!(
-        "job {job_id}: {units} units at depth {depth}; {workers} workers, think {think:?}, {seconds} s"
-    );
-
-    // connections spread over the coordinators: worker i uses pool[i % len], so the
-    // workers are spread round robin too
-    let mut pool = Vec::new();
-    for c in 0..channels.max(1).max(coordinators) {
-        pool.push(
-            Channel::from_shared(urls[c % coordinators].clone())
-                .unwrap()
-                .tcp_nodelay(true)
-                .connect()
-                .await
-                .unwrap(),
-        );
+    Started {
+        fleets,
+        urls,
+        job_id,
+        units,
+        depth,
+        enrol,
     }
-    let stop = Arc::new(AtomicBool::new(false));
-    // latencies are taken in the same steady window as the throughput
-    let measuring = Arc::new(AtomicBool::new(false));
-    let done = Arc::new(AtomicU64::new(0));
-    let lease_lat = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let report_lat = Arc::new(std::sync::Mutex::new(Vec::new()));
-    // register every worker first (64 at a time), so that registration does not queue
-    // behind the load the first workers already make
-    let registered_at = Instant::now();
+}
+
+/// What every simulated worker shares: the load's shape, the stop flag, the counters.
+struct Sim {
+    workers: usize,
+    think: Duration,
+    stop: Arc<AtomicBool>,
+    done: Arc<AtomicU64>,
+    measuring: Arc<AtomicBool>,
+    lease_lat: Arc<std::sync::Mutex<Vec<u64>>>,
+    report_lat: Arc<std::sync::Mutex<Vec<u64>>>,
+}
+
+/// Registers every worker first (64 at a time), so that registration does not queue
+/// behind the load the first workers already make.
+async fn register_workers(
+    pool: &[Channel],
+    workers: usize,
+    enrol: &[String],
+) -> Vec<v2::RegisterWorkerResponse> {
     let mut tokens = Vec::with_capacity(workers);
     for chunk in (0..workers).collect::<Vec<_>>().chunks(64) {
         let mut batch = Vec::new();
@@ -325,126 +472,91 @@ async fn run() {
             tokens.push(b.await.unwrap());
         }
     }
-    eprintln!(
-        "{workers} workers registered in {:.1} s",
-        registered_at.elapsed().as_secs_f64()
-    );
-    let mut tasks = Vec::new();
-    for (i, reg) in tokens.into_iter().enumerate() {
-        let mut client = WorkerServiceClient::new(pool[i % pool.len()].clone());
-        let (stop, done, plan) = (stop.clone(), done.clone(), plan.clone());
-        let measuring = measuring.clone();
-        let (lease_lat, report_lat) = (lease_lat.clone(), report_lat.clone());
-        tasks.push(tokio::spawn(async move {
-            let token = reg.worker_token.clone();
-            // spread the start over one think time
-            tokio::time::sleep(think.mul_f64(i as f64 / workers as f64)).await;
-            let (mut ll, mut rl) = (Vec::new(), Vec::new());
-            while !stop.load(Ordering::Relaxed) {
-                let t = Instant::now();
-                let Ok(r) = client
-                    .lease_units(auth(
-                        &token,
-                        v2::LeaseUnitsRequest {
-                            max_units: 1,
-                            ..Default::default()
-                        },
-                    ))
-                    .await
-                else {
-                    break;
-                };
-                if measuring.load(Ordering::Relaxed) {
-                    ll.push(t.elapsed().as_micros() as u64);
-                }
-                let Some(lease) = r.into_inner().leases.pop() else {
-                    tokio::time::sleep(think).await;
-                    continue;
-                };
-                tokio::time::sleep(think).await;
-                let unit = Unit {
-                    prefix: path_from_wire(&lease.prefix, "p").unwrap(),
-                    cursor: path_from_wire(&lease.cursor, "c").unwrap(),
-                };
-                let options = RunOptions {
-                    budget: Some(1),
-                    max_solutions: e2fleet_proto::REPORT_MAX_SOLUTIONS,
-                };
-                let result = Walker::new(&plan)
-                    .run(&unit, options, &mut NoControl)
-                    .unwrap();
-                let t = Instant::now();
-                let ok = client
-                    .report_result(auth(
-                        &token,
-                        v2::ReportResultRequest {
-                            lease_id: lease.lease_id,
-                            unit_id: lease.unit_id,
-                            result: Some(result_to_wire(&result)),
-                            engine_seconds: think.as_secs_f64(),
-                            engine_kind: v2::EngineKind::Reference.into(),
-                            engine_build: "load".into(),
-                        },
-                    ))
-                    .await
-                    .is_ok();
-                if measuring.load(Ordering::Relaxed) {
-                    rl.push(t.elapsed().as_micros() as u64);
-                }
-                if ok {
-                    done.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            lease_lat.lock().unwrap().extend(ll);
-            report_lat.lock().unwrap().extend(rl);
-        }));
+    tokens
+}
+
+/// Simulated worker `i`: leases one unit, thinks, walks it for real (a 1-node budget) and
+/// reports, until the stop flag; its latencies while `measuring`.
+async fn sim_worker(
+    i: usize,
+    mut client: WorkerServiceClient<Channel>,
+    token: String,
+    plan: Arc<SearchPlan>,
+    sim: Sim,
+) {
+    let Sim {
+        workers,
+        think,
+        stop,
+        done,
+        measuring,
+        lease_lat,
+        report_lat,
+    } = sim;
+    // spread the start over one think time
+    tokio::time::sleep(think.mul_f64(i as f64 / workers as f64)).await;
+    let (mut ll, mut rl) = (Vec::new(), Vec::new());
+    while !stop.load(Ordering::Relaxed) {
+        let t = Instant::now();
+        let Ok(r) = client
+            .lease_units(auth(
+                &token,
+                v2::LeaseUnitsRequest {
+                    max_units: 1,
+                    ..Default::default()
+                },
+            ))
+            .await
+        else {
+            break;
+        };
+        if measuring.load(Ordering::Relaxed) {
+            ll.push(t.elapsed().as_micros() as u64);
+        }
+        let Some(lease) = r.into_inner().leases.pop() else {
+            tokio::time::sleep(think).await;
+            continue;
+        };
+        tokio::time::sleep(think).await;
+        let unit = Unit {
+            prefix: path_from_wire(&lease.prefix, "p").unwrap(),
+            cursor: path_from_wire(&lease.cursor, "c").unwrap(),
+        };
+        let options = RunOptions {
+            budget: Some(1),
+            max_solutions: e2fleet_proto::REPORT_MAX_SOLUTIONS,
+        };
+        let result = Walker::new(&plan)
+            .run(&unit, options, &mut NoControl)
+            .unwrap();
+        let t = Instant::now();
+        let ok = client
+            .report_result(auth(
+                &token,
+                v2::ReportResultRequest {
+                    lease_id: lease.lease_id,
+                    unit_id: lease.unit_id,
+                    result: Some(result_to_wire(&result)),
+                    engine_seconds: think.as_secs_f64(),
+                    engine_kind: v2::EngineKind::Reference.into(),
+                    engine_build: "load".into(),
+                },
+            ))
+            .await
+            .is_ok();
+        if measuring.load(Ordering::Relaxed) {
+            rl.push(t.elapsed().as_micros() as u64);
+        }
+        if ok {
+            done.fetch_add(1, Ordering::Relaxed);
+        }
     }
-    // measure a steady window after one think time of warm-up
-    tokio::time::sleep(think + Duration::from_secs(1)).await;
-    measuring.store(true, Ordering::Relaxed);
-    let start_done = done.load(Ordering::Relaxed);
-    let writers = |fleets: &[Arc<Fleet>]| {
-        fleets
-            .iter()
-            .map(|f| f.writer_stats())
-            .fold(Default::default(), add_totals)
-    };
-    let w0 = writers(&fleets);
-    let started = Instant::now();
-    if campaign > 0 {
-        run_campaign(&done, campaign, &measured, &fleet).await;
-    } else {
-        tokio::time::sleep(Duration::from_secs(seconds)).await;
-    }
-    let completed = done.load(Ordering::Relaxed) - start_done;
-    measuring.store(false, Ordering::Relaxed);
-    let w1 = writers(&fleets);
-    let elapsed = started.elapsed().as_secs_f64();
-    stop.store(true, Ordering::Relaxed);
-    for t in tasks {
-        let _ = t.await;
-    }
-    let mut l = lease_lat.lock().unwrap().clone();
-    let mut r = report_lat.lock().unwrap().clone();
-    l.sort_unstable();
-    r.sort_unstable();
-    let status_fleet = fleet.clone();
-    let doc = coordinator
-        .spawn(async move { status_fleet.job_status(job_id).await.unwrap() })
-        .await
-        .unwrap();
-    println!(
-        "coordinators {coordinators} ({})  workers {workers}  think {} ms  completed {:.0} units/s  lease p50 {:.1} ms p99 {:.1} ms  report p50 {:.1} ms p99 {:.1} ms  (job nodes {}, units done {})",
-        fleet.store_backend(),
-        think.as_millis(),
-        completed as f64 / elapsed,
-        pct(&l, 0.5),
-        pct(&l, 0.99),
-        pct(&r, 0.5),
-        pct(&r, 0.99),
-        doc.nodes_total,
-        doc.units.done,
-    );
+    lease_lat.lock().unwrap().extend(ll);
+    report_lat.lock().unwrap().extend(rl);
+}
+
+/// The writer threads' figures over the measured window (`w0` to `w1`).
+fn print_writers(w0: &WriterTotals, w1: &WriterTotals, elapsed: f64) {
     let jobs = (w1.jobs - w0.jobs).max(1);
     let batches = (w1.batches - w0.batches).max(1);
     println!(
@@ -459,7 +571,23 @@ async fn run() {
         w1.max_batch_us as f64 / 1000.0,
         w1.wal_resets - w0.wal_resets,
     );
-    coordinator.shutdown_background();
+}
+
+/// `n` connections spread over the coordinators: worker i uses `pool[i % len]`, so the
+/// workers are spread round robin too.
+async fn connections(urls: &[String], n: usize) -> Vec<Channel> {
+    let mut pool = Vec::new();
+    for c in 0..n {
+        pool.push(
+            Channel::from_shared(urls[c % urls.len()].clone())
+                .unwrap()
+                .tcp_nodelay(true)
+                .connect()
+                .await
+                .unwrap(),
+        );
+    }
+    pool
 }
 
 /// The fleet settings of every coordinator in the bench.
