@@ -39,7 +39,13 @@ pids+=($!)
 "$bin/e2fleet-worker" verify --coordinator "$E2FLEET_COORDINATOR" --engine reference --hostname lab-server-01 >/dev/null
 e2=$("$bin/e2fleet-coordinator" submit puzzles/e2/centre-clue.json --units 400 --budget 200000000 --json \
   | sed -E 's/.*"job_id":"([^"]+)".*/\1/')
-sleep 25
+# a volunteer in a team, for the stats page: an account of its own and one engine thread
+"$bin/e2fleet-coordinator" account add alice --team blue --json >"$work/alice.json"
+alice=$(sed -E 's/.*"token":"([^"]+)".*/\1/' "$work/alice.json")
+"$bin/e2fleet-worker" run --data-dir "$work/w2" --hostname alice-laptop --threads 1 --nice 0 \
+  --token "$alice" >"$work/w2.log" 2>&1 &
+pids+=($!)
+sleep 40
 
 shot() { # shot NAME PATH HEIGHT
   "$chromium" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
@@ -49,7 +55,8 @@ shot() { # shot NAME PATH HEIGHT
   echo "wrote $out/$1.png"
 }
 shot fleet / 1250
-shot job-running "/jobs/$e2" 1500
+shot job-running "/jobs/$e2" 2200
 shot job-complete "/jobs/$easy" 1500
 shot workers /workers 600
 shot verification /verification 1100
+shot stats /stats 900

@@ -221,3 +221,52 @@ pub fn order_of_kind(puzzle: &Puzzle, kind: usize, rng: &mut Rng) -> OrderSpec {
         }
     }
 }
+
+/// A board whose whole tree (row-major) is counted: what the fleet tests hold every job on
+/// it to.
+#[derive(Clone, Copy, Debug)]
+pub struct Known {
+    /// The file under `puzzles/`.
+    pub file: &'static str,
+    /// Nodes of the whole tree.
+    pub nodes: u64,
+    /// Solutions.
+    pub solutions: u64,
+}
+
+/// Brendan Owen's set 1 4x4.
+pub const BRENDAN_4X4: Known = Known {
+    file: "brendan/set1/pieces_04x04.txt",
+    nodes: 4_470,
+    solutions: 36,
+};
+
+/// Brendan Owen's set 1 5x5.
+pub const BRENDAN_5X5: Known = Known {
+    file: "brendan/set1/pieces_05x05.txt",
+    nodes: 113_211,
+    solutions: 16,
+};
+
+/// Brendan Owen's set 1 6x6.
+pub const BRENDAN_6X6: Known = Known {
+    file: "brendan/set1/pieces_06x06.txt",
+    nodes: 69_284_103,
+    solutions: 260,
+};
+
+/// The 16x16 benchmark board with one solution.
+pub const BENCH_EASY: Known = Known {
+    file: "bench/bench-easy.json",
+    nodes: 3_577_121_570,
+    solutions: 1,
+};
+
+/// Panics unless `doc`, a job's status as its JSON reads, is complete and exact: `known`'s
+/// nodes and solutions, with conservation holding.
+pub fn assert_exact(doc: &serde_json::Value, known: Known) {
+    assert_eq!(doc["state"], "complete", "{}: {}", known.file, doc["units"]);
+    assert_eq!(doc["nodes_total"], known.nodes, "{}: {doc}", known.file);
+    assert_eq!(doc["solutions_count"], known.solutions, "{}", known.file);
+    assert_eq!(doc["conservation_ok"], true, "{}", known.file);
+}

@@ -15,6 +15,7 @@ use e2fleet_coordinator::store::testing::{database_for, scalar};
 
 use crate::harness::*;
 use crate::trust::{credit_of, trusted_volunteer, work_all};
+use e2fleet_engine::testing::{BRENDAN_5X5, assert_exact};
 
 const FIVE: &str = "brendan/set1/pieces_05x05.txt";
 
@@ -27,13 +28,6 @@ async fn rows(db: &std::path::Path) -> (i64, i64, i64, i64) {
         scalar(&db, "SELECT COUNT(*) FROM results").await,
         scalar(&db, "SELECT COUNT(*) FROM leases").await,
     )
-}
-
-fn assert_exact_5x5(doc: &serde_json::Value) {
-    assert_eq!(doc["state"], "complete", "{}", doc["units"]);
-    assert_eq!(doc["nodes_total"], 113_211);
-    assert_eq!(doc["solutions_count"], 16);
-    assert_eq!(doc["conservation_ok"], true);
 }
 
 /// The job's certificate, audited whole: every unit walked again and compared.
@@ -87,7 +81,7 @@ async fn archive_all(
     assert!(results < results_before / 10 && leases <= results + 4);
     // the job reads the same from the archive
     let doc = c.job(chains).await;
-    assert_exact_5x5(&doc);
+    assert_exact(&doc, BRENDAN_5X5);
     assert_eq!(doc["nodes_by_depth"], whole["nodes_by_depth"]);
     assert_eq!(
         doc["units"], whole["units"],
@@ -141,7 +135,7 @@ async fn void_chains(archive: bool) {
     let mut v = trusted_volunteer(&c, &mut o1, 2).await;
     work_all(&mut [&mut v, &mut o1], 2_000).await;
     let whole = c.job(&chains).await;
-    assert_exact_5x5(&whole);
+    assert_exact(&whole, BRENDAN_5X5);
     let (_, units_before, results_before, _) = rows(&db).await;
     let in_archive = if archive {
         archive_all(&c, &db, &whole, (units_before, results_before)).await
@@ -178,7 +172,7 @@ async fn void_chains(archive: bool) {
     );
     work_all(&mut [&mut o1], 2_000).await;
     let redone = c.job(&chains).await;
-    assert_exact_5x5(&redone);
+    assert_exact(&redone, BRENDAN_5X5);
     assert_eq!(redone["nodes_by_depth"], whole["nodes_by_depth"]);
 
     // archived again, read back after a restart, and audited whole from the archive
@@ -188,7 +182,7 @@ async fn void_chains(archive: bool) {
     c.stop().await;
     let c = start(trust, clock).await;
     let again = c.job(&chains).await;
-    assert_exact_5x5(&again);
+    assert_exact(&again, BRENDAN_5X5);
     assert_eq!(again["nodes_by_depth"], whole["nodes_by_depth"]);
     audit_whole(&c, &chains).await;
     c.stop().await;
@@ -219,7 +213,7 @@ async fn a_late_result_is_compared_in_the_window_and_told_too_late_after_the_arc
     c.advance(31_000);
     c.fleet.expire_leases().await.unwrap();
     other.work(1_000).await;
-    assert_exact_5x5(&c.job(&job).await);
+    assert_exact(&c.job(&job).await, BRENDAN_5X5);
     // the first late result: its unit is decided but not archived, so it is compared
     assert_eq!(
         sleeper.report(&held[0], &results[0]).await.unwrap(),
@@ -260,6 +254,6 @@ async fn a_late_result_is_compared_in_the_window_and_told_too_late_after_the_arc
     forged.unit_id = i64::MAX;
     let err = sleeper.report(&forged, &results[1]).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::NotFound);
-    assert_exact_5x5(&c.job(&job).await);
+    assert_exact(&c.job(&job).await, BRENDAN_5X5);
     c.stop().await;
 }

@@ -15,6 +15,7 @@ use e2fleet_coordinator::store::testing::{database_for, scalar};
 
 use crate::harness::*;
 use crate::trust::{trusted_volunteer, work_all};
+use e2fleet_engine::testing::{BRENDAN_5X5, assert_exact};
 
 const FIVE: &str = "brendan/set1/pieces_05x05.txt";
 
@@ -25,13 +26,6 @@ async fn stored(db: &std::path::Path) -> (i64, i64) {
         scalar(&db, "SELECT COUNT(*) FROM results").await,
         scalar(&db, "SELECT COUNT(*) FROM result_bodies").await,
     )
-}
-
-fn assert_exact_5x5(doc: &serde_json::Value) {
-    assert_eq!(doc["state"], "complete", "{}", doc["units"]);
-    assert_eq!(doc["nodes_total"], 113_211);
-    assert_eq!(doc["solutions_count"], 16);
-    assert_eq!(doc["conservation_ok"], true);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -51,7 +45,7 @@ async fn folded_results_keep_every_total_exact_through_overturns_restarts_and_la
     // units of at most 300 nodes: chains of continuations, each decided and folded
     let chains = c.submit(FIVE, 2, 300, 1).await;
     work_all(&mut [&mut o1], 2_000).await;
-    assert_exact_5x5(&c.job(&chains).await);
+    assert_exact(&c.job(&chains).await, BRENDAN_5X5);
     let (results, bodies) = stored(&db).await;
     assert!(results > 300, "{results} results");
     // what keeps a body: the 16 solutions' results and at most 10 best boards
@@ -88,18 +82,18 @@ async fn folded_results_keep_every_total_exact_through_overturns_restarts_and_la
     let r2 = v.compute(&l).await;
     v.report(&l, &r2).await.unwrap();
     work_all(&mut [&mut o1, &mut o2], 4_000).await;
-    assert_exact_5x5(&c.job(&second).await);
+    assert_exact(&c.job(&second).await, BRENDAN_5X5);
     let doc = c.job(&first).await;
-    assert_exact_5x5(&doc);
+    assert_exact(&doc, BRENDAN_5X5);
 
     // a restart reads the same totals back from the folded rows
     c.stop().await;
     let c = Coordinator::start_with(&db, 100, trust, clock).await;
     let again = c.job(&first).await;
     assert_eq!(again["nodes_by_depth"], doc["nodes_by_depth"]);
-    assert_exact_5x5(&again);
+    assert_exact(&again, BRENDAN_5X5);
 
-    assert_exact_5x5(&c.job(&chains).await);
+    assert_exact(&c.job(&chains).await, BRENDAN_5X5);
 
     // and the certificate written from folded rows audits whole, digest by digest
     let file = c

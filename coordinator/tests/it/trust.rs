@@ -10,6 +10,7 @@ use e2fleet_proto::v2;
 use tonic::Code;
 
 use crate::harness::*;
+use e2fleet_engine::testing::{BRENDAN_4X4, assert_exact};
 
 const FOUR: &str = "brendan/set1/pieces_04x04.txt";
 
@@ -24,13 +25,6 @@ pub async fn work_all(workers: &mut [&mut SimWorker], rounds: usize) {
             return;
         }
     }
-}
-
-fn assert_exact_4x4(doc: &serde_json::Value) {
-    assert_eq!(doc["state"], "complete", "{}", doc["units"]);
-    assert_eq!(doc["nodes_total"], 4_470);
-    assert_eq!(doc["solutions_count"], 36);
-    assert_eq!(doc["conservation_ok"], true);
 }
 
 async fn account_json(c: &Coordinator, name: &str) -> serde_json::Value {
@@ -73,7 +67,7 @@ async fn two_identities_of_one_volunteer_forging_zeros_cannot_move_a_total() {
     let mut h1 = SimWorker::register(&c.url, "honest-1", Behaviour::Honest).await;
     let mut h2 = SimWorker::register(&c.url, "honest-2", Behaviour::Honest).await;
     work_all(&mut [&mut h1, &mut h2, &mut a, &mut b], 200).await;
-    assert_exact_4x4(&c.job(&job).await);
+    assert_exact(&c.job(&job).await, BRENDAN_4X4);
     let m = account_json(&c, "mallory").await;
     assert_eq!(m["quarantined"], true, "{m}");
     assert_eq!(m["confirmed_results"], 0);
@@ -130,7 +124,7 @@ async fn a_volunteer_earns_trust_loses_it_at_once_and_its_revocation_takes_back_
     assert_eq!(err.code(), Code::Unauthenticated, "{err}");
     work_all(&mut [&mut op], 200).await;
     let doc = c.job(&job).await;
-    assert_exact_4x4(&doc);
+    assert_exact(&doc, BRENDAN_4X4);
     assert!(
         doc["results"]
             .as_array()
@@ -204,7 +198,7 @@ async fn a_recheck_catches_a_trusted_volunteers_lie_and_its_trust_restarts() {
     assert_eq!(a["errors"], 1);
     v.behaviour = Behaviour::Honest;
     work_all(&mut [&mut o1, &mut o2, &mut v], 200).await;
-    assert_exact_4x4(&c.job(&job).await);
+    assert_exact(&c.job(&job).await, BRENDAN_4X4);
     c.stop().await;
 }
 
@@ -272,7 +266,7 @@ async fn a_name_is_a_label_quarantine_follows_the_identity() {
         200,
     )
     .await;
-    assert_exact_4x4(&c.job(&job).await);
+    assert_exact(&c.job(&job).await, BRENDAN_4X4);
     let workers = c.workers().await;
     let rows: Vec<&serde_json::Value> = workers
         .as_array()
@@ -380,9 +374,9 @@ async fn a_liar_caught_once_has_its_whole_unconfirmed_past_run_again() {
     v.report(&l, &r).await.unwrap();
     work_all(&mut [&mut o1, &mut o2], 400).await;
     // ... and the first job's old lie was run again, overturned, the job exact again
-    assert_exact_4x4(&c.job(&second).await);
+    assert_exact(&c.job(&second).await, BRENDAN_4X4);
     let doc = c.job(&first).await;
-    assert_exact_4x4(&doc);
+    assert_exact(&doc, BRENDAN_4X4);
     c.stop().await;
 }
 
@@ -678,8 +672,8 @@ async fn work_that_counts_is_credited_once_and_an_overturned_lie_loses_its_credi
     let r = v.compute(&l).await;
     v.report(&l, &r).await.unwrap();
     work_all(&mut [&mut o1, &mut o2], 400).await;
-    assert_exact_4x4(&c.job(&first).await);
-    assert_exact_4x4(&c.job(&second).await);
+    assert_exact(&c.job(&first).await, BRENDAN_4X4);
+    assert_exact(&c.job(&second).await, BRENDAN_4X4);
     assert_eq!(
         credit_of(&c, "vera").await,
         (earned + alone, 4, earned + alone, 4, earned + alone)
@@ -772,7 +766,7 @@ async fn a_cancelled_continuation_takes_its_replicas_credit_with_it() {
     }
     assert!(agreed, "carol reached the continuation");
     work_all(&mut [&mut ivan, &mut carol], 2_000).await;
-    assert_exact_4x4(&c.job(&chains).await);
+    assert_exact(&c.job(&chains).await, BRENDAN_4X4);
     let before = others_credit(&c).await;
     assert!(
         before > 0,
@@ -786,7 +780,7 @@ async fn a_cancelled_continuation_takes_its_replicas_credit_with_it() {
     );
     assert_credit_is_what_counts(&temp_db(&dir)).await;
     work_all(&mut [&mut o1, &mut ivan, &mut carol], 2_000).await;
-    assert_exact_4x4(&c.job(&chains).await);
+    assert_exact(&c.job(&chains).await, BRENDAN_4X4);
     assert_credit_is_what_counts(&temp_db(&dir)).await;
     c.stop().await;
 }

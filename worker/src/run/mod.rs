@@ -27,7 +27,7 @@
 //! - `pacing.rs`: the lease queue's size, the unit pace, network-wait accounting and
 //!   sleep detection;
 //! - `jobs.rs`: verification of this class, job specs, engine builds and self-tests;
-//! - `executor.rs`: the engine threads; [`journal`]: results on disk until acknowledged;
+//! - `executor/`: the engine threads (its tests in `executor/tests.rs`); [`journal`]: results on disk until acknowledged;
 //! - [`pause`]: when the engines pause (the pause file, SIGUSR1, battery, the hours set,
 //!   other programs' CPU use), and giving the held units back after a long pause.
 

@@ -19,11 +19,7 @@ use e2fleet_coordinator::store::testing::{PostgresServer, create_database};
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::harness::{Proc, admin, puzzle_path, serve, wait_job, worker_with};
-
-const BRENDAN_6X6_NODES: u64 = 69_284_103;
-const BRENDAN_6X6_SOLUTIONS: u64 = 260;
-const BRENDAN_5X5_NODES: u64 = 113_211;
-const BRENDAN_5X5_SOLUTIONS: u64 = 16;
+use e2fleet_engine::testing::{BRENDAN_5X5, BRENDAN_6X6, assert_exact};
 
 /// `n` coordinator processes on a fresh database of `server`.
 async fn coordinators(server: &PostgresServer, n: usize) -> Vec<(Proc, String)> {
@@ -123,13 +119,6 @@ fn units_done_by(url: &str, host: &str) -> u64 {
         .unwrap_or(0)
 }
 
-fn assert_exact(doc: &serde_json::Value, nodes: u64, solutions: u64) {
-    assert_eq!(doc["state"], "complete");
-    assert_eq!(doc["nodes_total"], nodes, "{doc}");
-    assert_eq!(doc["solutions_count"], solutions);
-    assert_eq!(doc["conservation_ok"], true);
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[cfg_attr(
     not(has_postgres),
@@ -146,7 +135,7 @@ async fn two_coordinators_on_one_postgresql_share_a_job_exactly() {
     let _on_a = reference_worker(a, dir.path(), "wa");
     let _on_b = reference_worker(b, dir.path(), "wb");
     let doc = wait_complete(b, &job).await;
-    assert_exact(&doc, BRENDAN_5X5_NODES, BRENDAN_5X5_SOLUTIONS);
+    assert_exact(&doc, BRENDAN_5X5);
     // both read the same job; both machines worked on it
     assert_eq!(
         admin(a, &["job", &job])["nodes_by_depth"],
@@ -180,12 +169,8 @@ async fn a_database_restart_mid_job_loses_nothing() {
     // upkeep lock reconnect, the workers retry what was refused meanwhile
     server.restart().unwrap();
     let doc = wait_complete(b, &job).await;
-    assert_exact(&doc, BRENDAN_6X6_NODES, BRENDAN_6X6_SOLUTIONS);
-    assert_exact(
-        &admin(a, &["job", &job]),
-        BRENDAN_6X6_NODES,
-        BRENDAN_6X6_SOLUTIONS,
-    );
+    assert_exact(&doc, BRENDAN_6X6);
+    assert_exact(&admin(a, &["job", &job]), BRENDAN_6X6);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -210,11 +195,11 @@ async fn three_coordinators_lose_nothing_when_one_is_sigkilled() {
     killed.signal("-KILL");
     killed.wait(Duration::from_secs(10)).await;
     let doc = wait_complete(&lb, &job).await;
-    assert_exact(&doc, BRENDAN_6X6_NODES, BRENDAN_6X6_SOLUTIONS);
+    assert_exact(&doc, BRENDAN_6X6);
     // the survivors read the same, and say so directly; both workers did units
     for (_, url) in &fleet[1..] {
         let direct = admin(url, &["job", &job]);
-        assert_exact(&direct, BRENDAN_6X6_NODES, BRENDAN_6X6_SOLUTIONS);
+        assert_exact(&direct, BRENDAN_6X6);
     }
     assert!(units_done_by(&fleet[1].1, "w1") > 0);
     // the worker with the list went on through the survivors
@@ -292,5 +277,5 @@ async fn a_fleet_stopped_mid_job_on_sqlite_is_migrated_and_finishes_exactly_on_p
         workers_left.as_array().unwrap().len()
     );
     let doc = wait_complete(&url, &job).await;
-    assert_exact(&doc, BRENDAN_6X6_NODES, BRENDAN_6X6_SOLUTIONS);
+    assert_exact(&doc, BRENDAN_6X6);
 }
