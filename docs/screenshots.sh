@@ -16,7 +16,7 @@ out=docs/screenshots
 cargo build --release -q -p e2fleet-coordinator -p e2fleet-worker
 bin=target/release
 work=$(mktemp -d -t e2fleet-shots.XXXXXX)
-export E2FLEET_ENROLL_TOKEN=shots-enroll E2FLEET_ADMIN_TOKEN=shots-admin
+export E2FLEET_ENROLL_TOKEN=shots-enroll-0123456789 E2FLEET_ADMIN_TOKEN=shots-admin-0123456789
 export E2FLEET_COORDINATOR="http://127.0.0.1:$port"
 pids=()
 cleanup() {
@@ -29,7 +29,12 @@ trap cleanup EXIT
 "$bin/e2fleet-coordinator" serve --listen "127.0.0.1:$port" --db "$work/db" --lease-seconds 20 \
   >"$work/coordinator.log" 2>&1 &
 pids+=($!)
-until "$bin/e2fleet-coordinator" jobs >/dev/null 2>&1; do sleep 0.2; done
+until "$bin/e2fleet-coordinator" jobs >/dev/null 2>&1; do
+  if ! kill -0 "${pids[0]}" 2>/dev/null; then
+    echo "the coordinator did not start:"; cat "$work/coordinator.log"; exit 1
+  fi
+  sleep 0.2
+done
 
 easy=$("$bin/e2fleet-coordinator" submit puzzles/bench/bench-easy.json --units 100 --json | sed -E 's/.*"job_id":"([^"]+)".*/\1/')
 "$bin/e2fleet-worker" run --data-dir "$work/w1" --hostname lab-server-01 --nice 0 >"$work/w1.log" 2>&1 &
@@ -55,7 +60,7 @@ shot() { # shot NAME PATH HEIGHT
   echo "wrote $out/$1.png"
 }
 shot fleet / 1250
-shot job-running "/jobs/$e2" 2200
+shot job-running "/jobs/$e2" 1900
 shot job-complete "/jobs/$easy" 1500
 shot workers /workers 600
 shot verification /verification 1100

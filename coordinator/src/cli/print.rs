@@ -132,9 +132,9 @@ pub fn progress(j: &JobStatus, elapsed: Duration) -> String {
     let mut line = format!(
         "[{:>5.0} s] units {}/{}  nodes {}  {}  {}",
         elapsed.as_secs_f64(),
-        u.done,
-        u.done + u.open + u.leased,
-        j.nodes_total,
+        thousands(u.done),
+        thousands(u.done + u.open + u.leased),
+        thousands(j.nodes_total),
         rate(j.per_core_nodes_per_s, "per core", "none accepted yet"),
         rate(Some(j.aggregate_nodes_per_s), "fleet aggregate", ""),
     );

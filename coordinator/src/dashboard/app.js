@@ -116,6 +116,8 @@ function duration(s) {
 
 function compact(v) {
   v = Number(v);
+  // past a thousand T: a power of ten (a tree estimate can be 10^40)
+  if (Math.abs(v) >= 1e15) return v.toExponential(2).replace("e+", "e");
   for (const [scale, p] of [[1e12, "T"], [1e9, "G"], [1e6, "M"], [1e3, "k"]]) {
     if (Math.abs(v) >= scale) return (v / scale).toFixed(v / scale >= 100 ? 0 : 1) + p;
   }
@@ -617,11 +619,11 @@ async function statsPage() {
     el("h1", {}, "Stats"),
     el("p", { class: "muted" }, "Credit per volunteer account: the nodes and results of its work that counts — accepted on a trusted account's word or confirmed by another party (the same exact result from another account or one of the operator's machines), or agreeing with the accepted result. A result later found wrong, or voided with its account, loses its credit. Work waiting for confirmation earns nothing yet; the operator's own machines are not ranked."),
     section("All volunteers, last 30 days", dayBars(s.days, s.today, totalMax)),
-    section(`${teams.length} teams`,
+    section(`${teams.length} ${teams.length === 1 ? "team" : "teams"}`,
       table(["Rank", "Team", "Accounts", "Credited nodes", "Results", "Confirmed by another party", "Last 30 days"], teamRows,
         "No team yet. The operator puts an account in one with: e2fleet-coordinator account team NAME TEAM"),
       el("p", { class: "note" }, "A team's figures are its accounts' added up; an account that changes team takes its credit along.")),
-    section(`${s.accounts.length} accounts`,
+    section(`${s.accounts.length} ${s.accounts.length === 1 ? "account" : "accounts"}`,
       table(["Rank", "Account", "Team", "Credited nodes", "Results", "Confirmed by another party", "First credit", "Last credit", "Last 30 days", ""], rows,
         "No volunteer account yet. The operator makes one with: e2fleet-coordinator account add NAME")),
   ];

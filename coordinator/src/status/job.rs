@@ -208,7 +208,7 @@ fn add_tree_estimate(status: &mut JobStatus, tree: &TreeEstimate) {
     let tree_how = format!(
         "{}; {} nodes counted exactly so far, the rest extrapolated",
         tree.method(),
-        status.nodes_total
+        e2fleet_proto::text::thousands(status.nodes_total)
     );
     let estimate = status.estimate.get_or_insert_with(|| Estimate {
         remaining_nodes: left,
