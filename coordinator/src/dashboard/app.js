@@ -144,7 +144,8 @@ function badge(state) {
 function card(label, value, sub, attrs) {
   return el("div", Object.assign({ class: "card" }, attrs || {}),
     el("div", { class: "card-label" }, label),
-    el("div", { class: "card-value" }, value),
+    // a long exact count (a 16x16 job's nodes) in a smaller size, on one line
+    el("div", { class: typeof value === "string" && value.length > 13 ? "card-value long" : "card-value" }, value),
     sub ? el("div", { class: "card-sub" }, sub) : null);
 }
 

@@ -187,7 +187,7 @@ async fn pages_load_and_show_a_running_job_moving() {
         if path == "/stats" {
             // the team's row and the account's team
             assert!(
-                dom.contains("1 teams") && dom.contains("1 accounts"),
+                dom.contains("1 team<") && dom.contains("1 account<"),
                 "{dom}"
             );
             assert_eq!(dom.matches(">night-owls<").count(), 2, "{dom}");
