@@ -6,9 +6,7 @@ use std::time::{Duration, Instant};
 
 use e2fleet_proto::v2;
 
-use crate::harness::{
-    ADMIN, admin, coordinator_bin, puzzle_path, serve, wait_job, worker_as, worker_with,
-};
+use crate::harness::{ADMIN, admin, coordinator_bin, puzzle_path, serve, worker_as, worker_with};
 use e2fleet_engine::testing::{BRENDAN_5X5, assert_exact};
 
 /// Resident memory of a process, in KiB.
@@ -136,11 +134,15 @@ async fn misreporting_workers_of_one_volunteer_account_cannot_move_a_total() {
     };
     let _m1 = liar("mallory-box", "m1");
     let _m2 = liar("honest-1", "m2");
-    // the liars hold units before any honest worker joins
-    wait_job(&url, &job, Duration::from_secs(60), |d| {
-        d["units"]["leased"].as_u64().unwrap_or(0) > 0
-    })
-    .await;
+    // the liars have joined before any honest worker does
+    let joined = Instant::now();
+    while admin(&url, &["workers"]).as_array().map_or(0, Vec::len) < 2 {
+        assert!(
+            joined.elapsed() < Duration::from_secs(60),
+            "the liars never registered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let _h1 = worker_with(
         &url,
         &dir.path().join("h1"),

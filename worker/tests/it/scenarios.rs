@@ -1,4 +1,5 @@
-//! Worker scenarios from the worker issue.
+//! Worker scenarios: a worker against a coordinator in this process, as a program and as
+//! a library.
 
 use std::time::Duration;
 
@@ -22,6 +23,60 @@ async fn a_job_completes_with_the_exact_total() {
     );
     let doc = c.wait_complete(&job, Duration::from_secs(60)).await;
     assert_exact(&doc, BRENDAN_5X5);
+    c.stop().await;
+}
+
+/// The worker as a library: `run::run` in this process, configured from its flags as the
+/// program is, stopped by its `Controls` once the job is done; the job adds up exactly
+/// and the worker delivered every unit's result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_worker_library_runs_in_process_and_stops_on_its_controls() {
+    use clap::Parser;
+    use e2fleet_worker::run::{Controls, RunArgs, run};
+    #[derive(Parser)]
+    struct Flags {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&dir.path().join("c.db"), 0, Duration::from_secs(30)).await;
+    let job = c
+        .submit("brendan/set1/pieces_05x05.txt", 3, Some(3_000))
+        .await;
+    let data = dir.path().join("w");
+    let flags = Flags::try_parse_from([
+        "run",
+        "--coordinator",
+        &c.url,
+        "--token",
+        ENROLL,
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--hostname",
+        "in-process",
+        "--threads",
+        "2",
+        "--engine",
+        "reference",
+        "--on-battery",
+        "run",
+    ])
+    .unwrap();
+    let controls = Controls::new();
+    let worker = tokio::spawn(run(flags.run.config().unwrap(), controls.clone()));
+    let doc = c.wait_complete(&job, Duration::from_secs(60)).await;
+    assert_exact(&doc, BRENDAN_5X5);
+    controls.stop();
+    let delivered = tokio::time::timeout(Duration::from_secs(30), worker)
+        .await
+        .expect("the worker stops on its controls")
+        .unwrap()
+        .unwrap();
+    // every unit of the job (and this machine's verification units) went through it
+    assert!(
+        delivered >= doc["units"]["done"].as_u64().unwrap(),
+        "{delivered} results delivered: {doc}"
+    );
     c.stop().await;
 }
 
