@@ -27,7 +27,7 @@ if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
   exit 1
 fi
 
-echo "building e2fleet (the first build takes ~5-12 minutes on 2 cores, the CPU decides; \`cargo test\` reuses it)..."
+echo "building e2fleet (the first build takes ~7 minutes on 2 cores of a recent server CPU; \`cargo test\` reuses it)..."
 cargo build -p e2fleet-coordinator -p e2fleet-worker
 bin=target/debug
 
