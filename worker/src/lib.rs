@@ -11,6 +11,7 @@
 //! - [`api`]: the fleet API as typed calls (used by `run`, `verify`, `audit`, `team`);
 //! - [`run`]: the fleet client: its configuration, identity, connection, loop, engine
 //!   threads, journal, pause rules and signals;
+//! - [`control`]: `status`, `pause`, `resume`, `stop` of a running worker;
 //! - [`solve`], [`mod@bench`], [`verify`], [`audit`], [`team`]: the other commands;
 //! - [`engine_args`]: flags that choose and build an engine; [`connect_args`]: the token,
 //!   the CA and the plaintext policy; [`host`]: what this machine is (labels sent at
@@ -20,6 +21,7 @@ pub mod api;
 pub mod audit;
 pub mod bench;
 pub mod connect_args;
+pub mod control;
 pub mod engine_args;
 pub mod host;
 pub mod run;

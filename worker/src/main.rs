@@ -2,13 +2,14 @@
 //!
 //! The program volunteers run: `run` joins a fleet; `solve` walks a puzzle on this machine
 //! (whole or split into units, with exact per-depth counts); `bench` measures per-core speed;
-//! `verify` checks the engine against known results; `audit` checks a published job.
+//! `verify` checks the engine against known results; `audit` checks a published job;
+//! `status`, `pause`, `resume` and `stop` steer a running worker.
 //!
 //! The command line only: each subcommand's flags and code live in the library
 //! (`lib.rs` has the map).
 
 use clap::{Parser, Subcommand};
-use e2fleet_worker::{audit, bench, run, solve, team, verify};
+use e2fleet_worker::{audit, bench, control, run, solve, team, verify};
 
 /// e2fleet worker: lends this machine's cores to an e2fleet fleet (`run`), checks its
 /// engine against exact results (`verify`), and walks puzzles on its own (`solve`,
@@ -36,6 +37,14 @@ enum Command {
     /// Put your volunteer account in a team (or, with --none, in none), with the identity
     /// of a worker that has joined: the stats page ranks teams by their accounts' credit.
     Team(team::TeamArgs),
+    /// What a running worker (on this machine, as this user) is doing.
+    Status(control::ControlArgs),
+    /// Pause a running worker's engines until `resume`.
+    Pause(control::ControlArgs),
+    /// Resume a worker paused with `pause`.
+    Resume(control::ControlArgs),
+    /// Stop a running worker: its units report their exact cursors, then it exits.
+    Stop(control::ControlArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -47,6 +56,10 @@ fn main() -> std::process::ExitCode {
         Command::Verify(args) => verify::run(args),
         Command::Audit(args) => audit::run(args),
         Command::Team(args) => team::run(args),
+        Command::Status(args) => control::run("status", &args),
+        Command::Pause(args) => control::run("pause", &args),
+        Command::Resume(args) => control::run("resume", &args),
+        Command::Stop(args) => control::run("stop", &args),
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

@@ -1,11 +1,13 @@
 //! How a running worker is steered from outside its loop: stop (engines report their
 //! exact cursors, results are delivered, `run` returns) and pause (engines hold still).
-//! Signals drive them in the program (`signals`); tests and embedders call them
-//! directly.
+//! Signals and the local control socket (`local_control`) drive them in the program;
+//! tests and embedders call them directly. The loop publishes a [`Snapshot`] of itself
+//! here for `e2fleet-worker status`.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
+use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 
 /// The handle a worker's loop watches (cheap to clone: all clones steer one worker).
@@ -20,6 +22,29 @@ struct Inner {
     paused: AtomicBool,
     holding: AtomicBool,
     changed: Notify,
+    snapshot: Mutex<Snapshot>,
+}
+
+/// What a running worker says about itself (`e2fleet-worker status`), as its loop last
+/// saw it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct Snapshot {
+    /// `joining`, `running`, `paused (why)` or `stopping`.
+    pub state: String,
+    /// Whether its owner paused it (`pause`, SIGUSR1), whatever else holds it.
+    pub paused_by_owner: bool,
+    /// Engine threads.
+    pub threads: usize,
+    /// Engine threads walking a unit now.
+    pub engines_busy: usize,
+    /// Units held and waiting for a thread.
+    pub queued: usize,
+    /// Results delivered since it started.
+    pub units_reported: u64,
+    /// Nodes per second of one engine thread (median of its recent units).
+    pub per_core_nodes_per_s: f64,
+    /// The coordinator as the worker reaches it (connected, its round trip, or failing).
+    pub coordinator: String,
 }
 
 impl Controls {
@@ -55,6 +80,29 @@ impl Controls {
     /// starts): before that, joining and verifying, a stop signal may end the process.
     pub fn holding(&self) -> bool {
         self.inner.holding.load(Ordering::SeqCst)
+    }
+
+    /// What the worker last said about itself.
+    pub fn snapshot(&self) -> Snapshot {
+        let mut s = self
+            .inner
+            .snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        s.paused_by_owner = self.paused();
+        if self.stopping() {
+            s.state = "stopping".into();
+        }
+        s
+    }
+
+    pub(super) fn publish(&self, snapshot: Snapshot) {
+        *self
+            .inner
+            .snapshot
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = snapshot;
     }
 
     pub(super) fn set_holding(&self) {

@@ -22,7 +22,7 @@ use tracing::{debug, error, info, warn};
 
 use super::RunConfig;
 use super::connection::Connection;
-use super::controls::Controls;
+use super::controls::{Controls, Snapshot};
 use super::executor::{Executor, Outcome, Task, Yielded};
 use super::jobs::{JobEngine, Prepared, prepare_job, verify_class};
 use super::journal::{Entry, Journal};
@@ -849,31 +849,46 @@ impl FleetLoop {
     }
 
     /// The status line a person watching sees.
+    /// The status line a person watching sees, and the snapshot `e2fleet-worker status`
+    /// reads.
     fn show_status(&self, executor: &Executor) {
         let (queued, running) = executor.load();
+        let state = match self.pause {
+            Some(reason) => format!("paused ({reason})"),
+            None if self.stopping.is_some() => "stopping".to_string(),
+            None if self.config.cpu_percent < 100 => {
+                format!("running {}% of the time", self.config.cpu_percent)
+            }
+            None => "running".to_string(),
+        };
+        let coordinator = if self.conn.up() && self.conn.failures() == 0 {
+            match self.conn.round_trip() {
+                Some(rtt) => format!("connected ({} ms round trip)", rtt.as_millis()),
+                None => "connected".to_string(),
+            }
+        } else {
+            format!("waiting for it ({} failures)", self.conn.failures())
+        };
+        let snapshot = Snapshot {
+            state,
+            paused_by_owner: self.controls.paused(),
+            threads: executor.threads(),
+            engines_busy: running,
+            queued: queued + self.waiting.len(),
+            units_reported: self.units_reported,
+            per_core_nodes_per_s: executor.per_core_rate(),
+            coordinator,
+        };
         self.console.status(format!(
-            "{} | {running}/{} engines busy, {} queued | {} units reported | {:.1} M nodes/s per core | {}",
-            match self.pause {
-                Some(reason) => format!("paused ({reason})"),
-                None if self.stopping.is_some() => "stopping".to_string(),
-                None if self.config.cpu_percent < 100 => {
-                    format!("running {}% of the time", self.config.cpu_percent)
-                }
-                None => "running".to_string(),
-            },
-            executor.threads(),
-            queued + self.waiting.len(),
-            self.units_reported,
-            executor.per_core_rate() / 1e6,
-            if self.conn.up() && self.conn.failures() == 0 {
-                match self.conn.round_trip() {
-                    Some(rtt) => format!("coordinator connected ({} ms round trip)", rtt.as_millis()),
-                    None => "coordinator connected".to_string(),
-                }
-            } else {
-                format!("waiting for the coordinator ({} failures)", self.conn.failures())
-            },
+            "{} | {running}/{} engines busy, {} queued | {} units reported | {:.1} M nodes/s per core | coordinator {}",
+            snapshot.state,
+            snapshot.threads,
+            snapshot.queued,
+            snapshot.units_reported,
+            snapshot.per_core_nodes_per_s / 1e6,
+            snapshot.coordinator,
         ));
+        self.controls.publish(snapshot);
     }
 }
 

@@ -20,15 +20,16 @@
 //!   and [`run`]: join, verify this machine, then the loop;
 //! - `fleet_loop.rs`: the loop, a struct whose methods are its phases (collect results,
 //!   report, heartbeat, prepare jobs, feed engines, lease, pause, stop);
-//! - [`controls`]: stop and pause from outside the loop; `signals.rs`: signals, niceness
-//!   and the status line;
+//! - [`controls`]: stop and pause from outside the loop, and the loop's snapshot of
+//!   itself; [`local_control`]: the control socket `status`, `pause`, `resume` and `stop`
+//!   reach it through; `signals.rs`: signals, niceness and the status line;
 //! - `connection.rs`: registration, backoff and round trips around
 //!   [`crate::api::Coordinator`]; [`identity`]: the saved identity;
 //! - `pacing.rs`: the lease queue's size, the unit pace, network-wait accounting and
 //!   sleep detection;
 //! - `jobs.rs`: verification of this class, job specs, engine builds and self-tests;
 //! - `executor/`: the engine threads (its tests in `executor/tests.rs`); [`journal`]: results on disk until acknowledged;
-//! - [`pause`]: when the engines pause (the pause file, SIGUSR1, battery, the hours set,
+//! - [`pause`]: when the engines pause (the pause file, its owner, battery, the hours set,
 //!   other programs' CPU use), and giving the held units back after a long pause.
 
 mod connection;
@@ -38,6 +39,7 @@ mod fleet_loop;
 pub mod identity;
 mod jobs;
 pub mod journal;
+pub mod local_control;
 mod pacing;
 pub mod pause;
 mod signals;
@@ -249,6 +251,15 @@ pub async fn run(config: RunConfig, controls: Controls) -> Result<u64> {
             )
         })?;
     }
+    // `e2fleet-worker status | pause | resume | stop` from the start (also: a second
+    // worker on this data directory is refused here)
+    let _control = local_control::serve(&config.data_dir, controls.clone())?;
+    controls.publish(controls::Snapshot {
+        state: "joining".into(),
+        threads: config.threads,
+        coordinator: config.coordinator.clone(),
+        ..Default::default()
+    });
     let journal = journal::Journal::open(&config.data_dir)?;
     let api = Coordinator::lazy(&config.coordinator, config.ca_cert.as_deref())
         .map_err(anyhow::Error::msg)?;

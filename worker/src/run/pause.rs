@@ -39,7 +39,8 @@ pub const CPU_WINDOW: Duration = Duration::from_secs(10);
 pub enum Reason {
     /// The pause file exists.
     File,
-    /// SIGUSR1 (SIGUSR2 resumes).
+    /// Its owner paused it (`e2fleet-worker pause`, or SIGUSR1); `resume` or SIGUSR2
+    /// resumes.
     Signal,
     /// The machine runs on battery.
     Battery,
@@ -53,7 +54,10 @@ impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reason::File => write!(f, "the pause file exists"),
-            Reason::Signal => write!(f, "SIGUSR1 (SIGUSR2 resumes)"),
+            Reason::Signal => write!(
+                f,
+                "by its owner: `e2fleet-worker resume` (or SIGUSR2) resumes"
+            ),
             Reason::Battery => write!(f, "on battery"),
             Reason::Busy(pct) => write!(f, "other programs use {pct}% of the CPU"),
             Reason::Hours(h) => write!(f, "outside the hours set, {h}"),

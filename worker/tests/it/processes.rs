@@ -31,7 +31,8 @@ use e2fleet_proto::v2::worker_service_client::WorkerServiceClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::harness::{
-    ADMIN, ENROLL, Proc, admin, coordinator_bin, json_of, puzzle_path, serve, wait_job, worker_with,
+    ADMIN, ENROLL, Proc, admin, coordinator_bin, json_of, puzzle_path, serve, wait_job,
+    worker_json, worker_with,
 };
 
 /// Submits Brendan 6x6 split at depth 2 with a node budget per run (so units end in
@@ -233,7 +234,7 @@ async fn a_worker_on_battery_computes_nothing_until_plugged_in() {
     worker.signal("-USR1");
     wait_log(
         &data,
-        "paused (SIGUSR1 (SIGUSR2 resumes)): this machine's verification waits",
+        "paused (by its owner: `e2fleet-worker resume` (or SIGUSR2) resumes): this machine's verification waits",
         Duration::from_secs(10),
     )
     .await;
@@ -982,4 +983,106 @@ async fn a_fleet_over_tls_with_its_own_certificate() {
     };
     assert_exact(&doc, BRENDAN_5X5);
     assert!(coordinator.alive());
+}
+
+/// `e2fleet-worker status --json` of the worker whose data directory is `data`.
+fn control(what: &str, data: &Path) -> serde_json::Value {
+    worker_json(&[what, "--data-dir", data.to_str().unwrap(), "--json"])
+}
+
+/// Polls `status` until `until` holds (bounded).
+async fn wait_status(data: &Path, until: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
+    let start = Instant::now();
+    loop {
+        let s = control("status", data);
+        if until(&s["status"]) {
+            return s;
+        }
+        assert!(start.elapsed() < Duration::from_secs(30), "{s}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A running worker steered from another process through its control socket, which only
+/// its user can open: `status` while it works, `pause` (the engines hold still and the
+/// coordinator hears it), `resume`, then `stop` (its units report their exact cursors and
+/// it exits cleanly); a second worker on the same data directory is refused, a request the
+/// socket does not know is answered with the ones it does, and the job still adds up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_worker_is_steered_through_its_control_socket() {
+    use std::io::{BufRead, Write};
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let (_coordinator, url) = serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
+    let job = submit_6x6(&url, "2000000", &[]);
+    let data = dir.path().join("w");
+    let mut w = worker(&url, &data, "steered", &["--engine", "reference"], false);
+    wait_job(&url, &job, Duration::from_secs(60), |d| units_done(d) >= 1).await;
+    let s = wait_status(&data, |s| s["state"] == "running").await;
+    assert_eq!(s["ok"], true);
+    assert_eq!(s["status"]["threads"], 1, "{s}");
+    assert_eq!(s["status"]["paused_by_owner"], false);
+    let socket = data.join("control.sock");
+    let mode = std::fs::metadata(&socket).unwrap().permissions().mode();
+    assert_eq!(mode & 0o077, 0, "the socket is its user's alone");
+    // a second worker on this data directory is refused at once
+    let mut twin = worker(&url, &data, "twin", &["--engine", "reference"], false);
+    let status = twin.wait(Duration::from_secs(30)).await;
+    assert!(
+        !status.success(),
+        "a second worker on one data directory ran"
+    );
+    // an unknown request
+    let mut raw = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+    raw.write_all(b"reboot\n").unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(raw).read_line(&mut line).unwrap();
+    assert!(
+        line.contains("\"ok\":false") && line.contains("status, pause, resume or stop"),
+        "{line}"
+    );
+    // pause: the engines hold still, the coordinator is told
+    let s = control("pause", &data);
+    assert_eq!(s["status"]["paused_by_owner"], true, "{s}");
+    wait_status(&data, |s| {
+        s["state"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("paused (by its owner"))
+    })
+    .await;
+    let start = Instant::now();
+    while admin(&url, &["fleet"])["workers"]["paused"] != 1 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the coordinator never heard of the pause"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    control("resume", &data);
+    wait_status(&data, |s| s["state"] == "running").await;
+    // stop: the worker reports where its units stopped and exits cleanly
+    let s = control("stop", &data);
+    assert_eq!(s["status"]["state"], "stopping", "{s}");
+    assert!(w.wait(Duration::from_secs(60)).await.success());
+    assert!(!socket.exists(), "the socket goes with the worker");
+    let out = Command::new(env!("CARGO_BIN_EXE_e2fleet-worker"))
+        .args(["status", "--data-dir", data.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no worker answers"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // the rest of the job, walked by another worker, adds up
+    let _finisher = worker(
+        &url,
+        &dir.path().join("f"),
+        "finisher",
+        &["--engine", "reference"],
+        false,
+    );
+    let doc = wait_complete(&url, &job, Duration::from_secs(180)).await;
+    assert_exact(&doc, BRENDAN_6X6);
 }
