@@ -177,11 +177,13 @@ impl FleetLoop {
         let mut told = None;
         while let Some(reason) = self.pause_reason() {
             tell_verification_pause(&self.console, Some(reason), &mut told, "waits");
+            publish_verifying(&self.controls, &self.config, Some(reason));
             if self.controls.stopping() {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
+        publish_verifying(&self.controls, &self.config, None);
         let hold = Arc::new(AtomicBool::new(false));
         let hostname = self.config.hostname.clone();
         let verified = {
@@ -200,6 +202,7 @@ impl FleetLoop {
                         let reason = self.conditions.reason(self.controls.paused());
                         hold.store(reason.is_some(), Ordering::SeqCst);
                         tell_verification_pause(&self.console, reason, &mut told, "holds still");
+                        publish_verifying(&self.controls, &self.config, reason);
                     }
                 }
             }
@@ -890,6 +893,19 @@ impl FleetLoop {
         ));
         self.controls.publish(snapshot);
     }
+}
+
+/// What `status` says while this machine's verification runs, or waits on `pause`.
+fn publish_verifying(controls: &Controls, config: &RunConfig, pause: Option<Reason>) {
+    controls.publish(Snapshot {
+        state: match pause {
+            Some(reason) => format!("paused ({reason}): this machine's verification waits"),
+            None => "verifying this machine".to_string(),
+        },
+        threads: config.threads,
+        coordinator: config.coordinator.clone(),
+        ..Snapshot::default()
+    });
 }
 
 /// Says why this machine's verification `verb`s when the reason changes (not when a busy

@@ -95,6 +95,10 @@ pub struct RunArgs {
     /// unless set.
     #[arg(long, env = "E2FLEET_MAX_OTHER_CPU", value_parser = clap::value_parser!(u8).range(1..=100))]
     max_other_cpu: Option<u8>,
+    /// Pause while any of these programs runs (games, video calls): names as the system
+    /// lists processes (`ps -e`), comma-separated, case-insensitive; Linux.
+    #[arg(long, env = "E2FLEET_PAUSE_WHILE", value_delimiter = ',')]
+    pause_while: Vec<String>,
     /// Walk only this percentage of each engine thread's time (BOINC's "use at most N% of
     /// CPU time"): 200 ms of walking, then a rest in which the engine holds still, so a
     /// laptop runs cooler and quieter. Rests are not engine time: the per-core rate stays
@@ -154,6 +158,8 @@ pub struct RunConfig {
     pub on_battery: OnBattery,
     /// Pause while other programs use more than this percentage of the CPU.
     pub max_other_cpu: Option<u8>,
+    /// Pause while any of these programs runs.
+    pub pause_while: Vec<String>,
     /// Walk this percentage of each engine thread's time.
     pub cpu_percent: u32,
     /// Daily window of local time to run in.
@@ -181,6 +187,32 @@ impl std::fmt::Debug for Secret {
 }
 
 impl RunArgs {
+    /// `--pause-while`, checked: at most 32 names of at most 64 characters, and a `/proc`
+    /// to look for them in.
+    fn pause_while_names(&self) -> Result<Vec<String>> {
+        let names: Vec<String> = self
+            .pause_while
+            .iter()
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .collect();
+        if names.len() > 32
+            || names
+                .iter()
+                .any(|n| n.chars().count() > 64 || n.contains('/'))
+        {
+            anyhow::bail!(
+                "--pause-while takes at most 32 program names (not paths) of at most 64 characters"
+            );
+        }
+        if !names.is_empty() && !std::path::Path::new("/proc").is_dir() {
+            anyhow::bail!(
+                "--pause-while reads the process list in /proc, which this system has not"
+            );
+        }
+        Ok(names)
+    }
+
     /// The configuration these flags give: the token read and the transport checked.
     pub fn config(&self) -> Result<RunConfig> {
         self.connect.check_transport(&self.coordinator)?;
@@ -204,6 +236,7 @@ impl RunArgs {
                 .unwrap_or_else(|| self.data_dir.join("pause")),
             on_battery: self.on_battery,
             max_other_cpu: self.max_other_cpu,
+            pause_while: self.pause_while_names()?,
             cpu_percent: self.cpu_percent,
             run_hours: self.run_hours,
             give_back_after: Duration::from_secs(self.give_back_after),
@@ -275,7 +308,8 @@ pub async fn run(config: RunConfig, controls: Controls) -> Result<u64> {
         config.max_other_cpu,
         config.run_hours,
         config.power_supply_dir.clone(),
-    )?;
+    )?
+    .pause_while(&config.pause_while, PathBuf::from("/proc"));
     join(&mut conn, &controls).await?;
     let console = signals::Console::new(config.text_logs);
     let mut fleet =

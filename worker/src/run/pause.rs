@@ -48,6 +48,8 @@ pub enum Reason {
     Busy(u32),
     /// The local time is outside the window the engines may run in.
     Hours(Hours),
+    /// A program named in `--pause-while` runs (its name as given).
+    Program(&'static str),
 }
 
 impl fmt::Display for Reason {
@@ -61,6 +63,7 @@ impl fmt::Display for Reason {
             Reason::Battery => write!(f, "on battery"),
             Reason::Busy(pct) => write!(f, "other programs use {pct}% of the CPU"),
             Reason::Hours(h) => write!(f, "outside the hours set, {h}"),
+            Reason::Program(name) => write!(f, "while {name} runs"),
         }
     }
 }
@@ -142,6 +145,12 @@ pub struct Conditions {
     cpu: Option<CpuWatch>,
     hours: Option<Hours>,
     outside: bool,
+    /// `--pause-while`: program names as given and lowercase, and where processes are
+    /// listed.
+    programs: Vec<&'static str>,
+    lowercase: Vec<String>,
+    proc_dir: PathBuf,
+    program: Option<usize>,
 }
 
 impl Conditions {
@@ -168,7 +177,25 @@ impl Conditions {
             cpu,
             hours,
             outside: false,
+            programs: Vec::new(),
+            lowercase: Vec::new(),
+            proc_dir: PathBuf::from("/proc"),
+            program: None,
         })
+    }
+
+    /// Also pauses while a process named one of `programs` runs (its name as the kernel
+    /// keeps it, or the file name of its command), looked for under `proc_dir` (Linux's
+    /// `/proc`; a test points it at a tree of its own) every few seconds.
+    /// (The names live as long as the program: a few short strings, given once.)
+    pub fn pause_while(mut self, programs: &[String], proc_dir: PathBuf) -> Conditions {
+        self.lowercase = programs.iter().map(|p| p.to_lowercase()).collect();
+        self.programs = programs
+            .iter()
+            .map(|p| &*Box::leak(p.clone().into_boxed_str()))
+            .collect();
+        self.proc_dir = proc_dir;
+        self
     }
 
     /// Why the engines should pause now, if they should. `signalled`: SIGUSR1 is in force.
@@ -179,6 +206,7 @@ impl Conditions {
             self.battery =
                 self.on_battery == OnBattery::Pause && on_battery(&self.power_supply_dir);
             self.outside = self.hours.is_some_and(|h| !h.now_inside());
+            self.program = running_program(&self.proc_dir, &self.lowercase);
         }
         let busy = self.cpu.as_mut().and_then(|c| c.poll(now));
         if self.file.exists() {
@@ -189,6 +217,8 @@ impl Conditions {
             Some(Reason::Battery)
         } else if let (true, Some(h)) = (self.outside, self.hours) {
             Some(Reason::Hours(h))
+        } else if let Some(i) = self.program {
+            Some(Reason::Program(self.programs[i]))
         } else {
             busy.map(Reason::Busy)
         }
@@ -208,6 +238,45 @@ fn on_battery(power_supply_dir: &Path) -> bool {
             .is_some_and(|o| pmset_on_battery(&String::from_utf8_lossy(&o.stdout)));
     }
     sysfs_on_battery(power_supply_dir)
+}
+
+/// Most processes looked at in one scan for `--pause-while` (a machine has a few hundred).
+const MAX_PROCESSES: usize = 100_000;
+
+/// The index in `programs` (lowercase names) of one that runs: a process under
+/// `proc_dir` whose kernel name (`comm`, cut at 15 bytes) or command's file name (the
+/// first word of `cmdline`) is that name. `None` when none runs or nothing can be read.
+pub fn running_program(proc_dir: &Path, programs: &[String]) -> Option<usize> {
+    if programs.is_empty() {
+        return None;
+    }
+    let entries = std::fs::read_dir(proc_dir).ok()?;
+    for entry in entries.flatten().take(MAX_PROCESSES) {
+        let name = entry.file_name();
+        if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let dir = entry.path();
+        let comm = std::fs::read_to_string(dir.join("comm"))
+            .map(|c| c.trim_end().to_lowercase())
+            .unwrap_or_default();
+        let command = std::fs::read(dir.join("cmdline"))
+            .ok()
+            .and_then(|c| {
+                let first = c.split(|&b| b == 0).next()?.to_vec();
+                let first = String::from_utf8_lossy(&first).to_lowercase();
+                Some(first.rsplit('/').next().unwrap_or_default().to_string())
+            })
+            .unwrap_or_default();
+        let hit = programs.iter().position(|p| {
+            (!comm.is_empty() && (*p == comm || (comm.len() == 15 && p.starts_with(&comm))))
+                || (!command.is_empty() && *p == command)
+        });
+        if hit.is_some() {
+            return hit;
+        }
+    }
+    None
 }
 
 /// Linux's power supplies, the way systemd's `on_ac_power` reads them: on mains when any
@@ -589,5 +658,51 @@ mod tests {
         let begun = window(m + 1440 - 1, m + 120);
         let mut on = Conditions::new(file, OnBattery::Run, None, Some(begun), power).unwrap();
         assert_eq!(on.reason(false), None);
+    }
+
+    /// `--pause-while` finds a program by its kernel name (cut at 15 bytes) or by its
+    /// command's file name, whatever the case, and not by a part of a name; a process
+    /// list it cannot read pauses nothing.
+    #[test]
+    fn programs_named_to_pause_for_are_found_by_name() {
+        let proc_dir = tempfile::tempdir().unwrap();
+        let process = |pid: &str, comm: &str, cmdline: &[u8]| {
+            let d = proc_dir.path().join(pid);
+            std::fs::create_dir_all(&d).unwrap();
+            std::fs::write(d.join("comm"), format!("{comm}\n")).unwrap();
+            std::fs::write(d.join("cmdline"), cmdline).unwrap();
+        };
+        process("1", "init", b"/sbin/init\0");
+        process(
+            "4242",
+            "SteamWebHelper",
+            b"/opt/steam/steamwebhelper\0--x\0",
+        );
+        process("77", "averyverylongpr", b"/usr/bin/averyverylongprogram\0");
+        std::fs::create_dir_all(proc_dir.path().join("self")).unwrap();
+        let names = |n: &[&str]| n.iter().map(|s| s.to_lowercase()).collect::<Vec<_>>();
+        let p = proc_dir.path();
+        assert_eq!(
+            running_program(p, &names(&["zoom", "steamwebhelper"])),
+            Some(1)
+        );
+        assert_eq!(
+            running_program(p, &names(&["averyverylongprogram"])),
+            Some(0)
+        );
+        assert_eq!(running_program(p, &names(&["steam", "web"])), None);
+        assert_eq!(running_program(p, &[]), None);
+        assert_eq!(running_program(&p.join("nothing"), &names(&["init"])), None);
+        let file = p.join("pause-file");
+        let mut c = Conditions::new(file, OnBattery::Run, None, None, p.join("power"))
+            .unwrap()
+            .pause_while(
+                &["Zoom".to_string(), "SteamWebHelper".to_string()],
+                p.to_path_buf(),
+            );
+        assert_eq!(
+            c.reason(false).map(|r| r.to_string()),
+            Some("while SteamWebHelper runs".to_string())
+        );
     }
 }

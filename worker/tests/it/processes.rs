@@ -990,15 +990,25 @@ fn control(what: &str, data: &Path) -> serde_json::Value {
     worker_json(&[what, "--data-dir", data.to_str().unwrap(), "--json"])
 }
 
-/// Polls `status` until `until` holds (bounded).
+/// Polls `status` until `until` holds (bounded; a worker still starting has no socket
+/// yet).
 async fn wait_status(data: &Path, until: impl Fn(&serde_json::Value) -> bool) -> serde_json::Value {
     let start = Instant::now();
     loop {
-        let s = control("status", data);
-        if until(&s["status"]) {
+        let out = Command::new(env!("CARGO_BIN_EXE_e2fleet-worker"))
+            .args(["status", "--json", "--data-dir", data.to_str().unwrap()])
+            .output()
+            .unwrap();
+        let s: serde_json::Value =
+            serde_json::from_slice(&out.stdout).unwrap_or(serde_json::Value::Null);
+        if out.status.success() && until(&s["status"]) {
             return s;
         }
-        assert!(start.elapsed() < Duration::from_secs(30), "{s}");
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "{s} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
@@ -1085,4 +1095,44 @@ async fn a_running_worker_is_steered_through_its_control_socket() {
     );
     let doc = wait_complete(&url, &job, Duration::from_secs(180)).await;
     assert_exact(&doc, BRENDAN_6X6);
+}
+
+/// `--pause-while NAME`: the engines hold still while a program of that name runs (here a
+/// copy of `sleep` called `e2fleet-game`, named in another case) and go on when it ends;
+/// the worker says why it waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_pauses_while_a_named_program_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_coordinator, url) = serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
+    let job = submit_6x6(&url, "2000000", &[]);
+    let game = dir.path().join("e2fleet-game");
+    std::fs::copy("/bin/sleep", &game).unwrap();
+    let mut playing = Command::new(&game).arg("300").spawn().unwrap();
+    let data = dir.path().join("w");
+    let _w = worker(
+        &url,
+        &data,
+        "player",
+        &[
+            "--engine",
+            "reference",
+            "--pause-while",
+            "zoom,E2FLEET-Game",
+        ],
+        false,
+    );
+    wait_status(&data, |s| {
+        s["state"]
+            .as_str()
+            .is_some_and(|t| t.starts_with("paused (while E2FLEET-Game runs)"))
+    })
+    .await;
+    let done = units_done(&admin(&url, &["job", &job]));
+    playing.kill().unwrap();
+    playing.wait().unwrap();
+    wait_status(&data, |s| s["state"] == "running").await;
+    wait_job(&url, &job, Duration::from_secs(60), |d| {
+        units_done(d) > done
+    })
+    .await;
 }
