@@ -234,26 +234,24 @@ async fn run() {
         "{workers} workers registered in {:.1} s",
         registered_at.elapsed().as_secs_f64()
     );
+    let sim = Sim {
+        workers,
+        think,
+        stop: stop.clone(),
+        done: done.clone(),
+        measuring: measuring.clone(),
+        lease_lat: lease_lat.clone(),
+        report_lat: report_lat.clone(),
+    };
     let mut tasks = Vec::new();
     for (i, reg) in tokens.into_iter().enumerate() {
         let client = WorkerServiceClient::new(pool[i % pool.len()].clone());
-        let (stop, done, plan) = (stop.clone(), done.clone(), plan.clone());
-        let measuring = measuring.clone();
-        let (lease_lat, report_lat) = (lease_lat.clone(), report_lat.clone());
         tasks.push(tokio::spawn(sim_worker(
             i,
             client,
             reg.worker_token,
-            plan,
-            Sim {
-                workers,
-                think,
-                stop,
-                done,
-                measuring,
-                lease_lat,
-                report_lat,
-            },
+            plan.clone(),
+            sim.clone(),
         )));
     }
     // measure a steady window after one think time of warm-up
@@ -410,6 +408,7 @@ async fn start_coordinators(
 }
 
 /// What every simulated worker shares: the load's shape, the stop flag, the counters.
+#[derive(Clone)]
 struct Sim {
     workers: usize,
     think: Duration,

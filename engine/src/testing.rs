@@ -262,6 +262,13 @@ pub const BENCH_EASY: Known = Known {
     solutions: 1,
 };
 
+/// bench-easy without two of its hints.
+pub const BENCH_EASY_16: Known = Known {
+    file: "bench/bench-easy-16-hints.json",
+    nodes: 10_121_892_990,
+    solutions: 1,
+};
+
 /// Panics unless `doc`, a job's status as its JSON reads, is complete and exact: `known`'s
 /// nodes and solutions, with conservation holding.
 pub fn assert_exact(doc: &serde_json::Value, known: Known) {

@@ -15,32 +15,8 @@ use e2fleet_proto::api::status::JobStatus;
 use crate::fleet::{Fleet, FleetSpec, WorkerSpec};
 use crate::link::Shape;
 use crate::measure;
+use e2fleet_engine::testing::{BENCH_EASY, BENCH_EASY_16, BRENDAN_6X6, Known as Board};
 use e2fleet_proto::text::thousands;
-
-/// A board whose whole tree is known (`puzzles/README.md`).
-#[derive(Clone, Copy, Debug)]
-pub struct Board {
-    /// Its file, under `puzzles/`.
-    pub file: &'static str,
-    /// Nodes of the whole tree, row-major.
-    pub nodes: u64,
-    /// Solutions.
-    pub solutions: u64,
-}
-
-/// bench-easy: 3,577,121,570 nodes, one solution.
-pub const BENCH_EASY: Board = Board {
-    file: "bench/bench-easy.json",
-    nodes: 3_577_121_570,
-    solutions: 1,
-};
-
-/// bench-easy without two of its hints: 10,121,892,990 nodes, one solution.
-pub const BENCH_EASY_16: Board = Board {
-    file: "bench/bench-easy-16-hints.json",
-    nodes: 10_121_892_990,
-    solutions: 1,
-};
 
 /// How a scenario runs.
 #[derive(Clone, Debug)]
@@ -612,13 +588,6 @@ fn now_s() -> f64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0.0, |d| d.as_secs_f64())
 }
-
-/// Brendan's set 1 6x6: 69,284,103 nodes, 260 solutions.
-const BRENDAN_6X6: Board = Board {
-    file: "brendan/set1/pieces_06x06.txt",
-    nodes: 69_284_103,
-    solutions: 260,
-};
 
 async fn storm(opts: &Options, r: &mut Report) -> Result<()> {
     let workers = 1000;
