@@ -20,13 +20,13 @@ tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 for unit in systemd/*.service; do
   # verify wants the ExecStart binary to exist: point it at a stand-in
-  sed -E 's#/usr/local/bin/e2fleet-(coordinator|worker)#/bin/true#' "$unit" >"$tmp/$(basename "$unit")"
+  sed -E 's#/usr/bin/e2fleet-(coordinator|worker)#/bin/true#' "$unit" >"$tmp/$(basename "$unit")"
 done
 out=$(systemd-analyze verify "$tmp"/*.service 2>&1 || true)
 if [ -z "$out" ]; then ok; else bad "$out"; fi
 
 step "shell scripts (shellcheck)"
-if out=$(shellcheck slurm/e2fleet-worker.sbatch htcondor/e2fleet-worker-condor.sh check.sh ../local-fleet-postgres.sh \
+if out=$(shellcheck slurm/e2fleet-worker.sbatch htcondor/e2fleet-worker-condor.sh check.sh package-test.sh debian/*/* ../local-fleet-postgres.sh \
     ../local-fleet.sh ../docs/screenshots.sh ../.ci/run ../tools/enginebench/peer.sh ../tools/netfleet/run.sh 2>&1); then ok; else bad "$out"; fi
 
 step "Dockerfiles (hadolint)"

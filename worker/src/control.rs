@@ -2,7 +2,8 @@
 //! terminal (or a service manager) through its control socket
 //! ([`crate::run::local_control`]), which only its user can open.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use clap::Args;
@@ -19,6 +20,10 @@ pub struct ControlArgs {
     /// Print the worker's answer as JSON.
     #[arg(long)]
     json: bool,
+    /// `stop` only: wait up to this many seconds for the worker to exit (its units
+    /// reported), and fail if it has not.
+    #[arg(long, value_name = "SECONDS")]
+    wait: Option<u64>,
 }
 
 /// Sends `what` (`status`, `pause`, `resume` or `stop`) and prints the worker's answer.
@@ -49,8 +54,15 @@ pub fn run(what: &str, args: &ControlArgs) -> Result<()> {
         }
         _ => {}
     }
+    if what == "stop"
+        && let Some(seconds) = args.wait
+    {
+        wait_for_exit(&args.data_dir, Duration::from_secs(seconds))?;
+        println!("stopped");
+        return Ok(());
+    }
     println!(
-        "{} | {}/{} engines busy, {} queued | {} units reported | {:.1} M nodes/s per core | coordinator {}",
+        "{} | {} units walking on {} engine threads, {} queued | {} units reported | {:.1} M nodes/s per core | coordinator {}",
         s.state,
         s.engines_busy,
         s.threads,
@@ -59,5 +71,21 @@ pub fn run(what: &str, args: &ControlArgs) -> Result<()> {
         s.per_core_nodes_per_s / 1e6,
         s.coordinator
     );
+    Ok(())
+}
+
+/// Waits until the worker on `data_dir` no longer answers on its control socket (it
+/// removes the socket as it exits; a killed one leaves it refusing connections).
+fn wait_for_exit(data_dir: &Path, within: Duration) -> Result<()> {
+    let until = Instant::now() + within;
+    while request(data_dir, "status").is_ok() {
+        if Instant::now() >= until {
+            bail!(
+                "the worker is still running after {} s (it may be delivering results to an unreachable coordinator)",
+                within.as_secs()
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
     Ok(())
 }
