@@ -27,6 +27,7 @@
 pub mod client;
 pub mod dashboard;
 pub mod fleet;
+pub mod releases;
 pub mod server;
 pub mod status;
 pub mod store;

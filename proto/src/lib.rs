@@ -10,6 +10,8 @@
 //!   operators' read models (serde for the JSON API).
 //! - [`convert`]: the one place wire messages become domain values and back.
 //! - [`client`]: URL checks, channels (TLS or not) and authenticated requests.
+//! - [`release`]: signed worker releases as both sides see them (the manifest, the
+//!   signed statement, platforms, the version stamp in a worker binary).
 //! - [`text`]: counts as the programs print them for people.
 //! - `logs` (feature `cli`): the log set-up both programs share.
 
@@ -29,6 +31,7 @@ pub mod client;
 pub mod convert;
 #[cfg(feature = "cli")]
 pub mod logs;
+pub mod release;
 pub mod text;
 
 /// Solutions kept per reported result; coordinator and workers use the same cap so that

@@ -81,18 +81,34 @@ fn openssl() -> Result<(), String> {
         .ok_or_else(|| "no openssl on PATH: apt-get install openssl".into())
 }
 
-/// Network namespaces for a many-host fleet: root and iproute2's `ip`.
+/// A private mount namespace for one process (a tiny filesystem to fill): root and
+/// util-linux's `unshare`.
 #[allow(dead_code)]
-fn netns() -> Result<(), String> {
-    let root = std::fs::read_to_string("/proc/self/status")
+fn mounts() -> Result<(), String> {
+    if !is_root() {
+        return Err("mounting a filesystem needs root".into());
+    }
+    on_path("unshare")
+        .then_some(())
+        .ok_or_else(|| "no `unshare` on PATH: apt-get install util-linux".into())
+}
+
+#[allow(dead_code)]
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
             s.lines()
                 .find(|l| l.starts_with("Uid:"))
                 .and_then(|l| l.split_whitespace().nth(1).map(|u| u == "0"))
         })
-        .unwrap_or(false);
-    if !root {
+        .unwrap_or(false)
+}
+
+/// Network namespaces for a many-host fleet: root and iproute2's `ip`.
+#[allow(dead_code)]
+fn netns() -> Result<(), String> {
+    if !is_root() {
         return Err("network namespaces need root".into());
     }
     on_path("ip")

@@ -25,6 +25,25 @@ use tonic::{Code, Request, Status};
 /// a slow link, short enough that the loop hears of a dead link soon.
 const CALL_TIMEOUT: Duration = Duration::from_secs(20);
 
+/// Longest wait for the next chunk of a download.
+pub const DOWNLOAD_CHUNK_TIME: Duration = Duration::from_secs(60);
+/// Longest a download may take.
+pub const DOWNLOAD_TIME: Duration = Duration::from_secs(900);
+
+/// Why a download failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DownloadError {
+    /// Not there, or not what was asked for (too large): asking again will not help.
+    #[error("{0}")]
+    Refused(String),
+    /// The coordinator is away or busy, or the transfer broke: try again later.
+    #[error("{0}")]
+    Unavailable(String),
+    /// This machine could not keep what came (a full disk).
+    #[error("{0}")]
+    Local(String),
+}
+
 /// Most lease ids read from one heartbeat answer's list (a worker holds at most 64).
 const MAX_LEASE_IDS: usize = 1024;
 
@@ -36,6 +55,17 @@ pub struct BeatReply {
     /// Leases to stop at their exact cursor and report (their units are split for
     /// threads that are idle elsewhere).
     pub yield_now: Vec<LeaseId>,
+    /// The worker release offered to this platform (a version; empty: none).
+    pub offered_release: String,
+}
+
+/// A version string from the coordinator, kept only if it could be one.
+fn bounded(version: String) -> String {
+    if e2fleet_proto::release::is_path_safe(&version) {
+        version
+    } else {
+        String::new()
+    }
 }
 
 fn malformed(e: WireError) -> Status {
@@ -75,12 +105,16 @@ pub struct Registration {
     pub token: String,
     /// Lease length; heartbeat well within it.
     pub lease: Duration,
+    /// The worker release offered to this platform (a version; empty: none).
+    pub offered_release: String,
 }
 
 /// A channel to a coordinator and, once registered, the worker's token.
 #[derive(Clone)]
 pub struct Coordinator {
     client: WorkerServiceClient<Channel>,
+    /// The same channel, for plain HTTP downloads on the coordinator's one port.
+    channel: Channel,
     /// The worker token (empty until registered).
     pub token: String,
     /// The coordinator's URL, for messages.
@@ -117,6 +151,7 @@ impl Coordinator {
 
     fn with_channel(url: &str, channel: Channel) -> Coordinator {
         Coordinator {
+            channel: channel.clone(),
             client: WorkerServiceClient::new(channel)
                 .max_decoding_message_size(e2fleet_proto::MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(e2fleet_proto::MAX_MESSAGE_BYTES),
@@ -156,6 +191,7 @@ impl Coordinator {
             worker_id,
             token: r.worker_token,
             lease: Duration::from_secs(r.lease_seconds.max(1) as u64),
+            offered_release: bounded(r.worker_release),
         })
     }
 
@@ -270,7 +306,65 @@ impl Coordinator {
         Ok(BeatReply {
             drop: ids(&r.stop_lease_ids)?,
             yield_now: ids(&r.yield_lease_ids)?,
+            offered_release: bounded(r.worker_release),
         })
+    }
+
+    /// `GET path` on the coordinator's port (over the same connection as the calls):
+    /// the body goes to `sink` chunk by chunk. Refused once it passes `max` bytes; each
+    /// chunk must come within [`DOWNLOAD_CHUNK_TIME`] and the whole within
+    /// [`DOWNLOAD_TIME`]. Returns the bytes read.
+    pub async fn download(
+        &self,
+        path: &str,
+        max: u64,
+        mut sink: impl FnMut(&[u8]) -> Result<(), String>,
+    ) -> Result<u64, DownloadError> {
+        use http_body_util::BodyExt;
+        use tower::ServiceExt;
+        let request = tonic::codegen::http::Request::builder()
+            .method("GET")
+            .uri(path)
+            .body(tonic::body::Body::default())
+            .map_err(|e| DownloadError::Refused(format!("bad download path {path:?}: {e}")))?;
+        let until = tokio::time::Instant::now() + DOWNLOAD_TIME;
+        let response = tokio::time::timeout(CALL_TIMEOUT, self.channel.clone().oneshot(request))
+            .await
+            .map_err(|_| DownloadError::Unavailable(format!("GET {path}: no answer")))?
+            .map_err(|e| DownloadError::Unavailable(format!("GET {path}: {e}")))?;
+        let status = response.status();
+        if !status.is_success() {
+            let text = format!("GET {path}: the coordinator answered {status}");
+            return Err(if status.is_server_error() {
+                DownloadError::Unavailable(text)
+            } else {
+                DownloadError::Refused(text)
+            });
+        }
+        let mut body = response.into_body();
+        let mut read = 0u64;
+        loop {
+            let next = tokio::time::timeout_at(
+                until.min(tokio::time::Instant::now() + DOWNLOAD_CHUNK_TIME),
+                body.frame(),
+            )
+            .await
+            .map_err(|_| DownloadError::Unavailable(format!("GET {path}: the download stalled")))?;
+            let Some(frame) = next else {
+                return Ok(read);
+            };
+            let frame = frame
+                .map_err(|e| DownloadError::Unavailable(format!("GET {path}: cut off: {e}")))?;
+            if let Ok(data) = frame.into_data() {
+                read += data.len() as u64;
+                if read > max {
+                    return Err(DownloadError::Refused(format!(
+                        "GET {path}: larger than the {max} bytes expected"
+                    )));
+                }
+                sink(&data).map_err(DownloadError::Local)?;
+            }
+        }
     }
 
     /// Reports one result.

@@ -161,7 +161,7 @@ pub fn host_info(
         arch: std::env::consts::ARCH.into(),
         os: std::env::consts::OS.into(),
         rustc_version,
-        worker_version: env!("CARGO_PKG_VERSION").into(),
+        worker_version: crate::update::version_text(),
         target_features: target_features(),
         engine_kind,
         engine_release,

@@ -12,6 +12,7 @@
 //! - [`run`]: the fleet client: its configuration, identity, connection, loop, engine
 //!   threads, journal, pause rules and signals;
 //! - [`control`]: `status`, `pause`, `resume`, `stop` of a running worker;
+//! - [`update`]: signed updates from the fleet (fetch, verify, switch, roll back);
 //! - [`solve`], [`mod@bench`], [`verify`], [`audit`], [`team`]: the other commands;
 //! - [`engine_args`]: flags that choose and build an engine; [`connect_args`]: the token,
 //!   the CA and the plaintext policy; [`host`]: what this machine is (labels sent at
@@ -27,4 +28,5 @@ pub mod host;
 pub mod run;
 pub mod solve;
 pub mod team;
+pub mod update;
 pub mod verify;

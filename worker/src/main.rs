@@ -15,7 +15,7 @@ use e2fleet_worker::{audit, bench, control, run, solve, team, verify};
 /// engine against exact results (`verify`), and walks puzzles on its own (`solve`,
 /// `bench`). Every count it reports is exact.
 #[derive(Parser)]
-#[command(version)]
+#[command(version = version())]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -45,6 +45,12 @@ enum Command {
     Resume(control::ControlArgs),
     /// Stop a running worker: its units report their exact cursors, then it exits.
     Stop(control::ControlArgs),
+}
+
+/// This build's version, from its stamp (what `release publish` reads).
+fn version() -> &'static str {
+    static VERSION: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    VERSION.get_or_init(e2fleet_worker::update::version_text)
 }
 
 fn main() -> std::process::ExitCode {

@@ -246,6 +246,42 @@ impl UnitReport {
     }
 }
 
+/// Runs the built-in suite on this machine with `engine` and judges it here.
+fn judge_offline(engine: &EngineArgs) -> Result<Vec<UnitReport>> {
+    let expected = default_suite();
+    let runs = run_units(&expected, engine, &AtomicBool::new(false))?;
+    Ok(runs
+        .iter()
+        .zip(&expected)
+        .map(|(run, u)| {
+            let detail = match &u.expected {
+                Some(e) => e.disagreement(&run.result),
+                None => Some("the suite has no expected result for this unit".into()),
+            };
+            let verdict = if detail.is_none() {
+                Verdict::Agrees
+            } else {
+                Verdict::Disagrees
+            };
+            UnitReport::new(run, verdict, detail)
+        })
+        .collect())
+}
+
+/// Whether `engine` agrees with every unit of the built-in suite on this machine (what a
+/// freshly updated worker checks before it joins); the first disagreement otherwise.
+pub fn check_offline(engine: &EngineArgs) -> Result<(), String> {
+    let reports = judge_offline(engine).map_err(|e| format!("{e:#}"))?;
+    match reports.iter().find(|r| r.verdict != Verdict::Agrees) {
+        None => Ok(()),
+        Some(r) => Err(format!(
+            "verification unit {} disagrees: {}",
+            r.name,
+            r.detail.as_deref().unwrap_or("")
+        )),
+    }
+}
+
 /// Runs `verify`.
 pub fn run(args: VerifyArgs) -> Result<()> {
     let started = Instant::now();
@@ -261,27 +297,7 @@ pub fn run(args: VerifyArgs) -> Result<()> {
                 .build()?
                 .block_on(with_coordinator(&args, url, &token))?
         }
-        _ => {
-            let runs = run_units(&default_suite(), &args.engine, &AtomicBool::new(false))?;
-            let expected = default_suite();
-            let reports = runs
-                .iter()
-                .zip(&expected)
-                .map(|(run, u)| {
-                    let detail = match &u.expected {
-                        Some(e) => e.disagreement(&run.result),
-                        None => Some("the suite has no expected result for this unit".into()),
-                    };
-                    let verdict = if detail.is_none() {
-                        Verdict::Agrees
-                    } else {
-                        Verdict::Disagrees
-                    };
-                    UnitReport::new(run, verdict, detail)
-                })
-                .collect::<Vec<_>>();
-            (reports, None)
-        }
+        _ => (judge_offline(&args.engine)?, None),
     };
     if !args.json {
         for r in &reports {

@@ -223,7 +223,10 @@ async fn export(id: &str, out: &std::path::Path, partial: bool, admin: &AdminArg
 
 pub async fn run(command: Command) -> Result<()> {
     match command {
-        Command::Serve(_) | Command::MigrateStore { .. } => {
+        Command::Serve(_)
+        | Command::MigrateStore { .. }
+        | Command::ReleaseKey { .. }
+        | Command::Release { .. } => {
             unreachable!("serve and migrate-store are not operator commands")
         }
         Command::Submit(args) => submit(args).await,

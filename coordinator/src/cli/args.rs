@@ -31,6 +31,17 @@ pub enum Command {
         #[arg(long)]
         to: String,
     },
+    /// The fleet's release key, which signs the worker releases it offers.
+    ReleaseKey {
+        #[command(subcommand)]
+        action: ReleaseKeyCommand,
+    },
+    /// Signed worker releases: publish a worker binary for the fleet's workers to update
+    /// to, or show what is offered.
+    Release {
+        #[command(subcommand)]
+        action: ReleaseCommand,
+    },
     /// Submit a puzzle as a job.
     Submit(SubmitArgs),
     /// List jobs.
@@ -183,12 +194,59 @@ pub enum VerifyCommand {
     },
 }
 
+/// `release-key` subcommands.
+#[derive(Subcommand)]
+pub enum ReleaseKeyCommand {
+    /// Make a new key pair: `release.key` (secret, 0600; keep it off shared machines) and
+    /// `release.pub` (what workers trust) in a new folder.
+    Generate {
+        /// The folder to write them into.
+        #[arg(long, default_value = "release-key")]
+        dir: PathBuf,
+    },
+}
+
+/// `release` subcommands.
+#[derive(Subcommand)]
+pub enum ReleaseCommand {
+    /// Sign a worker binary and offer it to the fleet's workers of its platform: its
+    /// version is read from the binary itself; workers with updates on switch to it if it
+    /// is newer than theirs.
+    Publish {
+        /// The e2fleet-worker binary.
+        binary: PathBuf,
+        /// The secret key (`release-key generate`, or `minisign -G` with its password in
+        /// E2FLEET_RELEASE_KEY_PASSWORD).
+        #[arg(long)]
+        key: PathBuf,
+        /// The releases folder the coordinator serves (its `serve --releases`).
+        #[arg(long, env = "E2FLEET_RELEASES", default_value = "releases")]
+        releases: PathBuf,
+        /// The platform the binary is for, ARCH-OS (default: this machine's).
+        #[arg(long)]
+        platform: Option<String>,
+        /// Print JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// The release offered to each platform.
+    Show {
+        /// The releases folder.
+        #[arg(long, env = "E2FLEET_RELEASES", default_value = "releases")]
+        releases: PathBuf,
+    },
+}
+
 /// Flags of `serve`.
 #[derive(clap::Args)]
 pub struct ServeArgs {
     /// Address to listen on.
     #[arg(long, env = "E2FLEET_LISTEN", default_value = "127.0.0.1:7733")]
     pub listen: String,
+    /// The signed worker releases to offer and serve under /downloads/ (see `release
+    /// publish`); a folder that does not exist offers none.
+    #[arg(long, env = "E2FLEET_RELEASES", default_value = "releases")]
+    pub releases: PathBuf,
     /// The database: a SQLite file (a path, the default), or PostgreSQL
     /// (`postgres://user:password@host:5432/database`: several coordinators may share it).
     #[arg(

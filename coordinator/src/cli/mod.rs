@@ -3,6 +3,7 @@
 mod admin;
 pub mod args;
 mod print;
+mod releases;
 mod serve;
 
 use anyhow::Result;
@@ -14,6 +15,8 @@ pub async fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Command::Serve(args) => serve::serve(args).await,
         Command::MigrateStore { from, to } => migrate_store(&from, &to).await,
+        Command::ReleaseKey { action } => releases::key(action),
+        Command::Release { action } => releases::release(action),
         other => admin::run(other).await,
     }
 }

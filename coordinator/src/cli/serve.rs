@@ -101,7 +101,10 @@ pub async fn serve(args: ServeArgs) -> Result<()> {
     };
     config.validate().map_err(anyhow::Error::msg)?;
     let store = Store::connect(&args.db).await?;
-    let fleet = Arc::new(Fleet::new(store, config, system_clock()));
+    let fleet = Arc::new(
+        Fleet::new(store, config, system_clock())
+            .with_releases(e2fleet_coordinator::releases::Releases::new(&args.releases)),
+    );
     let listener = tokio::net::TcpListener::bind(&args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;

@@ -265,6 +265,10 @@ pub struct Fleet {
     live: Mutex<(i64, u32)>,
     /// Lease calls per worker identity and per volunteer account (see [`policy`]).
     pub(crate) lease_limits: policy::LeaseLimits,
+    /// The signed worker releases offered and served, if a folder is set
+    /// ([`Fleet::with_releases`]).
+    releases: Option<crate::releases::Releases>,
+    download_slots: crate::releases::downloads::DownloadSlots,
     /// Failed authentications per address (the gRPC gate and the JSON API's admin calls).
     pub auth_failures: auth_limits::AuthFailures,
     /// Verification submissions per worker identity.
@@ -312,7 +316,33 @@ impl Fleet {
             suite_depths: Mutex::new(HashMap::new()),
             shares: sharing::Shares::default(),
             archive_walk: archiving::ArchiveWalk::default(),
+            releases: None,
+            download_slots: Default::default(),
         }
+    }
+
+    /// Offers and serves the signed worker releases of `releases`.
+    pub fn with_releases(mut self, releases: crate::releases::Releases) -> Fleet {
+        self.releases = Some(releases);
+        self
+    }
+
+    /// The releases folder served, if any.
+    pub fn releases(&self) -> Option<&crate::releases::Releases> {
+        self.releases.as_ref()
+    }
+
+    /// The permits of concurrent downloads.
+    pub(crate) fn download_slots(&self) -> &crate::releases::downloads::DownloadSlots {
+        &self.download_slots
+    }
+
+    /// The worker release offered to a worker on `arch`/`os`, empty if none.
+    pub fn offered_release(&self, arch: &str, os: &str) -> String {
+        self.releases
+            .as_ref()
+            .and_then(|r| r.offered(&e2fleet_proto::release::platform(arch, os)))
+            .unwrap_or_default()
     }
 
     /// Independent parties with a live worker (counted at most every

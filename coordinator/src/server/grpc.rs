@@ -71,6 +71,7 @@ impl WorkerService for WorkerApi {
             .await
             .map_err(status_of)?;
         let host: HostInfo = wire(HostInfo::try_from(&r.host.unwrap_or_default()))?;
+        let worker_release = self.0.offered_release(&host.arch, &host.os);
         // an id that does not parse names no earlier identity: a new one is made
         let previous = r
             .previous_worker_id
@@ -86,6 +87,7 @@ impl WorkerService for WorkerApi {
             worker_id: worker_id.to_string(),
             worker_token,
             lease_seconds: self.0.config().lease.as_secs().max(1) as u32,
+            worker_release,
         }))
     }
 
@@ -175,11 +177,17 @@ impl WorkerService for WorkerApi {
     ) -> Result<Response<v2::HeartbeatResponse>, Status> {
         let worker = self.worker(&request).await?;
         let beat = wire(Heartbeat::try_from(request.get_ref()))?;
+        let platform = request.get_ref().platform.clone();
         let answer = self.0.heartbeat(&worker, &beat).await.map_err(status_of)?;
         Ok(Response::new(v2::HeartbeatResponse {
             deadline_unix_ms: answer.deadline_ms,
             stop_lease_ids: answer.stop.iter().map(ToString::to_string).collect(),
             yield_lease_ids: answer.yield_now.iter().map(ToString::to_string).collect(),
+            worker_release: self
+                .0
+                .releases()
+                .and_then(|r| r.offered(&platform))
+                .unwrap_or_default(),
         }))
     }
 

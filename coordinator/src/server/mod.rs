@@ -89,6 +89,10 @@ pub fn router(fleet: Arc<Fleet>) -> axum::Router {
         .route("/api/stats", get(http::stats))
         .route("/api/verification", get(http::verification))
         .route("/metrics", get(metrics::metrics))
+        .route(
+            "/downloads/{*path}",
+            get(crate::releases::downloads::download),
+        )
         .merge(crate::dashboard::routes())
         .with_state(fleet)
         .layer(

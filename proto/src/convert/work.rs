@@ -234,6 +234,8 @@ impl From<&Heartbeat> for v2::HeartbeatRequest {
             paused: h.paused.clone(),
             network_wait: h.network_wait,
             round_trip_ms: h.round_trip_ms,
+            // the sender's: heartbeats are sent by the worker they describe
+            platform: crate::release::this_platform(),
         }
     }
 }

@@ -40,6 +40,8 @@ pub struct Connection {
     round_trips: VecDeque<Duration>,
     /// When the last failure that backed off was seen.
     last_failure: Option<Instant>,
+    /// The worker release the coordinator offered at registration (empty: none).
+    pub offered_release: String,
 }
 
 impl Connection {
@@ -66,6 +68,7 @@ impl Connection {
             generation: 0,
             round_trips: VecDeque::with_capacity(ROUND_TRIPS_KEPT),
             last_failure: None,
+            offered_release: String::new(),
         }
     }
 
@@ -135,6 +138,7 @@ impl Connection {
         };
         self.worker_id = Some(r.worker_id);
         self.lease = r.lease;
+        self.offered_release = r.offered_release.clone();
         self.generation += 1;
         let id = Identity {
             coordinator: self.api.url.clone(),

@@ -23,13 +23,14 @@ struct Inner {
     holding: AtomicBool,
     changed: Notify,
     snapshot: Mutex<Snapshot>,
+    update_to: Mutex<Option<semver::Version>>,
 }
 
 /// What a running worker says about itself (`e2fleet-worker status`), as its loop last
 /// saw it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Snapshot {
-    /// `joining`, `running`, `paused (why)` or `stopping`.
+    /// `joining`, `running`, `paused (why)`, `stopping` or `stopping to update to V`.
     pub state: String,
     /// Whether its owner paused it (`pause`, SIGUSR1), whatever else holds it.
     pub paused_by_owner: bool,
@@ -58,6 +59,27 @@ impl Controls {
     pub fn stop(&self) {
         self.inner.stop.store(true, Ordering::SeqCst);
         self.inner.changed.notify_one();
+    }
+
+    /// Stops (as [`Controls::stop`]) to switch to the verified build `version`, staged in
+    /// the data directory: whoever called `run` then switches
+    /// ([`crate::update::switch_and_exec`]).
+    pub fn stop_for_update(&self, version: semver::Version) {
+        *self
+            .inner
+            .update_to
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(version);
+        self.stop();
+    }
+
+    /// The build a stop was for, if it was for an update.
+    pub fn update_to(&self) -> Option<semver::Version> {
+        self.inner
+            .update_to
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Whether a stop was asked for.
@@ -91,7 +113,9 @@ impl Controls {
             .unwrap_or_else(|e| e.into_inner())
             .clone();
         s.paused_by_owner = self.paused();
-        if self.stopping() {
+        if let Some(v) = self.update_to() {
+            s.state = format!("stopping to update to {v}");
+        } else if self.stopping() {
             s.state = "stopping".into();
         }
         s

@@ -31,6 +31,7 @@ use super::pause::{Conditions, Reason};
 use super::signals::Console;
 use crate::api::{BeatReply, is_transient};
 use crate::engine_args::EngineArgs;
+use crate::update::Updater;
 
 /// How long a stopping worker keeps trying to deliver finished results before it exits
 /// and leaves them in the journal (well inside systemd's and Kubernetes' stop timeouts).
@@ -125,6 +126,8 @@ pub(super) struct FleetLoop {
     pace: UnitPace,
     idle: IdleLedger,
     wake: WakeWatch,
+    /// Signed updates the coordinator offers.
+    updater: Updater,
 }
 
 impl FleetLoop {
@@ -137,6 +140,7 @@ impl FleetLoop {
         controls: Controls,
     ) -> FleetLoop {
         let now = Instant::now();
+        let updater = Updater::new(config.updates.clone(), &config.data_dir);
         FleetLoop {
             engine: config.engine.clone(),
             config,
@@ -167,6 +171,7 @@ impl FleetLoop {
             pace: UnitPace::default(),
             idle: IdleLedger::new(now),
             wake: WakeWatch::new(),
+            updater,
         }
     }
 
@@ -232,7 +237,10 @@ impl FleetLoop {
                 "re-sending results from the journal"
             );
         }
+        self.updater
+            .offered(&self.conn.offered_release, &self.conn.api);
         loop {
+            self.notice_an_update();
             self.notice_a_gap();
             self.notice_a_stop(&executor);
             self.notice_a_pause(&executor);
@@ -263,6 +271,18 @@ impl FleetLoop {
             "worker stopped cleanly: every result delivered"
         );
         Ok(self.units_reported)
+    }
+
+    /// A verified update is staged: stop as for any stop (exact cursors, every result
+    /// delivered), for the caller of `run` to switch to it.
+    fn notice_an_update(&mut self) {
+        if self.stopping.is_some() {
+            return;
+        }
+        if let Some(version) = self.updater.ready() {
+            info!(%version, "stopping to switch to the update: running units report their exact cursors");
+            self.controls.stop_for_update(version);
+        }
     }
 
     /// The machine slept, or the process was stopped: leases may have expired meanwhile,
@@ -748,6 +768,7 @@ impl FleetLoop {
                         self.last_heartbeat = Instant::now();
                         self.drop_leases(&reply.drop, executor)?;
                         self.yield_leases(&reply.yield_now, executor);
+                        self.updater.offered(&reply.offered_release, &self.conn.api);
                     }
                     Err(s) => {
                         self.heartbeat_now = true;

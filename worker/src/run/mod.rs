@@ -120,6 +120,16 @@ pub struct RunArgs {
     /// Lower this process's CPU priority by this much (nice), 0 to keep it.
     #[arg(long, env = "E2FLEET_NICE", default_value_t = 10)]
     nice: u8,
+    /// Take the signed worker releases the coordinator offers (docs/volunteer-guide.md,
+    /// "Updates"): a newer build is fetched, checked against the fleet's release key,
+    /// switched to between units and rolled back if it fails its checks here. The
+    /// package turns this on.
+    #[arg(long, value_enum, env = "E2FLEET_UPDATES", default_value = "off")]
+    updates: Switch,
+    /// The fleet's release key: the base64 line of the operator's release.pub (without
+    /// it, the coordinator's key is pinned the first time an update is offered).
+    #[arg(long, env = "E2FLEET_RELEASE_KEY")]
+    release_key: Option<String>,
     /// Log format.
     #[arg(long, value_enum, default_value = "text")]
     log_format: LogFormat,
@@ -130,6 +140,15 @@ pub struct RunArgs {
     fault_misreport: bool,
     #[command(flatten)]
     engine: EngineArgs,
+}
+
+/// On or off.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Switch {
+    /// On.
+    On,
+    /// Off.
+    Off,
 }
 
 /// What `run` works from: [`RunArgs`] checked and resolved once (the token read, the
@@ -174,6 +193,8 @@ pub struct RunConfig {
     pub fault_misreport: bool,
     /// How engines are chosen and built.
     pub engine: EngineArgs,
+    /// Signed updates.
+    pub updates: crate::update::UpdateConfig,
 }
 
 /// A secret string that never prints (`Debug` shows its length only).
@@ -244,6 +265,10 @@ impl RunArgs {
             text_logs: self.log_format == LogFormat::Text,
             fault_misreport: self.fault_misreport,
             engine,
+            updates: crate::update::UpdateConfig {
+                on: self.updates == Switch::On,
+                key: self.release_key.clone(),
+            },
         })
     }
 }
@@ -256,17 +281,33 @@ pub fn run_command(args: RunArgs) -> Result<()> {
     e2fleet_proto::logs::init(args.log_format, if watching { "warn" } else { "info" });
     signals::set_nice(args.nice);
     let config = args.config()?;
-    tokio::runtime::Builder::new_multi_thread()
+    // a newer verified build installed here runs instead; a new build checks itself on
+    // this machine before it joins (and rolls back if it fails)
+    let engine = config.engine.clone();
+    crate::update::at_start(&config.data_dir, &config.updates, || {
+        crate::verify::check_offline(&engine)
+    })?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
-        .build()?
-        .block_on(async move {
-            let controls = Controls::new();
+        .build()?;
+    loop {
+        let controls = Controls::new();
+        let delivered = runtime.block_on(async {
             signals::spawn_handler(controls.clone());
-            let delivered = run(config, controls).await?;
+            run(config.clone(), controls.clone()).await
+        })?;
+        let Some(version) = controls.update_to() else {
             println!("e2fleet-worker: stopped cleanly, {delivered} results delivered");
-            Ok(())
-        })
+            return Ok(());
+        };
+        println!(
+            "e2fleet-worker: {delivered} results delivered; switching to the update {version}"
+        );
+        // returns only if the new build cannot be run (then rolled back): go on with this one
+        let e = crate::update::switch_and_exec(&config.data_dir, &version);
+        tracing::error!(error = %format!("{e:#}"), "the update could not run; this build goes on");
+    }
 }
 
 /// Joins the fleet and works until `controls` asks it to stop (or a `stop_after` limit):

@@ -11,4 +11,5 @@ mod processes;
 mod scenarios;
 mod teams;
 mod tls;
+mod updates;
 mod verify;

@@ -1,0 +1,84 @@
+//! `release-key` and `release`: the operator's commands for signed worker releases.
+
+use anyhow::Result;
+use e2fleet_coordinator::releases::publish::{generate_key, publish, read_secret_key};
+use e2fleet_coordinator::releases::read_manifest;
+use e2fleet_proto::text::thousands;
+
+use super::args::{ReleaseCommand, ReleaseKeyCommand};
+use crate::outln;
+
+/// `release-key ...`
+pub fn key(action: ReleaseKeyCommand) -> Result<()> {
+    match action {
+        ReleaseKeyCommand::Generate { dir } => {
+            let public = generate_key(&dir)?;
+            outln!(
+                "release key written to {}: release.key (secret, 0600) and release.pub",
+                dir.display()
+            );
+            outln!("public key (workers pin it; or E2FLEET_RELEASE_KEY={public}):");
+            outln!("{public}");
+            Ok(())
+        }
+    }
+}
+
+/// `release ...`
+pub fn release(action: ReleaseCommand) -> Result<()> {
+    match action {
+        ReleaseCommand::Publish {
+            binary,
+            key,
+            releases,
+            platform,
+            json,
+        } => {
+            let password = std::env::var("E2FLEET_RELEASE_KEY_PASSWORD").ok();
+            let secret = read_secret_key(&key, password)?;
+            let platform = platform.unwrap_or_else(e2fleet_proto::release::this_platform);
+            let done = publish(&releases, &secret, &binary, &platform)?;
+            if json {
+                outln!("{}", serde_json::to_string(&done)?);
+            } else {
+                outln!(
+                    "offering e2fleet-worker {} for {}: {} bytes, sha256 {}, signed by {}",
+                    done.manifest.version,
+                    done.manifest.platform,
+                    thousands(done.manifest.size),
+                    done.manifest.sha256,
+                    done.public_key
+                );
+            }
+            Ok(())
+        }
+        ReleaseCommand::Show { releases } => {
+            let folder = releases.join("worker");
+            let mut platforms: Vec<String> = std::fs::read_dir(&folder)
+                .map(|dir| {
+                    dir.filter_map(|e| e.ok())
+                        .filter_map(|e| e.file_name().into_string().ok())
+                        .collect()
+                })
+                .unwrap_or_default();
+            platforms.sort();
+            let mut any = false;
+            for platform in platforms {
+                if let Some(m) = read_manifest(&releases, &platform) {
+                    any = true;
+                    outln!(
+                        "{:<16} {:<10} {:>14} bytes  sha256 {}",
+                        platform,
+                        m.version,
+                        thousands(m.size),
+                        m.sha256
+                    );
+                }
+            }
+            if !any {
+                outln!("no worker release offered from {}", releases.display());
+            }
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,141 @@
+//! `GET /downloads/...`: the releases folder's files, to workers updating themselves and to
+//! people installing one by hand (the same port as everything else). Only the paths of
+//! [`e2fleet_proto::release`] are served, each name checked; files are streamed, at most
+//! [`DOWNLOADS_AT_ONCE`] at a time (more are told to retry), and a download that reads
+//! slower than [`CHUNK_TIME`] a chunk or takes longer than [`DOWNLOAD_TIME`] is cut off
+//! (the worker's size and hash checks then refuse the truncated file).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use e2fleet_proto::release::{BINARY, is_path_safe};
+use tokio::sync::Semaphore;
+use tokio_stream::StreamExt;
+
+use super::publish::PUBLIC_KEY_FILE;
+use crate::fleet::Fleet;
+
+/// Downloads served at once (a release is ~12 MB: a thousand workers updating take turns).
+pub const DOWNLOADS_AT_ONCE: usize = 8;
+/// Longest wait for the reader to take the next 64 KiB.
+pub const CHUNK_TIME: Duration = Duration::from_secs(30);
+/// Longest one download may take.
+pub const DOWNLOAD_TIME: Duration = Duration::from_secs(600);
+
+/// The permits of [`DOWNLOADS_AT_ONCE`].
+#[derive(Debug)]
+pub struct DownloadSlots(Arc<Semaphore>);
+
+impl Default for DownloadSlots {
+    fn default() -> Self {
+        DownloadSlots(Arc::new(Semaphore::new(DOWNLOADS_AT_ONCE)))
+    }
+}
+
+/// Which file of the releases folder `path` names, if it is one that is served.
+fn served_file(path: &str) -> Option<std::path::PathBuf> {
+    let parts: Vec<&str> = path.split('/').collect();
+    let ok = match parts.as_slice() {
+        [key] => *key == PUBLIC_KEY_FILE,
+        ["worker", platform, "current.json"] => is_path_safe(platform),
+        ["worker", platform, version, file] => {
+            is_path_safe(platform)
+                && is_path_safe(version)
+                && (*file == BINARY || *file == format!("{BINARY}.minisig"))
+        }
+        _ => false,
+    };
+    ok.then(|| parts.iter().collect())
+}
+
+/// `GET /downloads/{*path}`
+pub async fn download(State(fleet): State<Arc<Fleet>>, Path(path): Path<String>) -> Response {
+    let (Some(releases), Some(relative)) = (fleet.releases(), served_file(&path)) else {
+        return (StatusCode::NOT_FOUND, "no such download").into_response();
+    };
+    let Ok(permit) = fleet.download_slots().0.clone().try_acquire_owned() else {
+        return (
+            StatusCode::SERVICE_UNAVAILABLE,
+            [(header::RETRY_AFTER, "30")],
+            "busy with other downloads; retry later",
+        )
+            .into_response();
+    };
+    let full = releases.dir().join(relative);
+    let file = match tokio::fs::File::open(&full).await {
+        Ok(f) => f,
+        Err(_) => return (StatusCode::NOT_FOUND, "no such download").into_response(),
+    };
+    let Ok(meta) = file.metadata().await else {
+        return (StatusCode::NOT_FOUND, "no such download").into_response();
+    };
+    if !meta.is_file() {
+        return (StatusCode::NOT_FOUND, "no such download").into_response();
+    }
+    let until = Instant::now() + DOWNLOAD_TIME;
+    let stream = tokio_util::io::ReaderStream::with_capacity(file, 64 << 10)
+        .timeout(CHUNK_TIME)
+        .map_while(move |chunk| {
+            // the permit lives as long as the body streams
+            let _held = &permit;
+            if Instant::now() >= until {
+                return None;
+            }
+            Some(match chunk {
+                Ok(read) => read,
+                Err(_) => Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the download reads too slowly",
+                )),
+            })
+        });
+    let kind = if path.ends_with(".json") {
+        "application/json"
+    } else if path.ends_with(BINARY) {
+        "application/octet-stream"
+    } else {
+        "text/plain; charset=utf-8"
+    };
+    (
+        [
+            (header::CONTENT_TYPE, kind.to_string()),
+            (header::CONTENT_LENGTH, meta.len().to_string()),
+            (header::CACHE_CONTROL, "no-cache".to_string()),
+        ],
+        Body::from_stream(stream),
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::served_file;
+
+    #[test]
+    fn only_release_files_are_served() {
+        for good in [
+            "release.pub",
+            "worker/x86_64-linux/current.json",
+            "worker/x86_64-linux/0.2.0/e2fleet-worker",
+            "worker/x86_64-linux/0.2.0/e2fleet-worker.minisig",
+        ] {
+            assert!(served_file(good).is_some(), "{good}");
+        }
+        for bad in [
+            "",
+            "release.key",
+            "../release.key",
+            "worker/../../etc/passwd",
+            "worker/x86_64-linux/../current.json",
+            "worker/x86_64-linux/0.2.0/e2fleet-worker.partial",
+            "worker/.hidden/current.json",
+            "worker/x86_64-linux/0.2.0/../../release.key",
+        ] {
+            assert!(served_file(bad).is_none(), "{bad}");
+        }
+    }
+}
