@@ -81,6 +81,14 @@ fn openssl() -> Result<(), String> {
         .ok_or_else(|| "no openssl on PATH: apt-get install openssl".into())
 }
 
+/// systemd's unit checker (`systemd-analyze verify`), for the units the worker writes.
+#[allow(dead_code)]
+fn systemd() -> Result<(), String> {
+    on_path("systemd-analyze")
+        .then_some(())
+        .ok_or_else(|| "no systemd-analyze on PATH: apt-get install systemd".into())
+}
+
 /// A private mount namespace for one process (a tiny filesystem to fill): root and
 /// util-linux's `unshare`.
 #[allow(dead_code)]

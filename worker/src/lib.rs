@@ -12,6 +12,7 @@
 //! - [`run`]: the fleet client: its configuration, identity, connection, loop, engine
 //!   threads, journal, pause rules and signals;
 //! - [`control`]: `status`, `pause`, `resume`, `stop` of a running worker;
+//! - [`service`]: `service install`, the worker as a systemd user service;
 //! - [`update`]: signed updates from the fleet (fetch, verify, switch, roll back);
 //! - [`solve`], [`mod@bench`], [`verify`], [`audit`], [`team`]: the other commands;
 //! - [`engine_args`]: flags that choose and build an engine; [`connect_args`]: the token,
@@ -26,6 +27,7 @@ pub mod control;
 pub mod engine_args;
 pub mod host;
 pub mod run;
+pub mod service;
 pub mod solve;
 pub mod team;
 pub mod update;

@@ -3,13 +3,14 @@
 //! The program volunteers run: `run` joins a fleet; `solve` walks a puzzle on this machine
 //! (whole or split into units, with exact per-depth counts); `bench` measures per-core speed;
 //! `verify` checks the engine against known results; `audit` checks a published job;
-//! `status`, `pause`, `resume` and `stop` steer a running worker.
+//! `status`, `pause`, `resume` and `stop` steer a running worker; `service install` makes
+//! it a systemd user service.
 //!
 //! The command line only: each subcommand's flags and code live in the library
 //! (`lib.rs` has the map).
 
 use clap::{Parser, Subcommand};
-use e2fleet_worker::{audit, bench, control, run, solve, team, verify};
+use e2fleet_worker::{audit, bench, control, run, service, solve, team, verify};
 
 /// e2fleet worker: lends this machine's cores to an e2fleet fleet (`run`), checks its
 /// engine against exact results (`verify`), and walks puzzles on its own (`solve`,
@@ -45,6 +46,12 @@ enum Command {
     Resume(control::ControlArgs),
     /// Stop a running worker: its units report their exact cursors, then it exits.
     Stop(control::ControlArgs),
+    /// Run the worker as a systemd user service of yours (no root needed; the package
+    /// installs a system service instead).
+    Service {
+        #[command(subcommand)]
+        action: service::ServiceCommand,
+    },
 }
 
 /// This build's version, from its stamp (what `release publish` reads).
@@ -66,6 +73,7 @@ fn main() -> std::process::ExitCode {
         Command::Pause(args) => control::run("pause", &args),
         Command::Resume(args) => control::run("resume", &args),
         Command::Stop(args) => control::run("stop", &args),
+        Command::Service { action } => service::run(action),
     };
     match outcome {
         Ok(()) => std::process::ExitCode::SUCCESS,

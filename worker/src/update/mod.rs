@@ -273,3 +273,39 @@ pub fn switch_and_exec(data_dir: &Path, version: &Version) -> anyhow::Error {
     }
     anyhow::anyhow!("cannot run the update {version}: {e}; rolled back")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_trial_that_fails_its_checks_rolls_back_and_runs_the_build_before_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = Folder::new(dir.path());
+        folder.create().unwrap();
+        let own = version();
+        // this build is the trial; the launcher cannot be run here, so the exec fails
+        install::switch(&folder, &own, Path::new("/nonexistent/e2fleet-worker")).unwrap();
+        let config = UpdateConfig {
+            on: true,
+            key: None,
+        };
+        let outcome = at_start(dir.path(), &config, || Err("unit x disagrees".into()));
+        let message = format!("{:#}", outcome.unwrap_err());
+        assert!(message.contains("rolled back"), "{message}");
+        assert!(folder.is_refused(&own));
+        assert_eq!(folder.current(), None);
+        assert_eq!(folder.trial(), None);
+    }
+
+    #[test]
+    fn a_trial_that_passes_its_checks_is_confirmed() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = Folder::new(dir.path());
+        folder.create().unwrap();
+        install::switch(&folder, &version(), Path::new("/x")).unwrap();
+        at_start(dir.path(), &UpdateConfig::default(), || Ok(())).unwrap();
+        assert_eq!(folder.trial(), None);
+        assert_eq!(folder.current(), Some(version()));
+    }
+}

@@ -525,3 +525,111 @@ fn jobs_are_scheduled_paused_and_resumed_from_the_command_line() {
         (Some(false), Some(5.0), Some(-1))
     );
 }
+
+#[cfg_attr(
+    not(has_systemd),
+    ignore = "needs systemd-analyze to check the unit: apt-get install systemd"
+)]
+#[tokio::test(flavor = "multi_thread")]
+async fn a_user_service_is_written_checked_and_its_command_line_joins_a_fleet() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    std::fs::create_dir_all(&home).unwrap();
+    let (_coordinator, url) = crate::harness::serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
+    let token = dir.path().join("token");
+    std::fs::write(&token, format!("{}\n", crate::harness::ENROLL)).unwrap();
+    let out = Command::new(worker_bin())
+        .args(["service", "install", "--no-start", "--coordinator", &url])
+        .arg("--token-file")
+        .arg(&token)
+        .env("HOME", &home)
+        .env_remove("XDG_CONFIG_HOME")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = home.join(".config/e2fleet");
+    for file in ["worker.env", "worker.token"] {
+        let mode = std::fs::metadata(config.join(file))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{file}");
+    }
+    let unit = home.join(".config/systemd/user/e2fleet-worker.service");
+    // systemd's own check, as the user's manager would load it
+    let runtime = dir.path().join("run");
+    std::fs::create_dir_all(&runtime).unwrap();
+    std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let verify = Command::new("systemd-analyze")
+        .args(["--user", "verify"])
+        .arg(&unit)
+        .env("HOME", &home)
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&verify.stderr).to_string()
+        + &String::from_utf8_lossy(&verify.stdout);
+    assert!(verify.status.success() && said.trim().is_empty(), "{said}");
+    // its command line, run as systemd would: the environment file, %h, nothing else
+    let text = std::fs::read_to_string(&unit).unwrap();
+    let exec = text
+        .lines()
+        .find_map(|l| l.strip_prefix("ExecStart="))
+        .unwrap();
+    let words: Vec<String> = exec
+        .split_whitespace()
+        .map(|w| w.replace("%h", home.to_str().unwrap()))
+        .collect();
+    let env = std::fs::read_to_string(config.join("worker.env")).unwrap();
+    let mut cmd = Command::new(&words[0]);
+    cmd.args(&words[1..])
+        .env_clear()
+        .env("HOME", &home)
+        .env("E2FLEET_ON_BATTERY", "run");
+    for line in env
+        .lines()
+        .filter(|l| !l.starts_with('#') && l.contains('='))
+    {
+        let (k, v) = line.split_once('=').unwrap();
+        cmd.env(k, v);
+    }
+    let mut worker = cmd
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let data = home.join(".local/share/e2fleet-worker");
+    let start = std::time::Instant::now();
+    loop {
+        let status = Command::new(worker_bin())
+            .args(["status", "--json", "--data-dir"])
+            .arg(&data)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&status.stdout);
+        if text.contains("\"state\":\"running") {
+            break;
+        }
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(60),
+            "the user service's worker never joined: {text}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let stop = Command::new(worker_bin())
+        .args(["stop", "--wait", "30", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(
+        stop.status.success(),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    assert!(worker.wait().unwrap().success());
+}
