@@ -26,7 +26,7 @@ out=$(systemd-analyze verify "$tmp"/*.service 2>&1 || true)
 if [ -z "$out" ]; then ok; else bad "$out"; fi
 
 step "shell scripts (shellcheck)"
-if out=$(shellcheck slurm/e2fleet-worker.sbatch htcondor/e2fleet-worker-condor.sh check.sh package-test.sh debian/*/* ../local-fleet-postgres.sh \
+if out=$(shellcheck slurm/e2fleet-worker.sbatch htcondor/e2fleet-worker-condor.sh check.sh package-test.sh debian/*/* ../tools/release/tarball.sh ../local-fleet-postgres.sh \
     ../local-fleet.sh ../docs/screenshots.sh ../.ci/run ../tools/enginebench/peer.sh ../tools/netfleet/run.sh 2>&1); then ok; else bad "$out"; fi
 
 step "Dockerfiles (hadolint)"

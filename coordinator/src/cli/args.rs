@@ -229,6 +229,15 @@ pub enum ReleaseCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Sign any file with the release key (FILE.minisig beside it; `minisign -Vm FILE -P
+    /// KEY` checks it): e.g. the worker tarball for systems without packages.
+    Sign {
+        /// The file.
+        file: PathBuf,
+        /// The secret key.
+        #[arg(long)]
+        key: PathBuf,
+    },
     /// The release offered to each platform.
     Show {
         /// The releases folder.

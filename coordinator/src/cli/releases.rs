@@ -1,7 +1,7 @@
 //! `release-key` and `release`: the operator's commands for signed worker releases.
 
 use anyhow::Result;
-use e2fleet_coordinator::releases::publish::{generate_key, publish, read_secret_key};
+use e2fleet_coordinator::releases::publish::{generate_key, publish, read_secret_key, sign_file};
 use e2fleet_coordinator::releases::read_manifest;
 use e2fleet_proto::text::thousands;
 
@@ -50,6 +50,13 @@ pub fn release(action: ReleaseCommand) -> Result<()> {
                     done.public_key
                 );
             }
+            Ok(())
+        }
+        ReleaseCommand::Sign { file, key } => {
+            let password = std::env::var("E2FLEET_RELEASE_KEY_PASSWORD").ok();
+            let secret = read_secret_key(&key, password)?;
+            let signature = sign_file(&secret, &file)?;
+            outln!("{}", signature.display());
             Ok(())
         }
         ReleaseCommand::Show { releases } => {

@@ -203,3 +203,31 @@ fn check_platform(bytes: &[u8], platform: &str) -> Result<()> {
     }
     Ok(())
 }
+
+/// Signs any `file` with `key` into `FILE.minisig` (the trusted comment names the file and
+/// its SHA-256); returns the signature's path.
+pub fn sign_file(key: &SecretKey, file: &Path) -> Result<PathBuf> {
+    let bytes = std::fs::read(file).with_context(|| format!("cannot read {}", file.display()))?;
+    let name = file
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    let comment = format!(
+        "file:{name} sha256={:x}",
+        <sha2::Sha256 as sha2::Digest>::digest(&bytes)
+    );
+    let pk = PublicKey::from_secret_key(key).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let signature = minisign::sign(
+        Some(&pk),
+        key,
+        std::io::Cursor::new(&bytes),
+        Some(&comment),
+        Some("e2fleet release file"),
+    )
+    .map_err(|e| anyhow::anyhow!("cannot sign: {e}"))?;
+    let mut out = file.as_os_str().to_os_string();
+    out.push(".minisig");
+    let out = PathBuf::from(out);
+    replace(&out, signature.into_string().as_bytes())?;
+    Ok(out)
+}
