@@ -1,8 +1,8 @@
 //! `release-key` and `release`: the operator's commands for signed worker releases.
 
 use anyhow::Result;
+use e2fleet_coordinator::releases::all_manifests;
 use e2fleet_coordinator::releases::publish::{generate_key, publish, read_secret_key, sign_file};
-use e2fleet_coordinator::releases::read_manifest;
 use e2fleet_proto::text::thousands;
 
 use super::args::{ReleaseCommand, ReleaseKeyCommand};
@@ -60,29 +60,17 @@ pub fn release(action: ReleaseCommand) -> Result<()> {
             Ok(())
         }
         ReleaseCommand::Show { releases } => {
-            let folder = releases.join("worker");
-            let mut platforms: Vec<String> = std::fs::read_dir(&folder)
-                .map(|dir| {
-                    dir.filter_map(|e| e.ok())
-                        .filter_map(|e| e.file_name().into_string().ok())
-                        .collect()
-                })
-                .unwrap_or_default();
-            platforms.sort();
-            let mut any = false;
-            for platform in platforms {
-                if let Some(m) = read_manifest(&releases, &platform) {
-                    any = true;
-                    outln!(
-                        "{:<16} {:<10} {:>14} bytes  sha256 {}",
-                        platform,
-                        m.version,
-                        thousands(m.size),
-                        m.sha256
-                    );
-                }
+            let offered = all_manifests(&releases);
+            for m in &offered {
+                outln!(
+                    "{:<16} {:<10} {:>14} bytes  sha256 {}",
+                    m.platform,
+                    m.version,
+                    thousands(m.size),
+                    m.sha256
+                );
             }
-            if !any {
+            if offered.is_empty() {
                 outln!("no worker release offered from {}", releases.display());
             }
             Ok(())

@@ -488,8 +488,26 @@ async function jobPage(id) {
   ];
 }
 
+// The worker versions in the fleet, and for each release offered how many workers of its
+// platform run it.
+function versionsSection(workers, offered) {
+  const counts = new Map();
+  for (const w of workers) counts.set(w.worker_version, (counts.get(w.worker_version) || 0) + 1);
+  const versions = [...counts.entries()].sort((a, b) => b[1] - a[1]);
+  const lines = offered.map((o) => {
+    const mine = workers.filter((w) => `${w.arch}-${w.os}` === o.platform);
+    const on = mine.filter((w) => w.worker_version === o.version).length;
+    return el("p", { class: "note", "data-offered": o.version },
+      `e2fleet-worker ${o.version} is offered to ${o.platform}: ${exact(on)} of ${exact(mine.length)} worker${mine.length === 1 ? "" : "s"} of that platform run it (workers with updates on switch between units).`);
+  });
+  return section("Worker versions",
+    el("div", { class: "cards", id: "versions" },
+      ...versions.map(([v, n]) => card("e2fleet-worker " + v, `${exact(n)} worker${n === 1 ? "" : "s"}`, null, { "data-version": v }))),
+    ...(lines.length ? lines : [el("p", { class: "note" }, "No worker release is offered: e2fleet-coordinator release publish BINARY --key KEY offers one.")]));
+}
+
 async function workersPage() {
-  const workers = await api("/api/workers");
+  const [workers, releases] = await Promise.all([api("/api/workers"), api("/api/releases")]);
   const rows = workers.map((w) => [
     el("span", { class: "host" }, w.hostname),
     // a worker seen lately whose engines are paused says why (the pause file, on battery...);
@@ -500,6 +518,7 @@ async function workersPage() {
     w.cpu_model,
     exact(w.cores),
     `${w.arch} / ${w.os}`,
+    el("code", {}, w.worker_version),
     el("code", {}, w.rustc_version),
     el("span", {}, w.engine_kind || "–", " ", el("code", {}, w.engine_build || "")),
     el("span", { class: "num" }, rate(w.per_core_rate)),
@@ -519,8 +538,9 @@ async function workersPage() {
   ]);
   return [
     el("h1", {}, "Workers"),
+    versionsSection(workers, releases.offered || []),
     section(`${workers.length} registered`,
-      table(["Host", "State", "CPU", "Cores", "Arch / OS", "rustc", "Engine", "Per-core", "Threads", "Link (round trip · waiting)", "Units done", "Errors", "Last seen", ""], rows,
+      table(["Host", "State", "CPU", "Cores", "Arch / OS", "Version", "rustc", "Engine", "Per-core", "Threads", "Link (round trip · waiting)", "Units done", "Errors", "Last seen", ""], rows,
         "No worker has registered yet. Start one with: e2fleet-worker run --coordinator URL --token TOKEN"),
       el("p", { class: "note" }, "Per-core is the worker's own engine-thread speed (its last heartbeat). Link: the median round trip of its calls, and the share of its engine threads' time spent without a unit while it waited on the coordinator (5% or more is shown in red: a slow or lossy link keeps it idle). A paused worker says why (its owner's pause file, on battery, outside its hours, other programs busy); after a long pause it hands its units back. A quarantined host gets no leases until an operator releases it.")),
   ];

@@ -82,6 +82,25 @@ impl Releases {
     }
 }
 
+/// Every valid manifest under `dir`, by platform (at most 64 platforms are looked at).
+pub fn all_manifests(dir: &Path) -> Vec<Manifest> {
+    let mut platforms: Vec<String> = std::fs::read_dir(dir.join("worker"))
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok())
+                .filter_map(|e| e.file_name().into_string().ok())
+                .filter(|p| is_path_safe(p))
+                .take(64)
+                .collect()
+        })
+        .unwrap_or_default();
+    platforms.sort();
+    platforms
+        .iter()
+        .filter_map(|p| read_manifest(dir, p))
+        .collect()
+}
+
 /// `worker/PLATFORM/current.json` under `dir`, if it is there and valid.
 pub fn read_manifest(dir: &Path, platform: &str) -> Option<Manifest> {
     let path = dir.join("worker").join(platform).join("current.json");

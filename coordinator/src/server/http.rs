@@ -220,3 +220,12 @@ pub async fn best_boards(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>
 pub async fn stats(State(fleet): State<Arc<Fleet>>) -> Response {
     reply(fleet.stats().await)
 }
+
+/// `GET /api/releases`: the worker releases offered, by platform (`{"offered": [Manifest]}`).
+pub async fn releases(State(fleet): State<Arc<Fleet>>) -> Response {
+    let offered = fleet
+        .releases()
+        .map(|r| crate::releases::all_manifests(r.dir()))
+        .unwrap_or_default();
+    Json(serde_json::json!({ "offered": offered })).into_response()
+}

@@ -88,6 +88,7 @@ pub fn router(fleet: Arc<Fleet>) -> axum::Router {
         .route("/api/workers", get(http::workers))
         .route("/api/stats", get(http::stats))
         .route("/api/verification", get(http::verification))
+        .route("/api/releases", get(http::releases))
         .route("/metrics", get(metrics::metrics))
         .route(
             "/downloads/{*path}",

@@ -207,6 +207,17 @@ async fn a_worker_switches_to_a_newer_signed_build_between_units_and_the_total_s
     let current = std::fs::read_to_string(data.join("releases/current")).unwrap();
     assert_eq!(current.trim(), v);
     assert!(!data.join("releases/trial").exists());
+    // what the dashboard's workers page reads: the release offered, per platform
+    let offered = Command::new("curl")
+        .args(["-fsS", &format!("{url}/api/releases")])
+        .output()
+        .unwrap();
+    let offered: serde_json::Value = serde_json::from_slice(&offered.stdout).unwrap();
+    assert_eq!(offered["offered"][0]["version"], v.as_str());
+    assert_eq!(
+        offered["offered"][0]["platform"],
+        e2fleet_proto::release::this_platform()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread")]
