@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use e2fleet_proto::release::{MAX_SMALL_FILE_BYTES, Manifest, is_path_safe};
 
 /// How long a manifest read from the folder is served before it is read again.
-const MANIFEST_TTL: Duration = Duration::from_secs(5);
+pub const MANIFEST_TTL: Duration = Duration::from_secs(5);
 
 /// The releases folder a coordinator serves.
 #[derive(Debug)]

@@ -203,7 +203,7 @@ async fn a_worker_switches_to_a_newer_signed_build_between_units_and_the_total_s
         worker.0.try_wait().unwrap().is_none(),
         "the worker process exited"
     );
-    assert_eq!(versions_of(&url, "updating"), [v.clone()]);
+    assert_eq!(versions_of(&url, "updating"), std::slice::from_ref(&v));
     let current = std::fs::read_to_string(data.join("releases/current")).unwrap();
     assert_eq!(current.trim(), v);
     assert!(!data.join("releases/trial").exists());
