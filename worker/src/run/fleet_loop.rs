@@ -106,6 +106,8 @@ pub(super) struct FleetLoop {
     /// goes to one that answers; a repeat is acknowledged as a duplicate).
     sending: HashMap<LeaseId, Sending>,
     calls: JoinSet<Answer>,
+    /// Release calls in flight (a stop waits for them: they hand units back).
+    releases_out: usize,
     leases_out: Outstanding,
     heartbeats_out: Outstanding,
     /// No lease call before this (an empty answer says how long to wait).
@@ -155,6 +157,7 @@ impl FleetLoop {
             outbox: VecDeque::new(),
             sending: HashMap::new(),
             calls: JoinSet::new(),
+            releases_out: 0,
             leases_out: Outstanding::default(),
             heartbeats_out: Outstanding::default(),
             lease_after: now,
@@ -367,6 +370,7 @@ impl FleetLoop {
             return;
         }
         let mut api = self.conn.api.clone();
+        self.releases_out += 1;
         self.calls.spawn(async move {
             Answer::Released {
                 answer: api.release(&leases).await,
@@ -467,8 +471,10 @@ impl FleetLoop {
     fn finished(&mut self, executor: &Executor, outcomes: &UnboundedReceiver<Outcome>) -> bool {
         let (queued, running) = executor.load();
         let engines_idle = queued == 0 && running == 0 && outcomes.is_empty();
-        let delivered =
-            self.waiting.is_empty() && self.outbox.is_empty() && self.sending.is_empty();
+        let delivered = self.waiting.is_empty()
+            && self.outbox.is_empty()
+            && self.sending.is_empty()
+            && self.releases_out == 0;
         // at a limit the units leased last (`waiting`, handed to the engines) run first,
         // so `--stop-after-units N` walks and reports N units
         if (self.stopping.is_some() || self.at_limit()) && engines_idle && delivered {
@@ -717,7 +723,12 @@ impl FleetLoop {
                             self.no_work = 0;
                         }
                         self.units_taken += leases.len() as u64;
-                        self.waiting.extend(leases);
+                        if self.stopping.is_some() {
+                            // an answer that crossed the stop: hand these back at once
+                            self.release(leases.into_iter().map(|l| l.lease_id).collect());
+                        } else {
+                            self.waiting.extend(leases);
+                        }
                     }
                     // asked too often (many short units): not a failure, just ask later
                     Err(s) if s.code() == Code::ResourceExhausted => {
@@ -776,12 +787,15 @@ impl FleetLoop {
                     }
                 }
             }
-            Answer::Released { answer } => match answer {
-                Ok(n) => debug!(released = n, "leases released"),
-                Err(s) => {
-                    warn!(code = ?s.code(), "could not release unstarted leases; they will expire")
+            Answer::Released { answer } => {
+                self.releases_out = self.releases_out.saturating_sub(1);
+                match answer {
+                    Ok(n) => debug!(released = n, "leases released"),
+                    Err(s) => {
+                        warn!(code = ?s.code(), "could not release unstarted leases; they will expire")
+                    }
                 }
-            },
+            }
             Answer::Prepared { job_id, prepared } => {
                 self.preparing.remove(&job_id);
                 match prepared {
