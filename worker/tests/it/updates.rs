@@ -203,7 +203,16 @@ async fn a_worker_switches_to_a_newer_signed_build_between_units_and_the_total_s
         worker.0.try_wait().unwrap().is_none(),
         "the worker process exited"
     );
-    assert_eq!(versions_of(&url, "updating"), std::slice::from_ref(&v));
+    // (it registers again as the new build once it has confirmed itself)
+    let start = Instant::now();
+    while versions_of(&url, "updating") != std::slice::from_ref(&v) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the coordinator does not know the worker as {v}: {:?}",
+            versions_of(&url, "updating")
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let current = std::fs::read_to_string(data.join("releases/current")).unwrap();
     assert_eq!(current.trim(), v);
     assert!(!data.join("releases/trial").exists());
