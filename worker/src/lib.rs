@@ -15,6 +15,7 @@
 //! - [`service`]: `service install`, the worker as a systemd user service;
 //! - [`update`]: signed updates from the fleet (fetch, verify, switch, roll back);
 //! - [`solve`], [`mod@bench`], [`verify`], [`audit`], [`team`]: the other commands;
+//! - [`files`]: writing the worker's own files whole and private;
 //! - [`engine_args`]: flags that choose and build an engine; [`connect_args`]: the token,
 //!   the CA and the plaintext policy; [`host`]: what this machine is (labels sent at
 //!   registration).
@@ -25,6 +26,7 @@ pub mod bench;
 pub mod connect_args;
 pub mod control;
 pub mod engine_args;
+pub mod files;
 pub mod host;
 pub mod run;
 pub mod service;

@@ -116,17 +116,9 @@ E2FLEET_UPDATES=on
     )
 }
 
-fn write_private(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
-    use std::io::Write;
-    let mut options = std::fs::OpenOptions::new();
-    options.write(true).create(true).truncate(true);
-    std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
-    let mut file = options
-        .open(path)
-        .with_context(|| format!("cannot write {}", path.display()))?;
-    file.write_all(bytes)?;
-    std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(mode))?;
-    Ok(())
+fn write_private(path: &Path, bytes: &[u8]) -> Result<()> {
+    crate::files::save_private(path, bytes)
+        .with_context(|| format!("cannot write {}", path.display()))
 }
 
 fn systemctl(args: &[&str]) -> Result<()> {
@@ -176,7 +168,7 @@ fn install(paths: &Paths, args: &InstallArgs) -> Result<()> {
             .coordinator
             .as_deref()
             .unwrap_or("https://coordinator.example.org:7733");
-        write_private(&env, env_text(coordinator, &paths.config).as_bytes(), 0o600)?;
+        write_private(&env, env_text(coordinator, &paths.config).as_bytes())?;
     }
     let token = paths.config.join("worker.token");
     match &args.token_file {
@@ -187,9 +179,9 @@ fn install(paths: &Paths, args: &InstallArgs) -> Result<()> {
             if line.is_empty() {
                 bail!("{} is empty", from.display());
             }
-            write_private(&token, format!("{line}\n").as_bytes(), 0o600)?;
+            write_private(&token, format!("{line}\n").as_bytes())?;
         }
-        None if !token.exists() => write_private(&token, b"", 0o600)?,
+        None if !token.exists() => write_private(&token, b"")?,
         None => {}
     }
     std::fs::write(&paths.unit, unit_text(&binary, &paths.config))

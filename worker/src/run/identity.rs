@@ -2,8 +2,6 @@
 //! worker id and its own token, in `identity.json` (`0600`: the token is a secret).
 //! `run` writes it at each registration; `team` reads it to act as that worker.
 
-use std::io::Write;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use e2fleet_proto::api::WorkerId;
@@ -37,23 +35,8 @@ impl Identity {
     /// Saves it at `path`, readable by its owner only.
     pub fn save(&self, path: &Path) -> std::io::Result<()> {
         let json = serde_json::to_string(self).map_err(std::io::Error::other)?;
-        save_private(path, json.as_bytes())
+        crate::files::save_private(path, json.as_bytes())
     }
-}
-
-/// Writes a file only its owner can read (it holds a secret): a temporary file created
-/// `0600`, then renamed over the old one.
-pub fn save_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)?;
-    f.write_all(bytes)?;
-    f.sync_all()?;
-    std::fs::rename(&tmp, path)
 }
 
 #[cfg(test)]

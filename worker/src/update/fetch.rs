@@ -161,7 +161,6 @@ pub async fn fetch_and_stage(
     let staged = write_file(
         &dir.join(format!("{BINARY}.minisig")),
         signature_text.as_bytes(),
-        0o600,
     )
     .and_then(|()| {
         std::fs::rename(&partial, dir.join(BINARY))

@@ -21,7 +21,6 @@
 //! confirms: the next start of any other build finds the trial unconfirmed and rolls it
 //! back.
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use e2fleet_proto::release::BINARY;
@@ -105,7 +104,7 @@ impl Folder {
 
     fn set_current(&self, version: Option<&Version>) -> Result<(), UpdateError> {
         match version {
-            Some(v) => write_file(&self.0.join("current"), v.to_string().as_bytes(), 0o600),
+            Some(v) => write_file(&self.0.join("current"), v.to_string().as_bytes()),
             None => remove(&self.0.join("current")),
         }
     }
@@ -149,7 +148,7 @@ impl Folder {
         // the newest 32 are enough to never go back to a bad one
         let from = list.len().saturating_sub(32);
         let text: String = list[from..].iter().map(|v| format!("{v}\n")).collect();
-        write_file(&self.0.join("refused"), text.as_bytes(), 0o600)
+        write_file(&self.0.join("refused"), text.as_bytes())
     }
 
     /// Checks an installed build against its signature and `key`.
@@ -211,7 +210,7 @@ pub fn switch(folder: &Folder, to: &Version, launcher: &Path) -> Result<PathBuf,
             .map_or_else(|| "none".to_string(), Version::to_string),
         launcher.display()
     );
-    write_file(&folder.0.join("trial"), trial.as_bytes(), 0o600)?;
+    write_file(&folder.0.join("trial"), trial.as_bytes())?;
     folder.set_current(Some(to))?;
     Ok(folder.binary(to))
 }
@@ -257,24 +256,10 @@ pub fn exec(binary: &Path) -> std::io::Error {
         .exec()
 }
 
-/// Writes `path` whole or not at all (a temporary file, synced, renamed over it).
-pub fn write_file(path: &Path, bytes: &[u8], mode: u32) -> Result<(), UpdateError> {
-    let mut name = path.file_name().unwrap_or_default().to_os_string();
-    name.push(".tmp");
-    let tmp = path.with_file_name(name);
-    let written = (|| {
-        let mut options = std::fs::OpenOptions::new();
-        options.write(true).create(true).truncate(true);
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, mode);
-        let mut file = options.open(&tmp)?;
-        file.write_all(bytes)?;
-        file.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    written.map_err(|e| {
-        let _ = std::fs::remove_file(&tmp);
-        UpdateError::local(format!("cannot write {}: {e}", path.display()))
-    })
+/// Writes one of the folder's files (whole and private: [`crate::files::save_private`]).
+pub fn write_file(path: &Path, bytes: &[u8]) -> Result<(), UpdateError> {
+    crate::files::save_private(path, bytes)
+        .map_err(|e| UpdateError::local(format!("cannot write {}: {e}", path.display())))
 }
 
 fn remove(path: &Path) -> Result<(), UpdateError> {

@@ -47,7 +47,7 @@ pub fn pinned(folder: &Path) -> Result<Option<String>, UpdateError> {
 
 /// Pins `text` (a key already parsed) in `folder`.
 pub fn pin(folder: &Path, text: &str) -> Result<(), UpdateError> {
-    super::install::write_file(&folder.join(PINNED_KEY), text.as_bytes(), 0o600)
+    super::install::write_file(&folder.join(PINNED_KEY), text.as_bytes())
 }
 
 /// Reads a signature file's text.
