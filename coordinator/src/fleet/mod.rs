@@ -337,11 +337,11 @@ impl Fleet {
         &self.download_slots
     }
 
-    /// The worker release offered to a worker on `arch`/`os`, empty if none.
-    pub fn offered_release(&self, arch: &str, os: &str) -> String {
+    /// The worker release offered to workers of `platform` (`ARCH-OS`), empty if none.
+    pub fn offered_release(&self, platform: &str) -> String {
         self.releases
             .as_ref()
-            .and_then(|r| r.offered(&e2fleet_proto::release::platform(arch, os)))
+            .and_then(|r| r.offered(platform))
             .unwrap_or_default()
     }
 

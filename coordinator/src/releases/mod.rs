@@ -67,13 +67,17 @@ impl Releases {
         if !is_path_safe(platform) {
             return None;
         }
-        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((at, m)) = cache.get(platform)
-            && at.elapsed() < MANIFEST_TTL
         {
-            return m.clone();
+            let cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some((at, m)) = cache.get(platform)
+                && at.elapsed() < MANIFEST_TTL
+            {
+                return m.clone();
+            }
         }
+        // read without the lock: heartbeats of other platforms do not wait on the disk
         let m = read_manifest(&self.dir, platform);
+        let mut cache = self.cache.lock().unwrap_or_else(|p| p.into_inner());
         if cache.len() > 64 {
             cache.clear();
         }

@@ -71,7 +71,9 @@ impl WorkerService for WorkerApi {
             .await
             .map_err(status_of)?;
         let host: HostInfo = wire(HostInfo::try_from(&r.host.unwrap_or_default()))?;
-        let worker_release = self.0.offered_release(&host.arch, &host.os);
+        let worker_release = self
+            .0
+            .offered_release(&e2fleet_proto::release::platform(&host.arch, &host.os));
         // an id that does not parse names no earlier identity: a new one is made
         let previous = r
             .previous_worker_id
@@ -183,11 +185,7 @@ impl WorkerService for WorkerApi {
             deadline_unix_ms: answer.deadline_ms,
             stop_lease_ids: answer.stop.iter().map(ToString::to_string).collect(),
             yield_lease_ids: answer.yield_now.iter().map(ToString::to_string).collect(),
-            worker_release: self
-                .0
-                .releases()
-                .and_then(|r| r.offered(&platform))
-                .unwrap_or_default(),
+            worker_release: self.0.offered_release(&platform),
         }))
     }
 
