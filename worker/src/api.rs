@@ -322,9 +322,14 @@ impl Coordinator {
     ) -> Result<u64, DownloadError> {
         use http_body_util::BodyExt;
         use tower::ServiceExt;
-        let request = tonic::codegen::http::Request::builder()
+        let mut request = tonic::codegen::http::Request::builder()
             .method("GET")
-            .uri(path)
+            .uri(path);
+        if !self.token.is_empty() {
+            // binaries are served to workers only
+            request = request.header("authorization", format!("Bearer {}", self.token));
+        }
+        let request = request
             .body(tonic::body::Body::default())
             .map_err(|e| DownloadError::Refused(format!("bad download path {path:?}: {e}")))?;
         let until = tokio::time::Instant::now() + DOWNLOAD_TIME;

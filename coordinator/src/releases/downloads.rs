@@ -1,16 +1,19 @@
-//! `GET /downloads/...`: the releases folder's files, to workers updating themselves and to
-//! people installing one by hand (the same port as everything else). Only the paths of
-//! [`e2fleet_proto::release`] are served, each name checked; files are streamed, at most
-//! [`DOWNLOADS_AT_ONCE`] at a time (more are told to retry), and a download that reads
-//! slower than [`CHUNK_TIME`] a chunk or takes longer than [`DOWNLOAD_TIME`] is cut off
-//! (the worker's size and hash checks then refuse the truncated file).
+//! `GET /downloads/...`: the releases folder's files, to workers updating themselves (the
+//! same port as everything else). Only the paths of [`e2fleet_proto::release`] are served,
+//! each name checked. The key, the manifests and the signatures (a few hundred bytes
+//! each) are open to anyone; a binary is for workers: its request carries a worker token
+//! (checked, and failures counted against the address, as on gRPC), so nobody without
+//! one can hold a download slot. Binaries are streamed, at most [`DOWNLOADS_AT_ONCE`] at
+//! a time (more are told to retry), and a download that reads slower than [`CHUNK_TIME`]
+//! a chunk or takes longer than [`DOWNLOAD_TIME`] is cut off (the worker's size and hash
+//! checks then refuse the truncated file).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use e2fleet_proto::release::{BINARY, is_path_safe};
 use tokio::sync::Semaphore;
@@ -18,6 +21,8 @@ use tokio_stream::StreamExt;
 
 use super::publish::PUBLIC_KEY_FILE;
 use crate::fleet::Fleet;
+use crate::server::errors::http_error;
+use crate::server::http::Caller;
 
 /// Downloads served at once (a release is ~12 MB: a thousand workers updating take turns).
 pub const DOWNLOADS_AT_ONCE: usize = 8;
@@ -36,8 +41,9 @@ impl Default for DownloadSlots {
     }
 }
 
-/// Which file of the releases folder `path` names, if it is one that is served.
-fn served_file(path: &str) -> Option<std::path::PathBuf> {
+/// Which file of the releases folder `path` names, if it is one that is served, and
+/// whether it is a binary (for workers only).
+fn served_file(path: &str) -> Option<(std::path::PathBuf, bool)> {
     let parts: Vec<&str> = path.split('/').collect();
     let ok = match parts.as_slice() {
         [key] => *key == PUBLIC_KEY_FILE,
@@ -49,21 +55,35 @@ fn served_file(path: &str) -> Option<std::path::PathBuf> {
         }
         _ => false,
     };
-    ok.then(|| parts.iter().collect())
+    let binary = parts.len() == 4 && parts[3] == BINARY;
+    ok.then(|| (parts.iter().collect(), binary))
 }
 
 /// `GET /downloads/{*path}`
-pub async fn download(State(fleet): State<Arc<Fleet>>, Path(path): Path<String>) -> Response {
-    let (Some(releases), Some(relative)) = (fleet.releases(), served_file(&path)) else {
+pub async fn download(
+    State(fleet): State<Arc<Fleet>>,
+    Path(path): Path<String>,
+    headers: HeaderMap,
+    caller: Caller,
+) -> Response {
+    let (Some(releases), Some((relative, binary))) = (fleet.releases(), served_file(&path)) else {
         return (StatusCode::NOT_FOUND, "no such download").into_response();
     };
-    let Ok(permit) = fleet.download_slots().0.clone().try_acquire_owned() else {
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            [(header::RETRY_AFTER, "30")],
-            "busy with other downloads; retry later",
-        )
-            .into_response();
+    let permit = if binary {
+        if let Err(e) = crate::server::http::worker(&fleet, &headers, &caller).await {
+            return http_error(e);
+        }
+        let Ok(permit) = fleet.download_slots().0.clone().try_acquire_owned() else {
+            return (
+                StatusCode::SERVICE_UNAVAILABLE,
+                [(header::RETRY_AFTER, "30")],
+                "busy with other downloads; retry later",
+            )
+                .into_response();
+        };
+        Some(permit)
+    } else {
+        None
     };
     let full = releases.dir().join(relative);
     let file = match tokio::fs::File::open(&full).await {
@@ -123,7 +143,8 @@ mod tests {
             "worker/x86_64-linux/0.2.0/e2fleet-worker",
             "worker/x86_64-linux/0.2.0/e2fleet-worker.minisig",
         ] {
-            assert!(served_file(good).is_some(), "{good}");
+            let (_, binary) = served_file(good).unwrap_or_else(|| panic!("{good}"));
+            assert_eq!(binary, good.ends_with("/e2fleet-worker"), "{good}");
         }
         for bad in [
             "",

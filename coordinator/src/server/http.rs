@@ -25,7 +25,8 @@ fn job_id(text: &str) -> Result<JobId, FleetError> {
     Ok(text.parse::<JobId>()?)
 }
 
-fn admin_token(headers: &HeaderMap) -> Option<&str> {
+/// The bearer token of a request.
+fn bearer_token(headers: &HeaderMap) -> Option<&str> {
     bearer(
         headers
             .get(axum::http::header::AUTHORIZATION)
@@ -34,7 +35,7 @@ fn admin_token(headers: &HeaderMap) -> Option<&str> {
 }
 
 /// The caller's address (put on every request by the listener).
-type Caller = Option<Extension<Peer>>;
+pub type Caller = Option<Extension<Peer>>;
 
 /// Checks the admin token of a JSON API call, as the gRPC gate does: an address that
 /// kept guessing is refused before the token is looked at, and every wrong one counts.
@@ -45,9 +46,30 @@ fn admin(fleet: &Fleet, headers: &HeaderMap, caller: &Caller) -> Result<(), Flee
             "too many failed attempts from this address; retry in a minute".into(),
         ));
     }
-    let checked = fleet.check_admin(admin_token(headers));
+    let checked = fleet.check_admin(bearer_token(headers));
     if checked.is_err() {
         fleet.auth_failures.failed(ip, Secret::Admin);
+    }
+    checked
+}
+
+/// Checks the worker token of an HTTP call (a download of a worker binary), as the gRPC
+/// gate does: an address that kept guessing is refused before the token is looked at, and
+/// every wrong one counts.
+pub async fn worker(
+    fleet: &Fleet,
+    headers: &HeaderMap,
+    caller: &Caller,
+) -> Result<crate::store::WorkerRecord, FleetError> {
+    let ip = caller.as_ref().map(|Extension(p)| p.0.ip());
+    if fleet.auth_failures.is_shut_out(ip, Secret::Worker) {
+        return Err(FleetError::TooMany(
+            "too many failed attempts from this address; retry in a minute".into(),
+        ));
+    }
+    let checked = fleet.worker_by_token(bearer_token(headers)).await;
+    if checked.is_err() {
+        fleet.auth_failures.failed(ip, Secret::Worker);
     }
     checked
 }
@@ -183,7 +205,7 @@ pub async fn workers(
 ) -> Response {
     // the full view (CPU features, hardware class) for the operator; labels for anyone
     // (a wrong token is a wrong token: counted, and refused)
-    let full = match admin_token(&headers) {
+    let full = match bearer_token(&headers) {
         None => false,
         Some(_) => match admin(&fleet, &headers, &caller) {
             Ok(()) => true,

@@ -227,6 +227,16 @@ async fn a_worker_switches_to_a_newer_signed_build_between_units_and_the_total_s
         offered["offered"][0]["platform"],
         e2fleet_proto::release::this_platform()
     );
+    // the binary is for workers: a stranger without a token gets none (and no slot)
+    let stranger = Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
+        .arg(format!(
+            "{url}/downloads/worker/{}/{v}/e2fleet-worker",
+            e2fleet_proto::release::this_platform()
+        ))
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&stranger.stdout), "401");
 }
 
 #[tokio::test(flavor = "multi_thread")]
