@@ -163,34 +163,67 @@ async fn walks_on(url: &str, job: &str, than: u64) -> u64 {
     }
 }
 
+/// A coordinator serving a releases folder, and the fleet's release key.
+struct Fleet {
+    dir: tempfile::TempDir,
+    releases: PathBuf,
+    /// The key's folder (`release.key`, `release.pub`).
+    keys: PathBuf,
+    /// The public key's base64 line.
+    public: String,
+    url: String,
+    _coordinator: Proc,
+}
+
+impl Fleet {
+    fn start() -> Fleet {
+        let dir = tempfile::tempdir().unwrap();
+        let releases = dir.path().join("releases");
+        let (keys, public) = generate_key(dir.path(), "key");
+        let (coordinator, url) = serve(
+            &dir.path().join("c.db"),
+            "127.0.0.1:0",
+            &["--releases", releases.to_str().unwrap()],
+        );
+        Fleet {
+            dir,
+            releases,
+            keys,
+            public,
+            url,
+            _coordinator: coordinator,
+        }
+    }
+
+    /// Signs `binary` with the fleet's key and offers it.
+    fn publish(&self, binary: &Path) {
+        publish(&self.releases, &self.keys, binary);
+    }
+
+    /// A copy of this worker binary stamped `version`.
+    fn build(&self, version: &str) -> PathBuf {
+        restamped(
+            Path::new(env!("CARGO_BIN_EXE_e2fleet-worker")),
+            self.dir.path(),
+            version,
+        )
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn a_worker_switches_to_a_newer_signed_build_between_units_and_the_total_stays_exact() {
-    let dir = tempfile::tempdir().unwrap();
-    let releases = dir.path().join("releases");
-    let (keys, _) = generate_key(dir.path(), "key");
-    let (_coordinator, url) = serve(
-        &dir.path().join("c.db"),
-        "127.0.0.1:0",
-        &["--releases", releases.to_str().unwrap()],
-    );
-    let job = submit_6x6(&url);
-    let data = dir.path().join("w");
-    let mut worker = worker_with(&url, &data, "updating", 1, &["--updates", "on"], false);
-    walks_on(&url, &job, 5).await;
-    assert_eq!(versions_of(&url, "updating"), [own_version()]);
+    let fleet = Fleet::start();
+    let (dir, url) = (fleet.dir.path(), fleet.url.as_str());
+    let job = submit_6x6(url);
+    let data = dir.join("w");
+    let mut worker = worker_with(url, &data, "updating", 1, &["--updates", "on"], false);
+    walks_on(url, &job, 5).await;
+    assert_eq!(versions_of(url, "updating"), [own_version()]);
     // the operator publishes a newer build while the worker walks
     let v = newer(1);
-    publish(
-        &releases,
-        &keys,
-        &restamped(
-            Path::new(env!("CARGO_BIN_EXE_e2fleet-worker")),
-            dir.path(),
-            &v,
-        ),
-    );
+    fleet.publish(&fleet.build(&v));
     wait_log(&data, "update confirmed", Duration::from_secs(60)).await;
-    let doc = wait_job(&url, &job, Duration::from_secs(120), |d| {
+    let doc = wait_job(url, &job, Duration::from_secs(120), |d| {
         d["state"] == "complete"
     })
     .await;
@@ -205,11 +238,11 @@ async fn a_worker_switches_to_a_newer_signed_build_between_units_and_the_total_s
     );
     // (it registers again as the new build once it has confirmed itself)
     let start = Instant::now();
-    while versions_of(&url, "updating") != std::slice::from_ref(&v) {
+    while versions_of(url, "updating") != std::slice::from_ref(&v) {
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "the coordinator does not know the worker as {v}: {:?}",
-            versions_of(&url, "updating")
+            versions_of(url, "updating")
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
@@ -241,50 +274,39 @@ async fn a_worker_switches_to_a_newer_signed_build_between_units_and_the_total_s
 
 #[tokio::test(flavor = "multi_thread")]
 async fn bad_releases_are_refused_and_the_running_build_walks_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let releases = dir.path().join("releases");
-    let (keys, public) = generate_key(dir.path(), "key");
-    let (other_keys, _) = generate_key(dir.path(), "other");
-    let (_coordinator, url) = serve(
-        &dir.path().join("c.db"),
-        "127.0.0.1:0",
-        &["--releases", releases.to_str().unwrap()],
-    );
+    let fleet = Fleet::start();
+    let (dir, url, releases) = (fleet.dir.path(), fleet.url.as_str(), &fleet.releases);
+    let (other_keys, _) = generate_key(dir, "other");
     // a long job: the worker walks through every case
     let puzzle = puzzle_path(e2fleet_engine::testing::BENCH_EASY_16.file);
     let job = admin(
-        &url,
+        url,
         &["submit", puzzle.to_str().unwrap(), "--units", "4000"],
     )["job_id"]
         .as_str()
         .unwrap()
         .to_string();
-    let data = dir.path().join("w");
+    let data = dir.join("w");
     let _worker = worker_with(
-        &url,
+        url,
         &data,
         "careful",
         1,
-        &["--updates", "on", "--release-key", &public],
+        &["--updates", "on", "--release-key", &fleet.public],
         false,
     );
-    let mut done = walks_on(&url, &job, 2).await;
-    let original = Path::new(env!("CARGO_BIN_EXE_e2fleet-worker"));
+    let mut done = walks_on(url, &job, 2).await;
     let platform = e2fleet_proto::release::this_platform();
 
     // signed by another key
-    publish(
-        &releases,
-        &other_keys,
-        &restamped(original, dir.path(), &newer(1)),
-    );
+    publish(releases, &other_keys, &fleet.build(&newer(1)));
     wait_log(&data, "different key", Duration::from_secs(30)).await;
-    done = walks_on(&url, &job, done).await;
+    done = walks_on(url, &job, done).await;
 
     // a signature that does not hold (its bytes changed, its statement intact)
     let v = newer(2);
-    publish(&releases, &keys, &restamped(original, dir.path(), &v));
-    let sig = served_binary(&releases, &v).with_extension("minisig");
+    fleet.publish(&fleet.build(&v));
+    let sig = served_binary(releases, &v).with_extension("minisig");
     let text = std::fs::read_to_string(&sig).unwrap();
     let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
     let flipped: String = lines[1]
@@ -301,12 +323,12 @@ async fn bad_releases_are_refused_and_the_running_build_walks_on() {
     lines[1] = flipped;
     std::fs::write(&sig, lines.join("\n") + "\n").unwrap();
     wait_log(&data, "signature does not hold", Duration::from_secs(30)).await;
-    done = walks_on(&url, &job, done).await;
+    done = walks_on(url, &job, done).await;
 
     // truncated on the way (the file served is shorter than the release)
     let v = newer(3);
-    publish(&releases, &keys, &restamped(original, dir.path(), &v));
-    let served = served_binary(&releases, &v);
+    fleet.publish(&fleet.build(&v));
+    let served = served_binary(releases, &v);
     let len = std::fs::metadata(&served).unwrap().len();
     std::fs::OpenOptions::new()
         .write(true)
@@ -320,36 +342,36 @@ async fn bad_releases_are_refused_and_the_running_build_walks_on() {
         Duration::from_secs(30),
     )
     .await;
-    done = walks_on(&url, &job, done).await;
+    done = walks_on(url, &job, done).await;
 
     // oversized (more bytes than the release has)
     let v = newer(4);
-    publish(&releases, &keys, &restamped(original, dir.path(), &v));
-    let served = served_binary(&releases, &v);
+    fleet.publish(&fleet.build(&v));
+    let served = served_binary(releases, &v);
     let mut bytes = std::fs::read(&served).unwrap();
     bytes.extend_from_slice(&[0u8; 100_000]);
     std::fs::write(&served, bytes).unwrap();
     wait_log(&data, "larger than the", Duration::from_secs(30)).await;
-    done = walks_on(&url, &job, done).await;
+    done = walks_on(url, &job, done).await;
 
     // a downgrade, even properly signed
     let older = "0.0.9";
     assert_eq!(older.len(), own_version().len());
-    publish(&releases, &keys, &restamped(original, dir.path(), older));
+    fleet.publish(&fleet.build(older));
     wait_log(
         &data,
         "a downgrade is never installed",
         Duration::from_secs(30),
     )
     .await;
-    walks_on(&url, &job, done).await;
+    walks_on(url, &job, done).await;
 
     // every refusal named its version, nothing was switched to, and the coordinator
     // still sees this build
     let log = log_of(&data);
     assert_eq!(log.matches("update refused").count(), 5, "{log}");
     assert!(!data.join("releases/current").exists());
-    assert_eq!(versions_of(&url, "careful"), [own_version()]);
+    assert_eq!(versions_of(url, "careful"), [own_version()]);
     assert!(releases.join("worker").join(&platform).exists());
 }
 
@@ -359,16 +381,10 @@ async fn bad_releases_are_refused_and_the_running_build_walks_on() {
 )]
 #[tokio::test(flavor = "multi_thread")]
 async fn a_full_disk_refuses_the_update_and_the_worker_walks_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let releases = dir.path().join("releases");
-    let (keys, public) = generate_key(dir.path(), "key");
-    let (_coordinator, url) = serve(
-        &dir.path().join("c.db"),
-        "127.0.0.1:0",
-        &["--releases", releases.to_str().unwrap()],
-    );
-    let job = submit_6x6(&url);
-    let data = dir.path().join("w");
+    let fleet = Fleet::start();
+    let (dir, url) = (fleet.dir.path(), fleet.url.as_str());
+    let job = submit_6x6(url);
+    let data = dir.join("w");
     std::fs::create_dir_all(data.join("releases")).unwrap();
     // the worker in a mount namespace of its own, its releases folder a 1 MiB tmpfs
     let log = std::fs::File::create(data.with_extension("log")).unwrap();
@@ -383,7 +399,7 @@ async fn a_full_disk_refuses_the_update_and_the_worker_walks_on() {
             .args([
                 "run",
                 "--coordinator",
-                &url,
+                url,
                 "--token",
                 crate::harness::ENROLL,
             ])
@@ -392,7 +408,7 @@ async fn a_full_disk_refuses_the_update_and_the_worker_walks_on() {
             .arg(&data)
             .arg("--cache-dir")
             .arg(crate::harness::shared_cache())
-            .args(["--updates", "on", "--release-key", &public])
+            .args(["--updates", "on", "--release-key", &fleet.public])
             .env("RUST_LOG", "info")
             .env("E2FLEET_ON_BATTERY", "run")
             .stdout(std::process::Stdio::null())
@@ -400,45 +416,31 @@ async fn a_full_disk_refuses_the_update_and_the_worker_walks_on() {
             .spawn()
             .unwrap(),
     );
-    let done = walks_on(&url, &job, 2).await;
-    publish(
-        &releases,
-        &keys,
-        &restamped(
-            Path::new(env!("CARGO_BIN_EXE_e2fleet-worker")),
-            dir.path(),
-            &newer(1),
-        ),
-    );
+    let done = walks_on(url, &job, 2).await;
+    fleet.publish(&fleet.build(&newer(1)));
     wait_log(&data, "No space left on device", Duration::from_secs(30)).await;
-    walks_on(&url, &job, done).await;
-    let doc = wait_job(&url, &job, Duration::from_secs(120), |d| {
+    walks_on(url, &job, done).await;
+    let doc = wait_job(url, &job, Duration::from_secs(120), |d| {
         d["state"] == "complete"
     })
     .await;
     assert_exact(&doc, BRENDAN_6X6);
-    assert_eq!(versions_of(&url, "full"), [own_version()]);
+    assert_eq!(versions_of(url, "full"), [own_version()]);
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_build_that_cannot_start_is_rolled_back_and_never_taken_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let releases = dir.path().join("releases");
-    let (keys, _) = generate_key(dir.path(), "key");
-    let (_coordinator, url) = serve(
-        &dir.path().join("c.db"),
-        "127.0.0.1:0",
-        &["--releases", releases.to_str().unwrap()],
-    );
-    let job = submit_6x6(&url);
-    let data = dir.path().join("w");
+    let fleet = Fleet::start();
+    let (dir, url) = (fleet.dir.path(), fleet.url.as_str());
+    let job = submit_6x6(url);
+    let data = dir.join("w");
     // a signed "release" that exits at once: /bin/false with a version stamp
-    let broken = dir.path().join("broken");
+    let broken = dir.join("broken");
     let mut bytes = std::fs::read("/bin/false").unwrap();
     bytes.extend_from_slice(format!("E2FLEET_WORKER_RELEASE={};", newer(7)).as_bytes());
     std::fs::write(&broken, bytes).unwrap();
-    publish(&releases, &keys, &broken);
-    let mut first = worker_with(&url, &data, "rolled", 1, &["--updates", "on"], false);
+    fleet.publish(&broken);
+    let mut first = worker_with(url, &data, "rolled", 1, &["--updates", "on"], false);
     // it switches and the new build dies: the process ends (a service manager restarts it)
     let start = Instant::now();
     while first.0.try_wait().unwrap().is_none() {
@@ -457,8 +459,8 @@ async fn a_build_that_cannot_start_is_rolled_back_and_never_taken_again() {
         Some(newer(7).as_str())
     );
     // restarted: the unconfirmed trial is rolled back, this build walks the job to the end
-    let _second = worker_with(&url, &data, "rolled", 1, &["--updates", "on"], false);
-    let doc = wait_job(&url, &job, Duration::from_secs(120), |d| {
+    let _second = worker_with(url, &data, "rolled", 1, &["--updates", "on"], false);
+    let doc = wait_job(url, &job, Duration::from_secs(120), |d| {
         d["state"] == "complete"
     })
     .await;
@@ -469,5 +471,5 @@ async fn a_build_that_cannot_start_is_rolled_back_and_never_taken_again() {
     assert!(!data.join("releases/current").exists());
     let refused = std::fs::read_to_string(data.join("releases/refused")).unwrap();
     assert_eq!(refused.trim(), newer(7));
-    assert_eq!(versions_of(&url, "rolled"), [own_version()]);
+    assert_eq!(versions_of(url, "rolled"), [own_version()]);
 }
