@@ -122,6 +122,8 @@ pub struct Updater {
     config: UpdateConfig,
     folder: Folder,
     own: Version,
+    /// The versions rolled back here (read once: only a start rolls one back).
+    rolled_back: Vec<Version>,
     fetching: Option<(String, oneshot::Receiver<Result<Version, UpdateError>>)>,
     /// offered version -> not before this
     backoff: HashMap<String, Instant>,
@@ -130,9 +132,11 @@ pub struct Updater {
 impl Updater {
     /// The updater of a worker whose data directory is `data_dir`.
     pub fn new(config: UpdateConfig, data_dir: &Path) -> Updater {
+        let folder = Folder::new(data_dir);
         Updater {
             config,
-            folder: Folder::new(data_dir),
+            rolled_back: folder.refused(),
+            folder,
             own: version(),
             fetching: None,
             backoff: HashMap::new(),
@@ -148,7 +152,7 @@ impl Updater {
         let Ok(version) = Version::parse(offered) else {
             return;
         };
-        if version == self.own || self.folder.is_refused(&version) {
+        if version == self.own || self.rolled_back.contains(&version) {
             return;
         }
         if self
