@@ -11,6 +11,8 @@
 //! - [`store`]: all storage, behind named operations in domain terms (`store/tx.rs`), the
 //!   SQL in `store/sql/`, run by `store/sqlite/` (one writer thread) or `store/postgres/`;
 //!   migrations in `../migrations`.
+//! - [`releases`]: signed worker releases: the key, publishing, what is offered and
+//!   served under `/downloads/`.
 //! - [`server`]: one port for gRPC and HTTP (`serve(listener, fleet, shutdown)`): the
 //!   tonic services, the JSON API under `/api/`, `/metrics`, the pages of [`dashboard`],
 //!   the guard in front of every call, limits on connections, and the one error table.
@@ -20,9 +22,9 @@
 //! - `cli/` (in the binary, beside `main.rs`): the command line (`serve`, `submit`, `jobs`,
 //!   ...) over all of the above.
 //!
-//! Dependencies point one way: `server` -> `fleet` / `status` -> `store`; the engine crate
-//! supplies the puzzle model, enumeration, splitting and the verifier; `e2fleet-proto` the
-//! API's values and the wire.
+//! Dependencies point one way: `server` -> `fleet` / `status` -> `store`, and `server` /
+//! `fleet` -> `releases` (files only); the engine crate supplies the puzzle model,
+//! enumeration, splitting and the verifier; `e2fleet-proto` the API's values and the wire.
 
 pub mod client;
 pub mod dashboard;

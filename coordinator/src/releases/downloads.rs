@@ -1,5 +1,6 @@
-//! `GET /downloads/...`: the releases folder's files, to workers updating themselves (the
-//! same port as everything else). Only the paths of [`e2fleet_proto::release`] are served,
+//! What `GET /downloads/...` serves of the releases folder (the handler is the server's,
+//! `server/downloads.rs`), to workers updating themselves (the same port as everything
+//! else). Only the paths of [`e2fleet_proto::release`] are served,
 //! each name checked. The key, the manifests and the signatures (a few hundred bytes
 //! each) are open to anyone; a binary is for workers: its request carries a worker token
 //! (checked, and failures counted against the address, as on gRPC), so nobody without
@@ -9,20 +10,12 @@
 //! checks then refuse the truncated file).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use axum::body::Body;
-use axum::extract::{Path, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::response::{IntoResponse, Response};
 use e2fleet_proto::release::{BINARY, is_path_safe};
 use tokio::sync::Semaphore;
-use tokio_stream::StreamExt;
 
 use super::publish::PUBLIC_KEY_FILE;
-use crate::fleet::Fleet;
-use crate::server::errors::http_error;
-use crate::server::http::Caller;
 
 /// Downloads served at once (a release is ~12 MB: a thousand workers updating take turns).
 pub const DOWNLOADS_AT_ONCE: usize = 8;
@@ -33,7 +26,7 @@ pub const DOWNLOAD_TIME: Duration = Duration::from_secs(600);
 
 /// The permits of [`DOWNLOADS_AT_ONCE`].
 #[derive(Debug)]
-pub struct DownloadSlots(Arc<Semaphore>);
+pub struct DownloadSlots(pub Arc<Semaphore>);
 
 impl Default for DownloadSlots {
     fn default() -> Self {
@@ -43,7 +36,7 @@ impl Default for DownloadSlots {
 
 /// Which file of the releases folder `path` names, if it is one that is served, and
 /// whether it is a binary (for workers only).
-fn served_file(path: &str) -> Option<(std::path::PathBuf, bool)> {
+pub fn served_file(path: &str) -> Option<(std::path::PathBuf, bool)> {
     let parts: Vec<&str> = path.split('/').collect();
     let ok = match parts.as_slice() {
         [key] => *key == PUBLIC_KEY_FILE,
@@ -57,78 +50,6 @@ fn served_file(path: &str) -> Option<(std::path::PathBuf, bool)> {
     };
     let binary = parts.len() == 4 && parts[3] == BINARY;
     ok.then(|| (parts.iter().collect(), binary))
-}
-
-/// `GET /downloads/{*path}`
-pub async fn download(
-    State(fleet): State<Arc<Fleet>>,
-    Path(path): Path<String>,
-    headers: HeaderMap,
-    caller: Caller,
-) -> Response {
-    let (Some(releases), Some((relative, binary))) = (fleet.releases(), served_file(&path)) else {
-        return (StatusCode::NOT_FOUND, "no such download").into_response();
-    };
-    let permit = if binary {
-        if let Err(e) = crate::server::http::worker(&fleet, &headers, &caller).await {
-            return http_error(e);
-        }
-        let Ok(permit) = fleet.download_slots().0.clone().try_acquire_owned() else {
-            return (
-                StatusCode::SERVICE_UNAVAILABLE,
-                [(header::RETRY_AFTER, "30")],
-                "busy with other downloads; retry later",
-            )
-                .into_response();
-        };
-        Some(permit)
-    } else {
-        None
-    };
-    let full = releases.dir().join(relative);
-    let file = match tokio::fs::File::open(&full).await {
-        Ok(f) => f,
-        Err(_) => return (StatusCode::NOT_FOUND, "no such download").into_response(),
-    };
-    let Ok(meta) = file.metadata().await else {
-        return (StatusCode::NOT_FOUND, "no such download").into_response();
-    };
-    if !meta.is_file() {
-        return (StatusCode::NOT_FOUND, "no such download").into_response();
-    }
-    let until = Instant::now() + DOWNLOAD_TIME;
-    let stream = tokio_util::io::ReaderStream::with_capacity(file, 64 << 10)
-        .timeout(CHUNK_TIME)
-        .map_while(move |chunk| {
-            // the permit lives as long as the body streams
-            let _held = &permit;
-            if Instant::now() >= until {
-                return None;
-            }
-            Some(match chunk {
-                Ok(read) => read,
-                Err(_) => Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    "the download reads too slowly",
-                )),
-            })
-        });
-    let kind = if path.ends_with(".json") {
-        "application/json"
-    } else if path.ends_with(BINARY) {
-        "application/octet-stream"
-    } else {
-        "text/plain; charset=utf-8"
-    };
-    (
-        [
-            (header::CONTENT_TYPE, kind.to_string()),
-            (header::CONTENT_LENGTH, meta.len().to_string()),
-            (header::CACHE_CONTROL, "no-cache".to_string()),
-        ],
-        Body::from_stream(stream),
-    )
-        .into_response()
 }
 
 #[cfg(test)]

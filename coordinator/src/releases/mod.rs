@@ -19,7 +19,8 @@
 //! # Layout
 //! - this file: [`Releases`], what the server offers (read from the folder, cached);
 //! - [`publish`]: `release-key generate` and `release publish`;
-//! - [`downloads`]: `GET /downloads/...`, streamed, a bounded number at once.
+//! - [`downloads`]: which files `GET /downloads/...` serves (the handler is the
+//!   server's) and its limits.
 
 pub mod downloads;
 pub mod publish;

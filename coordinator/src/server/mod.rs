@@ -14,6 +14,7 @@
 //! - [`errors`]: the one error -> gRPC code / HTTP status table and the bearer parser.
 
 pub mod deadline;
+pub mod downloads;
 pub mod errors;
 pub mod grpc;
 pub mod guard;
@@ -90,10 +91,7 @@ pub fn router(fleet: Arc<Fleet>) -> axum::Router {
         .route("/api/verification", get(http::verification))
         .route("/api/releases", get(http::releases))
         .route("/metrics", get(metrics::metrics))
-        .route(
-            "/downloads/{*path}",
-            get(crate::releases::downloads::download),
-        )
+        .route("/downloads/{*path}", get(downloads::download))
         .merge(crate::dashboard::routes())
         .with_state(fleet)
         .layer(

@@ -18,7 +18,7 @@
 //! # Layout
 //! - this file: the flags ([`RunArgs`]), the configuration they become ([`RunConfig`])
 //!   and [`run`]: join, verify this machine, then the loop;
-//! - `fleet_loop.rs`: the loop, a struct whose methods are its phases (collect results,
+//! - `fleet_loop/`: the loop, a struct whose methods are its phases (collect results,
 //!   report, heartbeat, prepare jobs, feed engines, lease, pause, stop);
 //! - [`controls`]: stop and pause from outside the loop, and the loop's snapshot of
 //!   itself; [`local_control`]: the control socket `status`, `pause`, `resume` and `stop`
