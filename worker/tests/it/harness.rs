@@ -364,3 +364,30 @@ pub fn nodes_with_verdict(doc: &serde_json::Value, verdict: &str) -> i64 {
         .map(|r| r["nodes"].as_i64().unwrap())
         .sum()
 }
+
+/// Sends raw bytes and reads what comes back until the peer closes (bounded).
+pub async fn raw_exchange(addr: &str, bytes: &[u8]) -> Vec<u8> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = s.write_all(bytes).await;
+    let mut out = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
+    out
+}
+
+/// `GET path` over HTTP/1.1 from a coordinator at `url` (`http://`): its status and body.
+pub async fn http_get(url: &str, path: &str) -> (u16, String) {
+    let addr = url.trim_start_matches("http://");
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let answer = String::from_utf8_lossy(&raw_exchange(addr, request.as_bytes()).await).to_string();
+    let status = answer
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = answer
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    (status, body)
+}

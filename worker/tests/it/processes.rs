@@ -28,11 +28,10 @@ use std::time::{Duration, Instant};
 use e2fleet_engine::testing::{BRENDAN_5X5, BRENDAN_6X6, assert_exact};
 use e2fleet_proto::v2;
 use e2fleet_proto::v2::worker_service_client::WorkerServiceClient;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::harness::{
-    ADMIN, ENROLL, Proc, admin, coordinator_bin, json_of, puzzle_path, serve, wait_job,
-    worker_json, worker_with,
+    ADMIN, ENROLL, Proc, admin, coordinator_bin, json_of, puzzle_path, raw_exchange, serve,
+    wait_job, worker_json, worker_with,
 };
 
 /// Submits Brendan 6x6 split at depth 2 with a node budget per run (so units end in
@@ -715,15 +714,6 @@ async fn a_misreporting_worker_is_outvoted_and_its_host_quarantined() {
         .iter()
         .any(|r| r["verdict"] == "wrong");
     assert!(wrong, "the lie is on record: {}", doc["results"]);
-}
-
-/// Sends raw bytes and reads what comes back until the peer closes (bounded).
-async fn raw_exchange(addr: &str, bytes: &[u8]) -> Vec<u8> {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let _ = s.write_all(bytes).await;
-    let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut out)).await;
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

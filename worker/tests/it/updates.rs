@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use e2fleet_engine::testing::{BRENDAN_6X6, assert_exact};
 
-use crate::harness::{Proc, admin, coordinator_bin, puzzle_path, serve, wait_job, worker_with};
+use crate::harness::{
+    Proc, admin, coordinator_bin, http_get, puzzle_path, serve, wait_job, worker_with,
+};
 
 /// This build's version (the stamp's).
 fn own_version() -> String {
@@ -250,26 +252,20 @@ async fn a_worker_switches_to_a_newer_signed_build_between_units_and_the_total_s
     assert_eq!(current.trim(), v);
     assert!(!data.join("releases/trial").exists());
     // what the dashboard's workers page reads: the release offered, per platform
-    let offered = Command::new("curl")
-        .args(["-fsS", &format!("{url}/api/releases")])
-        .output()
-        .unwrap();
-    let offered: serde_json::Value = serde_json::from_slice(&offered.stdout).unwrap();
+    let (status, body) = http_get(url, "/api/releases").await;
+    assert_eq!(status, 200, "{body}");
+    let offered: serde_json::Value = serde_json::from_str(&body).unwrap();
     assert_eq!(offered["offered"][0]["version"], v.as_str());
     assert_eq!(
         offered["offered"][0]["platform"],
         e2fleet_proto::release::this_platform()
     );
     // the binary is for workers: a stranger without a token gets none (and no slot)
-    let stranger = Command::new("curl")
-        .args(["-s", "-o", "/dev/null", "-w", "%{http_code}"])
-        .arg(format!(
-            "{url}/downloads/worker/{}/{v}/e2fleet-worker",
-            e2fleet_proto::release::this_platform()
-        ))
-        .output()
-        .unwrap();
-    assert_eq!(String::from_utf8_lossy(&stranger.stdout), "401");
+    let binary = format!(
+        "/downloads/worker/{}/{v}/e2fleet-worker",
+        e2fleet_proto::release::this_platform()
+    );
+    assert_eq!(http_get(url, &binary).await.0, 401);
 }
 
 #[tokio::test(flavor = "multi_thread")]
