@@ -179,13 +179,12 @@ impl WorkerService for WorkerApi {
     ) -> Result<Response<v2::HeartbeatResponse>, Status> {
         let worker = self.worker(&request).await?;
         let beat = wire(Heartbeat::try_from(request.get_ref()))?;
-        let platform = request.get_ref().platform.clone();
         let answer = self.0.heartbeat(&worker, &beat).await.map_err(status_of)?;
         Ok(Response::new(v2::HeartbeatResponse {
             deadline_unix_ms: answer.deadline_ms,
             stop_lease_ids: answer.stop.iter().map(ToString::to_string).collect(),
             yield_lease_ids: answer.yield_now.iter().map(ToString::to_string).collect(),
-            worker_release: self.0.offered_release(&platform),
+            worker_release: self.0.offered_release(&beat.platform),
         }))
     }
 

@@ -178,6 +178,8 @@ pub struct Heartbeat {
     pub network_wait: f64,
     /// Median round trip of its recent calls, ms (0: not measured).
     pub round_trip_ms: f64,
+    /// Its platform, `ARCH-OS` (which worker release to offer it); empty: not said.
+    pub platform: String,
 }
 
 /// What became of a report.

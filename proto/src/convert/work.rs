@@ -234,8 +234,7 @@ impl From<&Heartbeat> for v2::HeartbeatRequest {
             paused: h.paused.clone(),
             network_wait: h.network_wait,
             round_trip_ms: h.round_trip_ms,
-            // the sender's: heartbeats are sent by the worker they describe
-            platform: crate::release::this_platform(),
+            platform: h.platform.clone(),
         }
     }
 }
@@ -264,6 +263,12 @@ impl TryFrom<&v2::HeartbeatRequest> for Heartbeat {
             paused: r.paused.clone(),
             network_wait: label_number(r.network_wait, 0.0, 1.0),
             round_trip_ms: label_number(r.round_trip_ms, 0.0, 3_600_000.0),
+            // a label only (which release to offer): anything that cannot name one is none
+            platform: if crate::release::is_path_safe(&r.platform) {
+                r.platform.clone()
+            } else {
+                String::new()
+            },
         })
     }
 }

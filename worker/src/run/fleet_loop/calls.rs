@@ -115,6 +115,7 @@ impl FleetLoop {
                 .conn
                 .round_trip()
                 .map_or(0.0, |d| d.as_secs_f64() * 1000.0),
+            platform: e2fleet_proto::release::this_platform(),
         };
         self.heartbeats_out.sent();
         self.heartbeat_now = false;
