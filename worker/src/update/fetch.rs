@@ -93,7 +93,15 @@ pub async fn fetch_and_stage(
             "{version} was rolled back on this machine before"
         )));
     }
-    if folder.verify_installed(&version, key).is_ok() {
+    // staged before (a switch that did not happen yet): reading and hashing it is disk
+    // work, off the runtime's threads
+    let already = {
+        let (folder, key, version) = (folder.clone(), key.clone(), version.clone());
+        tokio::task::spawn_blocking(move || folder.verify_installed(&version, &key).is_ok())
+            .await
+            .unwrap_or(false)
+    };
+    if already {
         return Ok(version);
     }
     let signature_text = small(api, &format!("{base}/{}", manifest.signature_path())).await?;
@@ -140,7 +148,9 @@ pub async fn fetch_and_stage(
                 manifest.size
             )));
         }
-        file.sync_all()
+        tokio::task::spawn_blocking(move || file.sync_all())
+            .await
+            .map_err(|e| UpdateError::local(format!("cannot write the update: {e}")))?
             .map_err(|e| UpdateError::local(format!("cannot write the update: {e}")))?;
         if format!("{:x}", sha2::Digest::finalize(sha)) != manifest.sha256 {
             return Err(UpdateError::refused(
