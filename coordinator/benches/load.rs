@@ -27,14 +27,17 @@
 //! and caches, the workers spread over them round robin)
 //! ```
 //! Prints completed units/s, lease/report latency percentiles as the workers saw them,
-//! and the writer thread's figures (queue wait, run time per job, commits, busy share).
+//! the writer thread's figures (queue wait, run time per job, commits, busy share), and
+//! on PostgreSQL the round trips and statements per completed unit (counted by the
+//! store) and the server's CPU time per unit (its processes' times, when it runs on this
+//! machine).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use e2fleet_coordinator::fleet::{Fleet, FleetConfig, system_clock};
-use e2fleet_coordinator::store::{Database, Store, WriterTotals};
+use e2fleet_coordinator::store::{Database, Store, TrafficTotals, WriterTotals};
 use e2fleet_engine::formats::{LoadOptions, load_file, to_site_json};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{NoControl, RunOptions, Walker};
@@ -265,6 +268,13 @@ async fn run() {
             .fold(Default::default(), add_totals)
     };
     let w0 = writers(&fleets);
+    let traffic = |fleets: &[Arc<Fleet>]| {
+        fleets
+            .iter()
+            .filter_map(|f| f.db_traffic())
+            .fold(TrafficTotals::default(), |a, b| a + b)
+    };
+    let (t0, cpu0) = (traffic(&fleets), server_cpu_s());
     let started = Instant::now();
     if campaign > 0 {
         run_campaign(&done, campaign, &measured, &fleet).await;
@@ -274,6 +284,7 @@ async fn run() {
     let completed = done.load(Ordering::Relaxed) - start_done;
     measuring.store(false, Ordering::Relaxed);
     let w1 = writers(&fleets);
+    let (t1, cpu1) = (traffic(&fleets), server_cpu_s());
     let elapsed = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
@@ -301,6 +312,9 @@ async fn run() {
         doc.units.done,
     );
     print_writers(&w0, &w1, elapsed);
+    if fleet.db_traffic().is_some() {
+        print_database(t1 - t0, cpu0.zip(cpu1).map(|(a, b)| b - a), completed);
+    }
     coordinator.shutdown_background();
 }
 
@@ -555,6 +569,56 @@ async fn sim_worker(
 }
 
 /// The writer threads' figures over the measured window (`w0` to `w1`).
+/// What the database server was asked and spent per completed unit.
+fn print_database(t: TrafficTotals, server_cpu_s: Option<f64>, completed: u64) {
+    let per = |n: u64| n as f64 / completed.max(1) as f64;
+    let cpu = match server_cpu_s {
+        Some(s) => format!(
+            "server CPU {:.0} us per unit (the postgres processes of this machine)",
+            s * 1e6 / completed.max(1) as f64
+        ),
+        None => "server CPU not measured (no postgres process on this machine)".into(),
+    };
+    println!(
+        "database: {:.1} round trips and {:.1} statements per completed unit (lease and report, reads included); {cpu}",
+        per(t.round_trips),
+        per(t.statements),
+    );
+}
+
+/// CPU seconds this machine's PostgreSQL server processes have used (those that exited
+/// are in the postmaster's children's times); `None` when none runs here.
+fn server_cpu_s() -> Option<f64> {
+    let tick = std::process::Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse::<f64>().ok())
+        .unwrap_or(100.0);
+    let mut ticks = 0u64;
+    let mut found = false;
+    for entry in std::fs::read_dir("/proc").ok()?.flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": fields after the command's closing parenthesis
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        if !head.ends_with("(postgres") {
+            continue;
+        }
+        found = true;
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        // utime, stime, cutime, cstime: fields 14-17 of proc(5), 11-14 here
+        ticks += fields
+            .get(11..15)
+            .map(|f| f.iter().filter_map(|v| v.parse::<u64>().ok()).sum())
+            .unwrap_or(0);
+    }
+    found.then(|| ticks as f64 / tick)
+}
+
 fn print_writers(w0: &WriterTotals, w1: &WriterTotals, elapsed: f64) {
     let jobs = (w1.jobs - w0.jobs).max(1);
     let batches = (w1.batches - w0.batches).max(1);

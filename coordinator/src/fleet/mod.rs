@@ -379,6 +379,11 @@ impl Fleet {
         self.store.writer_stats()
     }
 
+    /// Statements and round trips to the database server ([`Store::traffic`]).
+    pub fn db_traffic(&self) -> Option<crate::store::TrafficTotals> {
+        self.store.traffic()
+    }
+
     /// Which store the fleet is on: `"sqlite"` or `"postgres"`.
     pub fn store_backend(&self) -> &'static str {
         self.store.backend()

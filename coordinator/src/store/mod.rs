@@ -18,6 +18,7 @@
 //! - [`postgres`]: PostgreSQL (`--db postgres://...`), for a database on a server the
 //!   operator already runs, and for several coordinators on one database (migrations in
 //!   `../migrations/postgres`).
+//! - [`traffic`]: statements and round trips to a database server, counted.
 //! - [`migrate`]: the one-way move of a fleet from SQLite to PostgreSQL.
 //! - [`testing`]: what the test suites use to run against either backend.
 
@@ -27,6 +28,7 @@ pub mod records;
 pub mod sql;
 pub mod sqlite;
 pub mod testing;
+pub mod traffic;
 pub mod tx;
 pub mod writer;
 
@@ -35,6 +37,7 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 pub use records::*;
+pub use traffic::TrafficTotals;
 pub use tx::{
     Accounts, Archive, Jobs, Leases, Leasing, MoreRuns, Results, StoreResult, Tx, Units,
     Verifications, Workers,
@@ -235,6 +238,15 @@ impl Store {
         match &self.backend {
             Backend::Sqlite(s) => s.writer_stats(),
             Backend::Postgres(s) => s.writer_stats(),
+        }
+    }
+
+    /// Statements and round trips to the database server so far (`None` on SQLite: it
+    /// runs in this process).
+    pub fn traffic(&self) -> Option<TrafficTotals> {
+        match &self.backend {
+            Backend::Sqlite(_) => None,
+            Backend::Postgres(s) => Some(s.traffic()),
         }
     }
 }

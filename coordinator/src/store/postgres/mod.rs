@@ -47,6 +47,7 @@ use tokio_stream::StreamExt;
 use tracing::{info, warn};
 
 use super::sql::{Conn, Kind, Row, SqlTx, Value, for_postgres};
+use super::traffic::{Traffic, TrafficTotals};
 use super::tx::StoreResult;
 use super::writer::{MAX_QUEUED, Session, Writer, WriterTotals};
 use super::{StoreError, Tx};
@@ -94,6 +95,7 @@ pub struct PgStore {
     pool: PgPool,
     writer: Writer,
     leader: Arc<AtomicBool>,
+    traffic: Arc<Traffic>,
     // last: the pool and writer must not outlive the runtime their connections use
     _runtime: Arc<OwnRuntime>,
 }
@@ -141,7 +143,11 @@ impl PgStore {
                 e => e,
             })?
         };
-        let writer = Writer::start(PgSession::connect(options.clone())?, MAX_QUEUED)?;
+        let traffic = Arc::new(Traffic::default());
+        let writer = Writer::start(
+            PgSession::connect(options.clone(), traffic.clone())?,
+            MAX_QUEUED,
+        )?;
         let leader = Arc::new(AtomicBool::new(false));
         rt.spawn(lead(options, leader.clone()));
         Ok(PgStore {
@@ -149,6 +155,7 @@ impl PgStore {
             pool,
             writer,
             leader,
+            traffic,
             _runtime: runtime,
         })
     }
@@ -170,7 +177,7 @@ impl PgStore {
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
-        let (rt, pool) = (self.rt.clone(), self.pool.clone());
+        let (rt, pool, traffic) = (self.rt.clone(), self.pool.clone(), self.traffic.clone());
         self.rt
             .spawn_blocking(move || {
                 let mut c = rt.block_on(pool.acquire()).map_err(StoreError::from)?;
@@ -190,12 +197,15 @@ impl PgStore {
                         return Err(silent().into());
                     }
                 }
+                traffic.exchanged(1);
                 let mut writes = 0;
                 let out = f(&mut SqlTx::new(&mut PgConn {
                     rt: Driver::Shared(&rt),
                     c: &mut c,
                     writes: &mut writes,
+                    traffic: &traffic,
                 }));
+                traffic.exchanged(1);
                 let committed = rt.block_on(async {
                     tokio::time::timeout(STATEMENT_LIMIT, c.execute("COMMIT")).await
                 });
@@ -212,6 +222,11 @@ impl PgStore {
     /// The writer thread's running totals.
     pub fn writer_stats(&self) -> WriterTotals {
         self.writer.stats()
+    }
+
+    /// Statements and round trips so far, the writer's and the reads'.
+    pub fn traffic(&self) -> TrafficTotals {
+        self.traffic.totals()
     }
 
     /// Whether this coordinator holds [`LEADER_LOCK`] now.
@@ -262,11 +277,12 @@ struct PgSession {
     conn: Option<PgConnection>,
     options: PgConnectOptions,
     writes: i64,
+    traffic: Arc<Traffic>,
 }
 
 impl PgSession {
     /// Connects, from a thread of its own (this may be called inside another runtime).
-    fn connect(options: PgConnectOptions) -> Result<PgSession, StoreError> {
+    fn connect(options: PgConnectOptions, traffic: Arc<Traffic>) -> Result<PgSession, StoreError> {
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -278,6 +294,7 @@ impl PgSession {
                 conn: Some(conn),
                 options,
                 writes: 0,
+                traffic,
             })
         })
         .join()
@@ -288,6 +305,7 @@ impl PgSession {
         let Some(c) = self.conn.as_mut() else {
             return Err("no connection to PostgreSQL".into());
         };
+        self.traffic.exchanged(1);
         let done = self
             .rt
             .block_on(async { tokio::time::timeout(STATEMENT_LIMIT, c.execute(sql)).await });
@@ -314,6 +332,7 @@ impl PgSession {
             rt: Driver::Own(&self.rt),
             c,
             writes: &mut self.writes,
+            traffic: &self.traffic,
         })
     }
 
@@ -379,6 +398,10 @@ impl Session for PgSession {
 }
 
 impl Conn for PgSession {
+    fn is_postgres(&self) -> bool {
+        true
+    }
+
     fn execute(&mut self, sql: &str, params: &[Value]) -> StoreResult<usize> {
         self.statements()?.execute(sql, params)
     }
@@ -400,6 +423,7 @@ struct PgConn<'a> {
     rt: Driver<'a>,
     c: &'a mut PgConnection,
     writes: &'a mut i64,
+    traffic: &'a Traffic,
 }
 
 /// What runs a statement's future to its end from a synchronous caller: the shared
@@ -467,10 +491,15 @@ fn may_write(sql: &str) -> bool {
 }
 
 impl Conn for PgConn<'_> {
+    fn is_postgres(&self) -> bool {
+        true
+    }
+
     fn execute(&mut self, sql: &str, params: &[Value]) -> StoreResult<usize> {
         let sql = for_postgres(sql);
         let q = params.iter().fold(sqlx::query(&sql), bind);
         *self.writes += 1;
+        self.traffic.exchanged(1);
         let c = &mut *self.c;
         let done = self
             .rt
@@ -490,6 +519,7 @@ impl Conn for PgConn<'_> {
         if may_write(sql) {
             *self.writes += 1;
         }
+        self.traffic.exchanged(1);
         let writes = &mut *self.writes;
         let c = &mut *self.c;
         let all = async move {

@@ -60,6 +60,12 @@ pub enum Kind {
 
 /// A connection inside a transaction: runs one statement at a time.
 pub trait Conn {
+    /// Whether the database is PostgreSQL: the few statements whose best form differs
+    /// between the two planners ask (each says why).
+    fn is_postgres(&self) -> bool {
+        false
+    }
+
     /// Runs a statement; the rows it changed.
     fn execute(&mut self, sql: &str, params: &[Value]) -> StoreResult<usize>;
     /// Runs a query, handing its rows to `each` one at a time as they come (a
