@@ -136,7 +136,9 @@ impl Fleet {
                     // still moved the unit's first cursor step into its prefix, and a
                     // lease must hand out the unit as it is stored (it may be in `rows`)
                     Ok(_) => rows = self.leasable(tx, &who, plan.as_deref(), max)?,
-                    Err(FleetError::Store(e @ (StoreError::Sqlite(_) | StoreError::Db(_)))) => {
+                    Err(FleetError::Store(
+                        e @ (StoreError::Sqlite(_) | StoreError::Db(_) | StoreError::Postgres(_)),
+                    )) => {
                         return Err(e.into());
                     }
                     Err(e) => warn!(unit_id = %unit.id, error = %e, "continuation not split"),

@@ -89,6 +89,7 @@ impl Fleet {
                 Ok::<_, FleetError>(())
             })
             .await?;
+        self.store.refresh_statistics();
         self.contexts.lock().expect("context cache").insert(
             job_id,
             Arc::new(JobCtx {

@@ -50,6 +50,9 @@ pub enum StoreError {
     /// The database failed.
     #[error("database: {0}")]
     Db(sqlx::Error),
+    /// The PostgreSQL writer's connection failed, or a statement on it.
+    #[error("database: {0}")]
+    Postgres(tokio_postgres::Error),
     /// A migration failed.
     #[error("migration: {0}")]
     Migrate(sqlx::migrate::MigrateError),
@@ -79,6 +82,12 @@ impl From<rusqlite::Error> for StoreError {
 impl From<sqlx::migrate::MigrateError> for StoreError {
     fn from(e: sqlx::migrate::MigrateError) -> Self {
         StoreError::Migrate(e)
+    }
+}
+
+impl From<tokio_postgres::Error> for StoreError {
+    fn from(e: tokio_postgres::Error) -> Self {
+        StoreError::Postgres(e)
     }
 }
 
@@ -238,6 +247,18 @@ impl Store {
         match &self.backend {
             Backend::Sqlite(s) => s.writer_stats(),
             Backend::Postgres(s) => s.writer_stats(),
+        }
+    }
+
+    /// After many rows arrived at once (a job's units): PostgreSQL's planner statistics
+    /// are brought up to date at once, in the background. The write path's statements are
+    /// prepared once per connection and their plans kept; a plan made from the statistics
+    /// of nearly empty tables (a new database, a first job) walked every open unit for
+    /// each lease until autovacuum's next analysis (up to a minute or more). Nothing to do
+    /// on SQLite, whose statements name their indexes.
+    pub fn refresh_statistics(&self) {
+        if let Backend::Postgres(s) = &self.backend {
+            s.refresh_statistics();
         }
     }
 

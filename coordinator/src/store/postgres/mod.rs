@@ -48,8 +48,11 @@ use tracing::{info, warn};
 
 use super::sql::{Conn, Kind, Row, SqlTx, Value, for_postgres};
 use super::traffic::{Traffic, TrafficTotals};
+
+mod session;
+use session::PgSession;
 use super::tx::StoreResult;
-use super::writer::{MAX_QUEUED, Session, Writer, WriterTotals};
+use super::writer::{MAX_QUEUED, Writer, WriterTotals};
 use super::{StoreError, Tx};
 
 /// The advisory lock every write batch holds until its commit (any 64-bit key the
@@ -145,7 +148,7 @@ impl PgStore {
         };
         let traffic = Arc::new(Traffic::default());
         let writer = Writer::start(
-            PgSession::connect(options.clone(), traffic.clone())?,
+            PgSession::connect(writer_config(url)?, traffic.clone())?,
             MAX_QUEUED,
         )?;
         let leader = Arc::new(AtomicBool::new(false));
@@ -200,7 +203,7 @@ impl PgStore {
                 traffic.exchanged(1);
                 let mut writes = 0;
                 let out = f(&mut SqlTx::new(&mut PgConn {
-                    rt: Driver::Shared(&rt),
+                    rt: &rt,
                     c: &mut c,
                     writes: &mut writes,
                     traffic: &traffic,
@@ -224,6 +227,23 @@ impl PgStore {
         self.writer.stats()
     }
 
+    /// Brings the planner's statistics of the units table up to date, in the
+    /// background (after a submission: see [`crate::store::Store::refresh_statistics`]).
+    pub fn refresh_statistics(&self) {
+        let pool = self.pool.clone();
+        self.rt.spawn(async move {
+            // units only: a job's leases and results start empty, and statistics taken
+            // of an empty table make the planner scan it whole (an unanalysed one is
+            // assumed to hold some pages, and gets index lookups)
+            if let Err(e) = sqlx::query("ANALYZE units")
+                .execute(&pool)
+                .await
+            {
+                warn!(error = %e, "cannot refresh the planner's statistics");
+            }
+        });
+    }
+
     /// Statements and round trips so far, the writer's and the reads'.
     pub fn traffic(&self) -> TrafficTotals {
         self.traffic.totals()
@@ -233,6 +253,22 @@ impl PgStore {
     pub fn is_leader(&self) -> bool {
         self.leader.load(Ordering::Relaxed)
     }
+}
+
+/// The writer connection's settings: the same address, name and session limits as the
+/// read pool's (tokio-postgres reads the same URL forms: host, port, user, password,
+/// database, `?host=/run/postgresql` for a socket, `sslmode=disable|prefer`).
+fn writer_config(url: &str) -> Result<tokio_postgres::Config, StoreError> {
+    let mut config = tokio_postgres::Config::from_str(url)
+        .map_err(|e| StoreError::Open(format!("bad PostgreSQL address: {e}")))?;
+    config
+        .application_name("e2fleet-coordinator")
+        .connect_timeout(STATEMENT_LIMIT)
+        .options(format!(
+            "-c idle_in_transaction_session_timeout={}",
+            IDLE_IN_TRANSACTION.as_millis()
+        ));
+    Ok(config)
 }
 
 /// Keeps trying to hold [`LEADER_LOCK`] on a connection of its own; `leader` says
@@ -269,178 +305,14 @@ async fn lead(options: PgConnectOptions, leader: Arc<AtomicBool>) {
     }
 }
 
-/// The writer's connection, on a single-threaded runtime of its own that the writer
-/// thread drives (a statement's round trip then never crosses threads: ~3x faster than
-/// through the shared runtime); reconnects when it broke.
-struct PgSession {
-    rt: Runtime,
-    conn: Option<PgConnection>,
-    options: PgConnectOptions,
-    writes: i64,
-    traffic: Arc<Traffic>,
-}
-
-impl PgSession {
-    /// Connects, from a thread of its own (this may be called inside another runtime).
-    fn connect(options: PgConnectOptions, traffic: Arc<Traffic>) -> Result<PgSession, StoreError> {
-        std::thread::spawn(move || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .map_err(|e| StoreError::Open(format!("cannot start the writer's runtime: {e}")))?;
-            let conn = rt.block_on(PgConnection::connect_with(&options))?;
-            Ok(PgSession {
-                rt,
-                conn: Some(conn),
-                options,
-                writes: 0,
-                traffic,
-            })
-        })
-        .join()
-        .map_err(|_| StoreError::Open("the writer's connection failed".into()))?
-    }
-
-    fn run(&mut self, sql: &str) -> Result<(), String> {
-        let Some(c) = self.conn.as_mut() else {
-            return Err("no connection to PostgreSQL".into());
-        };
-        self.traffic.exchanged(1);
-        let done = self
-            .rt
-            .block_on(async { tokio::time::timeout(STATEMENT_LIMIT, c.execute(sql)).await });
-        match done {
-            Ok(r) => r.map(|_| ()).map_err(|e| e.to_string()),
-            Err(_) => {
-                // the connection is gone silent: the next batch connects anew
-                self.conn = None;
-                Err(format!(
-                    "no answer from PostgreSQL in {} s",
-                    STATEMENT_LIMIT.as_secs()
-                ))
-            }
-        }
-    }
-
-    /// The connection, to run a job's statements on.
-    fn statements(&mut self) -> StoreResult<PgConn<'_>> {
-        let c = self
-            .conn
-            .as_mut()
-            .ok_or_else(|| StoreError::Writer("no connection to PostgreSQL".into()))?;
-        Ok(PgConn {
-            rt: Driver::Own(&self.rt),
-            c,
-            writes: &mut self.writes,
-            traffic: &self.traffic,
-        })
-    }
-
-    /// A new connection in place of the old (none if the server cannot be reached).
-    fn reconnect(&mut self) {
-        let options = self.options.clone();
-        self.conn = self
-            .rt
-            .block_on(async {
-                tokio::time::timeout(STATEMENT_LIMIT, PgConnection::connect_with(&options)).await
-            })
-            .map_err(|_| warn!("no answer from PostgreSQL to a new connection"))
-            .ok()
-            .and_then(|c| {
-                c.map_err(|e| warn!(error = %e, "cannot reconnect to PostgreSQL"))
-                    .ok()
-            });
-    }
-
-    fn begin_once(&mut self) -> Result<(), String> {
-        self.run("BEGIN")?;
-        let lock = format!("SELECT pg_advisory_xact_lock({WRITE_LOCK})");
-        self.run(&lock)
-    }
-}
-
-impl Session for PgSession {
-    fn begin(&mut self) -> Result<(), String> {
-        if self.conn.is_none() {
-            self.reconnect();
-        }
-        match self.begin_once() {
-            Ok(()) => Ok(()),
-            Err(first) => {
-                // the server restarted or the connection broke: one new connection
-                warn!(error = %first, "the write connection failed; reconnecting");
-                self.rollback();
-                self.reconnect();
-                self.begin_once()
-            }
-        }
-    }
-
-    fn commit(&mut self) -> Result<(), String> {
-        self.run("COMMIT")
-    }
-
-    fn rollback(&mut self) {
-        let _ = self.run("ROLLBACK");
-    }
-
-    fn changes(&mut self) -> Option<i64> {
-        Some(self.writes)
-    }
-
-    fn conn(&mut self) -> &mut dyn Conn {
-        self
-    }
-
-    fn batch_time(&self) -> Duration {
-        BATCH_TIME
-    }
-}
-
-impl Conn for PgSession {
-    fn is_postgres(&self) -> bool {
-        true
-    }
-
-    fn execute(&mut self, sql: &str, params: &[Value]) -> StoreResult<usize> {
-        self.statements()?.execute(sql, params)
-    }
-
-    fn for_each(
-        &mut self,
-        sql: &str,
-        params: &[Value],
-        each: &mut dyn FnMut(&Row) -> StoreResult<()>,
-    ) -> StoreResult<()> {
-        self.statements()?.for_each(sql, params, each)
-    }
-}
-
-/// Statements on a PostgreSQL connection, inside a transaction its owner began.
+/// Statements on a read connection of the pool (sqlx), inside a transaction its owner began.
 /// `writes` counts the statements that may have changed rows or failed (a failed
 /// statement spoils a PostgreSQL transaction: the writer must roll its batch back).
 struct PgConn<'a> {
-    rt: Driver<'a>,
+    rt: &'a Handle,
     c: &'a mut PgConnection,
     writes: &'a mut i64,
     traffic: &'a Traffic,
-}
-
-/// What runs a statement's future to its end from a synchronous caller: the shared
-/// runtime's handle (reads, on its blocking threads) or the writer's own single-threaded
-/// runtime (only `Runtime::block_on` drives a current-thread runtime's I/O).
-enum Driver<'a> {
-    Shared(&'a Handle),
-    Own(&'a Runtime),
-}
-
-impl Driver<'_> {
-    fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
-        match self {
-            Driver::Shared(h) => h.block_on(f),
-            Driver::Own(rt) => rt.block_on(f),
-        }
-    }
 }
 
 /// Binds a value to a statement as its PostgreSQL type.
@@ -485,7 +357,7 @@ fn value_at(row: &PgRow, i: usize) -> StoreResult<Value> {
     })
 }
 
-fn may_write(sql: &str) -> bool {
+pub(super) fn may_write(sql: &str) -> bool {
     let head = sql.trim_start().get(..6).unwrap_or("").to_ascii_uppercase();
     matches!(head.as_str(), "INSERT" | "UPDATE" | "DELETE")
 }
@@ -548,7 +420,7 @@ impl Conn for PgConn<'_> {
 }
 
 /// A statement that got no answer in [`STATEMENT_LIMIT`].
-fn silent() -> StoreError {
+pub(super) fn silent() -> StoreError {
     StoreError::Writer(format!(
         "no answer from PostgreSQL in {} s",
         STATEMENT_LIMIT.as_secs()

@@ -119,7 +119,7 @@ impl Accounts for SqlTx<'_> {
 
     fn account_confirmed(&mut self, id: &AccountId, nodes: u64) -> StoreResult<()> {
         self.c
-            .execute("UPDATE accounts SET confirmed_streak = confirmed_streak + 1, \
+            .execute_deferred("UPDATE accounts SET confirmed_streak = confirmed_streak + 1, \
                    confirmed_results = confirmed_results + 1, confirmed_nodes = confirmed_nodes + ? \
                  WHERE id = ?", args![nodes as i64, id.as_str()])?;
         Ok(())

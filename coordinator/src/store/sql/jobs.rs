@@ -60,7 +60,7 @@ impl SqlTx<'_> {
         let mut counts = decode_counts(&text, column)?;
         change(&mut counts);
         self.c
-            .execute(&format!(
+            .execute_deferred(&format!(
                 "UPDATE jobs SET {column} = ?, accepted_solutions = accepted_solutions + ? WHERE id = ?"
             ), args![encode_counts(&counts), solutions, id.to_string()])?;
         Ok(())

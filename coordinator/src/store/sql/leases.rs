@@ -33,7 +33,7 @@ fn from_row(r: &Row) -> StoreResult<LeaseRecord> {
 
 impl Leases for SqlTx<'_> {
     fn insert_lease(&mut self, l: &LeaseRecord) -> StoreResult<()> {
-        self.c.execute("INSERT INTO leases (id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state, account_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
+        self.c.execute_deferred("INSERT INTO leases (id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state, account_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
                 l.id.to_string(),
                 l.unit_id.0,
                 l.worker_id.to_string(),
@@ -89,7 +89,7 @@ impl Leases for SqlTx<'_> {
     }
 
     fn set_lease_state(&mut self, id: LeaseId, state: LeaseState) -> StoreResult<()> {
-        self.c.execute(
+        self.c.execute_deferred(
             "UPDATE leases SET state = ? WHERE id = ?",
             args![state.as_str(), &id.to_string()],
         )?;

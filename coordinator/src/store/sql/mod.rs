@@ -46,7 +46,7 @@ pub enum Value {
 }
 
 /// The type of a [`Value`].
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Kind {
     /// [`Value::Int`].
     Int,
@@ -68,6 +68,15 @@ pub trait Conn {
 
     /// Runs a statement; the rows it changed.
     fn execute(&mut self, sql: &str, params: &[Value]) -> StoreResult<usize>;
+
+    /// Runs a change whose row count nobody reads. A backend may hold it and send it with
+    /// the next statement (PostgreSQL pipelines them: one round trip for the lot); it is
+    /// applied before any later statement of the transaction runs and before its commit,
+    /// and if it fails, that later statement or the commit fails, so the transaction
+    /// rolls back whole. An error here is the backend's (a statement it cannot prepare).
+    fn execute_deferred(&mut self, sql: &str, params: &[Value]) -> StoreResult<()> {
+        self.execute(sql, params).map(|_| ())
+    }
     /// Runs a query, handing its rows to `each` one at a time as they come (a
     /// certificate of millions of units never sits in memory whole).
     fn for_each(

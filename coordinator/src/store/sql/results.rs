@@ -133,7 +133,7 @@ impl Results for SqlTx<'_> {
             n.core.counts,
             n.core.stop
         ])?;
-        self.c.execute(
+        self.c.execute_deferred(
             "INSERT INTO result_bodies (result_id, json) VALUES (?, ?)",
             args![id, n.body.0],
         )?;
@@ -175,7 +175,7 @@ impl Results for SqlTx<'_> {
         if matches!(verdict, ResultVerdict::Wrong | ResultVerdict::Void) {
             self.withdraw_credit(id)?;
         }
-        self.c.execute(
+        self.c.execute_deferred(
             "UPDATE results SET verdict = ? WHERE id = ?",
             args![verdict.as_str(), id.0],
         )?;
@@ -195,16 +195,16 @@ impl Results for SqlTx<'_> {
             return Ok(false);
         };
         let day = now_ms.div_euclid(DAY_MS);
-        self.c.execute(
+        self.c.execute_deferred(
             "UPDATE results SET credited_day = ? WHERE id = ?",
             args![day, id.0],
         )?;
-        self.c.execute(
+        self.c.execute_deferred(
             "UPDATE accounts SET credit_nodes = credit_nodes + ?, credit_results = credit_results + 1 \
              WHERE id = ?",
             args![nodes, account.as_str()],
         )?;
-        self.c.execute(
+        self.c.execute_deferred(
             "INSERT INTO account_days (account_id, day, nodes, results) VALUES (?, ?, ?, 1) \
              ON CONFLICT (account_id, day) DO UPDATE SET nodes = account_days.nodes + excluded.nodes, \
              results = account_days.results + 1",
@@ -449,7 +449,7 @@ impl Results for SqlTx<'_> {
              AND body_kept = 1 AND counts IS NOT NULL";
         let keep = keep.map(|k| k.0);
         self.c
-            .execute(&format!(
+            .execute_deferred(&format!(
                 "DELETE FROM result_bodies WHERE result_id IN (SELECT id FROM results WHERE {FOLDABLE})"
             ), args![unit.0, keep])?;
         let n = self.c.execute(
@@ -467,8 +467,8 @@ impl Results for SqlTx<'_> {
         };
         for id in &surplus {
             self.c
-                .execute("DELETE FROM result_bodies WHERE result_id = ?", args![id])?;
-            self.c.execute(
+                .execute_deferred("DELETE FROM result_bodies WHERE result_id = ?", args![id])?;
+            self.c.execute_deferred(
                 "UPDATE results SET body_kept = 0 WHERE id = ? AND counts IS NOT NULL",
                 args![id],
             )?;

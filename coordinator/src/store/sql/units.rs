@@ -47,7 +47,7 @@ impl SqlTx<'_> {
     /// `open` while more runs are needed than are out, `busy` otherwise.
     fn adjust(&mut self, id: UnitId, leases_delta: i64, results_delta: i64) -> StoreResult<()> {
         self.c
-            .execute("UPDATE units SET active_leases = active_leases + ?1, results = results + ?2, \
+            .execute_deferred("UPDATE units SET active_leases = active_leases + ?1, results = results + ?2, \
                    state = CASE WHEN state IN ('done', 'cancelled') THEN state \
                                 WHEN results + ?2 + active_leases + ?1 < needed THEN 'open' ELSE 'busy' END \
                  WHERE id = ?3", args![leases_delta, results_delta, id.0])?;
@@ -64,7 +64,7 @@ impl Units for SqlTx<'_> {
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, 'open', ?7, CASE WHEN ?6 > 1 THEN 1 ELSE 0 END)";
         let job = job.to_string();
         for u in units {
-            self.c.execute(
+            self.c.execute_deferred(
                 insert,
                 args![
                     job,
@@ -176,7 +176,7 @@ impl Units for SqlTx<'_> {
     }
 
     fn set_unit_path(&mut self, id: UnitId, unit: &Unit) -> StoreResult<()> {
-        self.c.execute(
+        self.c.execute_deferred(
             "UPDATE units SET prefix_json = ?, cursor_json = ? WHERE id = ?",
             args![encode_path(&unit.prefix), encode_path(&unit.cursor), id.0],
         )?;
@@ -209,7 +209,7 @@ impl Units for SqlTx<'_> {
 
     fn mark_unit_done(&mut self, id: UnitId, result: ResultId, now_ms: i64) -> StoreResult<()> {
         self.c
-            .execute("UPDATE units SET state = 'done', accepted_result_id = ?, disputed = 0, decided_ms = ? WHERE id = ?", args![result.0, now_ms, id.0])?;
+            .execute_deferred("UPDATE units SET state = 'done', accepted_result_id = ?, disputed = 0, decided_ms = ? WHERE id = ?", args![result.0, now_ms, id.0])?;
         Ok(())
     }
 

@@ -144,7 +144,7 @@ impl Workers for SqlTx<'_> {
     }
 
     fn worker_unit_done(&mut self, id: WorkerId) -> StoreResult<()> {
-        self.c.execute(
+        self.c.execute_deferred(
             "UPDATE workers SET units_done = units_done + 1 WHERE id = ?",
             args![id.to_string()],
         )?;
