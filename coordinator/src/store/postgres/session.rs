@@ -22,7 +22,6 @@ use std::error::Error;
 use std::future::Future;
 use std::sync::Arc;
 
-
 use bytes::BytesMut;
 use futures_util::StreamExt;
 use futures_util::future::join_all;
@@ -92,9 +91,7 @@ impl PgSession {
         let config = self.config.clone();
         self.link = self
             .rt
-            .block_on(async {
-                tokio::time::timeout(STATEMENT_LIMIT, open_link(&config)).await
-            })
+            .block_on(async { tokio::time::timeout(STATEMENT_LIMIT, open_link(&config)).await })
             .map_err(|_| warn!("no answer from PostgreSQL to a new connection"))
             .ok()
             .and_then(|c| {
@@ -112,7 +109,10 @@ impl PgSession {
     /// `sql` prepared for `params`' types (a round trip the first time on a connection;
     /// the held changes go with it).
     fn prepared(&mut self, sql: &str, params: &[Value]) -> StoreResult<Statement> {
-        let key = (for_postgres(sql), params.iter().map(kind).collect::<Vec<_>>());
+        let key = (
+            for_postgres(sql),
+            params.iter().map(kind).collect::<Vec<_>>(),
+        );
         if let Some(st) = self.link()?.prepared.get(&key) {
             return Ok(st.clone());
         }
@@ -388,4 +388,78 @@ fn value_at(row: &tokio_postgres::Row, i: usize) -> StoreResult<Value> {
         }
     };
     Ok(v.unwrap_or(Value::Null(Kind::Int)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::store::postgres::writer_config;
+    use crate::store::sql::{ConnExt, args};
+    use crate::store::testing::{PostgresServer, create_database};
+    use crate::store::writer::Writer;
+
+    fn count(c: &mut dyn Conn) -> StoreResult<i64> {
+        c.one("SELECT COUNT(*) FROM t", &[])
+    }
+
+    #[test]
+    #[cfg_attr(
+        not(has_postgres),
+        ignore = "no PostgreSQL server programs: apt-get install postgresql"
+    )]
+    fn held_changes_go_with_the_next_statement_and_one_that_fails_fails_its_batch() {
+        let server = PostgresServer::start_for("held_changes");
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let url = create_database(server.url(), "e2fleet_held").await.unwrap();
+            let traffic = Arc::new(Traffic::default());
+            let session = PgSession::connect(writer_config(&url).unwrap(), traffic.clone());
+            let writer = Writer::start(session.unwrap(), 16).unwrap();
+            writer
+                .write(|c| c.execute("CREATE TABLE t (v BIGINT PRIMARY KEY)", &[]))
+                .await
+                .unwrap();
+            let insert = "INSERT INTO t (v) VALUES (?)";
+            // a held change is applied before the statement after it, in one round
+            // trip with it (the statements are prepared by now on the second run)
+            for v in [1i64, 2] {
+                let before = traffic.totals();
+                let n = writer
+                    .write(move |c| {
+                        c.execute_deferred(insert, args![v])?;
+                        count(c)
+                    })
+                    .await
+                    .unwrap();
+                assert_eq!(n, v);
+                let spent = traffic.totals() - before;
+                if v == 2 {
+                    // BEGIN and the lock; the change and the count; COMMIT
+                    assert_eq!(spent.round_trips, 3, "{spent:?}");
+                    assert_eq!(spent.statements, 4, "{spent:?}");
+                }
+            }
+            // a held change that fails makes the next statement fail; the batch rolls back
+            let failed = writer
+                .write(move |c| {
+                    c.execute_deferred(insert, args![3i64])?;
+                    c.execute_deferred(insert, args![1i64])?;
+                    count(c)
+                })
+                .await;
+            assert!(matches!(failed, Err(StoreError::Postgres(_))), "{failed:?}");
+            // one still held at the end fails the commit: its caller is told, nothing
+            // of the batch is applied
+            let failed = writer
+                .write(move |c| {
+                    c.execute_deferred(insert, args![4i64])?;
+                    c.execute_deferred(insert, args![2i64])
+                })
+                .await;
+            assert!(matches!(failed, Err(StoreError::Writer(_))), "{failed:?}");
+            let n = writer.write(count).await.unwrap();
+            assert_eq!(n, 2, "only the first two rows are in");
+        });
+    }
 }
