@@ -15,7 +15,7 @@
 //!   killed mid-batch loses its open transaction, which PostgreSQL rolls back (its
 //!   workers were not yet told anything: replies go out after the commit), and its lock
 //!   with it; the others carry on.
-//! - The writer's connection ([`session`], tokio-postgres) pipelines: a change whose row
+//! - The writer's connection (`session.rs`, tokio-postgres) pipelines: a change whose row
 //!   count nobody reads is held and sent with the next statement, so a lease and its
 //!   report cost ~17 round trips instead of ~29 (the load bench counts them,
 //!   [`crate::store::traffic`]).
