@@ -1,9 +1,11 @@
-//! The write path: one dedicated thread per coordinator that owns the backend's write
-//! connection ([`Session`]) and runs every job/unit/lease/result write, with group
-//! commit. Both backends use it: SQLite because it has one writer, PostgreSQL because
-//! each batch takes a database-wide lock (several coordinators write one after another;
-//! see [`crate::store::postgres`]), so on both the throughput is how fast one thread
-//! applies writes and one commit is paid per batch, not per request.
+//! The write path: a dedicated thread that owns the backend's write connection
+//! ([`Session`]) and runs every job/unit/lease/result write, with group commit. Both
+//! backends use it: SQLite with one thread (it has one writer), PostgreSQL with two
+//! ([`Writer::start_many`]: each batch takes a database-wide lock, so batches of all
+//! threads and coordinators run one after another, and a second thread runs its batch
+//! while the first one's commit waits for the disk; see [`crate::store::postgres`]). On
+//! both the throughput is how fast one batch at a time applies writes, and one commit is
+//! paid per batch, not per request.
 //!
 //! # Why not sqlx here (SQLite)
 //! sqlx runs each SQLite statement on a worker thread and hands the result back through a
@@ -35,7 +37,6 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -86,7 +87,7 @@ type Job = Box<dyn FnOnce(&mut dyn Conn) -> (bool, Reply) + Send>;
 /// is dropped.
 #[derive(Clone)]
 pub struct Writer {
-    jobs: mpsc::SyncSender<Job>,
+    jobs: flume::Sender<Job>,
     stats: Arc<WriterStats>,
 }
 
@@ -162,13 +163,24 @@ impl Writer {
     /// Starts the thread on `session`, with a queue of `capacity` jobs ([`MAX_QUEUED`]
     /// normally).
     pub fn start(session: impl Session, capacity: usize) -> Result<Writer, StoreError> {
-        let (tx, rx) = mpsc::sync_channel::<Job>(capacity);
+        Writer::start_many(vec![session], capacity)
+    }
+
+    /// Starts a thread on each of `sessions`, taking jobs from one queue: each runs its
+    /// own batches in its own transaction. Only for a backend whose transactions keep
+    /// their meaning side by side (PostgreSQL's, which take turns on a lock; see
+    /// [`crate::store::postgres`]): one then runs its batch while another's commit waits
+    /// for the disk.
+    pub fn start_many<S: Session>(sessions: Vec<S>, capacity: usize) -> Result<Writer, StoreError> {
+        let (tx, rx) = flume::bounded::<Job>(capacity);
         let stats = Arc::new(WriterStats::default());
-        let thread_stats = stats.clone();
-        std::thread::Builder::new()
-            .name("e2fleet-writer".into())
-            .spawn(move || run(session, rx, thread_stats))
-            .map_err(|e| StoreError::Writer(format!("cannot start the writer thread: {e}")))?;
+        for session in sessions {
+            let (rx, thread_stats) = (rx.clone(), stats.clone());
+            std::thread::Builder::new()
+                .name("e2fleet-writer".into())
+                .spawn(move || run(session, &rx, thread_stats))
+                .map_err(|e| StoreError::Writer(format!("cannot start the writer thread: {e}")))?;
+        }
         Ok(Writer { jobs: tx, stats })
     }
 
@@ -206,8 +218,8 @@ impl Writer {
         });
         self.jobs.try_send(job).map_err(|e| match e {
             // shed load: the caller answers UNAVAILABLE and the worker backs off
-            mpsc::TrySendError::Full(_) => E::from(StoreError::Busy),
-            mpsc::TrySendError::Disconnected(_) => {
+            flume::TrySendError::Full(_) => E::from(StoreError::Busy),
+            flume::TrySendError::Disconnected(_) => {
                 E::from(StoreError::Writer("the writer thread has stopped".into()))
             }
         })?;
@@ -220,7 +232,9 @@ impl Writer {
     }
 }
 
-fn run(mut session: impl Session, jobs: mpsc::Receiver<Job>, stats: Arc<WriterStats>) {
+// (a thread inside a batch only ever takes a job already queued: it never waits for one
+// while its transaction, and on PostgreSQL the write lock, is open)
+fn run(mut session: impl Session, jobs: &flume::Receiver<Job>, stats: Arc<WriterStats>) {
     let batch_time = session.batch_time();
     while let Ok(first) = jobs.recv() {
         if session.between_batches() {
