@@ -234,8 +234,8 @@ pub trait Results {
     /// certificate's units).
     fn certificate_rows(&mut self, job: JobId) -> StoreResult<Vec<CertificateRow>>;
     /// Folds the results of a decided unit: every accepted or agreeing one except `keep`
-    /// drops its body and keeps its core ([`ResultCore`]); how many were folded.
-    fn fold_results(&mut self, unit: UnitId, keep: Option<ResultId>) -> StoreResult<u64>;
+    /// drops its body and keeps its core ([`ResultCore`]).
+    fn fold_results(&mut self, unit: UnitId, keep: Option<ResultId>) -> StoreResult<()>;
     /// Folds the kept accepted results of a job that are neither among its `keep` deepest
     /// boards nor carry solutions; how many.
     fn fold_surplus_boards(&mut self, job: JobId, keep: usize) -> StoreResult<u64>;

@@ -17,7 +17,7 @@
 //!   with it; the others carry on.
 //! - The writer's connection (`session.rs`, tokio-postgres) pipelines: a change whose row
 //!   count nobody reads is held and sent with the next statement, so a lease and its
-//!   report cost ~17 round trips instead of ~29 (the load bench counts them,
+//!   report cost ~16 round trips instead of ~29 (the load bench counts them,
 //!   [`crate::store::traffic`]).
 //! - **Reads** run on a pool (sqlx), each in a `REPEATABLE READ READ ONLY` transaction:
 //!   one consistent snapshot, never blocking or blocked by the writers.

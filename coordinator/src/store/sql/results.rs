@@ -444,7 +444,7 @@ impl Results for SqlTx<'_> {
         Ok(all)
     }
 
-    fn fold_results(&mut self, unit: UnitId, keep: Option<ResultId>) -> StoreResult<u64> {
+    fn fold_results(&mut self, unit: UnitId, keep: Option<ResultId>) -> StoreResult<()> {
         const FOLDABLE: &str = "unit_id = ?1 AND id IS DISTINCT FROM ?2 AND verdict IN ('accepted', 'agree') \
              AND body_kept = 1 AND counts IS NOT NULL";
         let keep = keep.map(|k| k.0);
@@ -452,11 +452,10 @@ impl Results for SqlTx<'_> {
             .execute_deferred(&format!(
                 "DELETE FROM result_bodies WHERE result_id IN (SELECT id FROM results WHERE {FOLDABLE})"
             ), args![unit.0, keep])?;
-        let n = self.c.execute(
+        self.c.execute_deferred(
             &format!("UPDATE results SET body_kept = 0 WHERE {FOLDABLE}"),
             args![unit.0, keep],
-        )?;
-        Ok(n as u64)
+        )
     }
 
     fn fold_surplus_boards(&mut self, job: JobId, keep: usize) -> StoreResult<u64> {
