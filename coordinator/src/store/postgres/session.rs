@@ -57,7 +57,9 @@ pub(super) struct PgSession {
 /// A live connection with what it keeps.
 struct Link {
     client: Client,
-    prepared: HashMap<(String, Vec<Kind>), Statement>,
+    /// By the statement's text as the store writes it (a hit neither translates nor
+    /// allocates), then by its values' types (a NULL's type can differ between calls).
+    prepared: HashMap<String, Vec<(Vec<Kind>, Statement)>>,
     held: Vec<Held>,
 }
 
@@ -109,24 +111,34 @@ impl PgSession {
     /// `sql` prepared for `params`' types (a round trip the first time on a connection;
     /// the held changes go with it).
     fn prepared(&mut self, sql: &str, params: &[Value]) -> StoreResult<Statement> {
-        let key = (
-            for_postgres(sql),
-            params.iter().map(kind).collect::<Vec<_>>(),
-        );
-        if let Some(st) = self.link()?.prepared.get(&key) {
-            return Ok(st.clone());
+        let same_kinds = |kinds: &[Kind]| {
+            kinds.len() == params.len() && kinds.iter().zip(params).all(|(k, v)| *k == kind(v))
+        };
+        let known = self.link()?.prepared.get(sql).and_then(|variants| {
+            variants
+                .iter()
+                .find(|(kinds, _)| same_kinds(kinds))
+                .map(|(_, st)| st.clone())
+        });
+        if let Some(st) = known {
+            return Ok(st);
         }
-        let types: Vec<Type> = key.1.iter().map(|k| pg_type(*k)).collect();
+        let kinds: Vec<Kind> = params.iter().map(kind).collect();
+        let types: Vec<Type> = kinds.iter().map(|k| pg_type(*k)).collect();
+        let text = for_postgres(sql);
         let (rt, client, held, traffic) = self.split()?;
         let answer = round_trip(rt, traffic, client, held, 1, async {
-            Ok(client.prepare_typed(&key.0, &types).await?)
+            Ok(client.prepare_typed(&text, &types).await?)
         });
         let st = self.settle(answer)?;
         let link = self.link()?;
         if link.prepared.len() >= MAX_PREPARED {
             link.prepared.clear();
         }
-        link.prepared.insert(key, st.clone());
+        link.prepared
+            .entry(sql.to_string())
+            .or_default()
+            .push((kinds, st.clone()));
         Ok(st)
     }
 
