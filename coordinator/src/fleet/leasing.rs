@@ -95,25 +95,25 @@ impl Fleet {
             engine,
             ..Seen::default()
         };
-        let quarantined = tx.worker_seen(worker.id, now, &seen)?;
-        if quarantined.is_none_or(|q| q) {
-            return Ok(Vec::new());
-        }
-        let Some(account) = tx.account(&worker.account_id)? else {
+        tx.worker_seen(worker.id, now, &seen)?;
+        let Some(view) = tx.lease_view(worker.id, &worker.account_id)? else {
             return Ok(Vec::new());
         };
-        if !account.active() {
+        let Some(account) = view.account.filter(|a| a.active() && !view.quarantined) else {
             return Ok(Vec::new());
-        }
+        };
         // at most about five units per engine thread out at once, whatever it asks for
-        let held = tx.active_leases_of_worker(worker.id)?;
         let cap = lease_cap(worker.threads, worker.host.cores);
-        let mut max = max.min(cap.saturating_sub(held) as usize);
+        let mut max = max.min(cap.saturating_sub(view.worker_leases) as usize);
         // and a volunteer account's identities together at most its share, however many
         // it registers
-        if max > 0 && !account.id.is_operator() {
-            let account_held = tx.active_leases_of_account(&account.id)?;
-            max = max.min(self.config.accounts.leases.saturating_sub(account_held) as usize);
+        if !account.id.is_operator() {
+            max = max.min(
+                self.config
+                    .accounts
+                    .leases
+                    .saturating_sub(view.account_leases) as usize,
+            );
         }
         if max == 0 {
             return Ok(Vec::new());

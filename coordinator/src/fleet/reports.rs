@@ -13,7 +13,7 @@ use tracing::{instrument, warn};
 use super::checks::check_result;
 use super::{Fleet, FleetError, LeasedUnit, finish_if_done};
 use crate::store::{
-    LeaseRecord, LeaseState, NewResult, ResultBody, ResultCore, ResultId, ResultRecord, Standing,
+    LeaseState, NewResult, ReportView, ResultBody, ResultCore, ResultId, ResultRecord, Standing,
     Tx, UnitRecord, UnitState, WorkerRecord,
 };
 
@@ -102,12 +102,16 @@ impl Fleet {
         (pre, recheck): (Option<Prechecked>, bool),
         now: i64,
     ) -> Result<ReportOutcome, FleetError> {
-        let lease = match report_lease(tx, worker, &report, &digest)? {
-            Ok(lease) => lease,
+        let ReportView {
+            lease,
+            existing: _,
+            unit,
+            job,
+            account,
+        } = match report_lease(tx, worker, &report, &digest)? {
+            Ok(view) => view,
             Err(answer) => return Ok(answer),
         };
-        let unit = tx.unit(lease.unit_id)?.expect("lease has a unit");
-        let job = tx.job_head(unit.job_id)?.expect("unit has a job");
         // everything that can refuse the report is decided before the first write (a
         // failure after one would roll back the writer's whole batch)
         let check = match pre {
@@ -119,7 +123,6 @@ impl Fleet {
                 check_result(&ctx, &unit.unit, lease.budget, &report.result)
             }
         };
-        let account = tx.account(&worker.account_id)?;
         let lease_was_active = lease.state == LeaseState::Active;
         tx.set_lease_state(lease.id, LeaseState::Reported)?;
         let Some(account) = account.filter(|a| a.active()) else {
@@ -282,16 +285,17 @@ fn counts_alone(worker: &WorkerRecord, unit: &UnitRecord, lease_was_active: bool
         && others_out == 0
 }
 
-/// The lease a report names, checked: it exists (or the answer for a unit archived since),
-/// is this worker's and for this unit, has no other result, and still counts. `Err` is the
-/// answer to give instead (a duplicate, or too late).
+/// The lease a report names, checked, with what the report is decided against: it exists
+/// (or the answer for a unit archived since), is this worker's and for this unit, has no
+/// other result, and still counts. `Err` is the answer to give instead (a duplicate, or
+/// too late).
 fn report_lease(
     tx: &mut dyn Tx,
     worker: &WorkerRecord,
     report: &Report,
     digest: &str,
-) -> Result<Result<LeaseRecord, ReportOutcome>, FleetError> {
-    let Some(lease) = tx.lease(report.lease_id)? else {
+) -> Result<Result<ReportView, ReportOutcome>, FleetError> {
+    let Some(view) = tx.report_view(report.lease_id, &worker.account_id)? else {
         // a unit leaves its leases behind when it is archived, which waits until its
         // expired leases are older than the detail window: a result later than that
         // is told so, instead of "not found"
@@ -302,6 +306,7 @@ fn report_lease(
         }
         return Err(FleetError::NotFound(format!("lease {}", report.lease_id)));
     };
+    let lease = &view.lease;
     if lease.worker_id != worker.id {
         return Err(FleetError::PermissionDenied(
             "the lease belongs to another worker".into(),
@@ -312,7 +317,7 @@ fn report_lease(
             "the lease is for another unit".into(),
         ));
     }
-    if let Some(existing) = tx.result_by_lease(lease.id)? {
+    if let Some(existing) = &view.existing {
         return if existing.digest == digest {
             Ok(Err(ReportOutcome {
                 status: ReportStatus::Duplicate,
@@ -330,5 +335,5 @@ fn report_lease(
             "the unit changed or was decided by another run after this lease was lost; the result is not compared",
         )));
     }
-    Ok(Ok(lease))
+    Ok(Ok(view))
 }

@@ -109,12 +109,15 @@ pub trait Units {
 pub trait Leases {
     /// Stores a new lease.
     fn insert_lease(&mut self, lease: &LeaseRecord) -> StoreResult<()>;
-    /// Active leases a worker holds.
-    fn active_leases_of_worker(&mut self, worker: WorkerId) -> StoreResult<u64>;
-    /// Active leases of all of an account's identities.
-    fn active_leases_of_account(&mut self, account: &AccountId) -> StoreResult<u64>;
-    /// One lease.
-    fn lease(&mut self, id: LeaseId) -> StoreResult<Option<LeaseRecord>>;
+    /// What a lease request by `worker` of `account` is weighed against, in one read:
+    /// whether the worker is quarantined, its account, and the active leases the worker
+    /// and (a volunteer account's only) all the account's identities hold. `None`: no such
+    /// worker.
+    fn lease_view(
+        &mut self,
+        worker: WorkerId,
+        account: &AccountId,
+    ) -> StoreResult<Option<LeaseView>>;
     /// A lease with the unit it was granted on.
     fn lease_with_unit(&mut self, id: LeaseId) -> StoreResult<Option<(LeaseRecord, UnitRecord)>>;
     /// Marks active leases past their deadline expired; returns their units.
@@ -173,8 +176,14 @@ pub trait Leases {
 pub trait Results {
     /// Stores a result.
     fn insert_result(&mut self, result: &NewResult) -> StoreResult<ResultId>;
-    /// The result reported on a lease.
-    fn result_by_lease(&mut self, lease: LeaseId) -> StoreResult<Option<ResultRecord>>;
+    /// Everything a report on `lease` by a worker of `account` is checked against, in one
+    /// read (on PostgreSQL one round trip instead of five); `None` when the lease (or its
+    /// unit) is not stored.
+    fn report_view(
+        &mut self,
+        lease: LeaseId,
+        account: &AccountId,
+    ) -> StoreResult<Option<ReportView>>;
     /// One result.
     fn result(&mut self, id: ResultId) -> StoreResult<Option<ResultRecord>>;
     /// One result's body.
@@ -274,14 +283,9 @@ pub trait Workers {
         account: &AccountId,
         since_ms: i64,
     ) -> StoreResult<u64>;
-    /// Records a call from a worker, with its rate and engine when given; whether it is
-    /// quarantined (`None`: no such worker).
-    fn worker_seen(
-        &mut self,
-        id: WorkerId,
-        now_ms: i64,
-        seen: &Seen<'_>,
-    ) -> StoreResult<Option<bool>>;
+    /// Records a call from a worker, with its rate and engine when given (a held change:
+    /// nothing is read back).
+    fn worker_seen(&mut self, id: WorkerId, now_ms: i64, seen: &Seen<'_>) -> StoreResult<()>;
     /// Counts a unit decided by a worker's result.
     fn worker_unit_done(&mut self, id: WorkerId) -> StoreResult<()>;
     /// Counts a wrong result against a worker identity; quarantines it past `threshold`.

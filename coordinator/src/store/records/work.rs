@@ -114,6 +114,37 @@ pub struct JobHead {
     pub spot_check: f64,
 }
 
+/// What a lease request is weighed against ([`crate::store::tx::Leases::lease_view`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct LeaseView {
+    /// Whether the worker is quarantined.
+    pub quarantined: bool,
+    /// Its account (`None` if it is gone).
+    pub account: Option<AccountRecord>,
+    /// Active leases the worker holds.
+    pub worker_leases: u64,
+    /// Active leases of all the account's identities (0 for the operator's, which are
+    /// not counted).
+    pub account_leases: u64,
+}
+
+/// What a report is checked and decided against, read in one statement
+/// ([`crate::store::tx::Results::report_view`]): its lease, a result already recorded on
+/// it, the lease's unit and job, and the reporting worker's account.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReportView {
+    /// The lease the report names.
+    pub lease: LeaseRecord,
+    /// The result already recorded on that lease, if any.
+    pub existing: Option<ResultRecord>,
+    /// The lease's unit.
+    pub unit: UnitRecord,
+    /// The unit's job.
+    pub job: JobHead,
+    /// The reporting worker's account (`None` if it is gone).
+    pub account: Option<AccountRecord>,
+}
+
 /// A stored unit, its prefix and cursor decoded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnitRecord {

@@ -8,30 +8,36 @@ use crate::store::tx::{Accounts, StoreResult};
 use crate::store::{AccountRecord, CreditDay};
 
 /// The columns [`from_row`] reads, in order (`a.` prefixed).
-const COLUMNS: &str = "a.id, a.kind, a.created_ms, a.revoked_ms, a.confirmed_streak, \
+pub(super) const COLUMNS: &str = "a.id, a.kind, a.created_ms, a.revoked_ms, a.confirmed_streak, \
      a.confirmed_results, a.confirmed_nodes, a.errors, a.quarantined, a.credit_results, \
      a.credit_nodes, a.team";
 
 /// Reads a row of [`COLUMNS`], then the worker count if `with_workers`.
 fn from_row(r: &Row, with_workers: bool) -> StoreResult<AccountRecord> {
+    from_row_at(r, 0, with_workers)
+}
+
+/// Reads the columns of [`COLUMNS`] starting at column `at`, then the worker count if
+/// `with_workers`.
+pub(super) fn from_row_at(r: &Row, at: usize, with_workers: bool) -> StoreResult<AccountRecord> {
     Ok(AccountRecord {
-        id: r.parsed(0)?,
-        kind: r.parsed(1)?,
-        created_ms: r.get(2)?,
-        revoked_ms: r.get(3)?,
-        confirmed_streak: r.get::<i64>(4)? as u64,
-        confirmed_results: r.get::<i64>(5)? as u64,
-        confirmed_nodes: r.get::<i64>(6)? as u64,
-        errors: r.get::<i64>(7)? as u64,
-        quarantined: r.get(8)?,
-        credit_results: r.get::<i64>(9)? as u64,
-        credit_nodes: r.get::<i64>(10)? as u64,
-        team: match r.get::<Option<String>>(11)? {
-            Some(_) => Some(r.parsed(11)?),
+        id: r.parsed(at)?,
+        kind: r.parsed(at + 1)?,
+        created_ms: r.get(at + 2)?,
+        revoked_ms: r.get(at + 3)?,
+        confirmed_streak: r.get::<i64>(at + 4)? as u64,
+        confirmed_results: r.get::<i64>(at + 5)? as u64,
+        confirmed_nodes: r.get::<i64>(at + 6)? as u64,
+        errors: r.get::<i64>(at + 7)? as u64,
+        quarantined: r.get(at + 8)?,
+        credit_results: r.get::<i64>(at + 9)? as u64,
+        credit_nodes: r.get::<i64>(at + 10)? as u64,
+        team: match r.get::<Option<String>>(at + 11)? {
+            Some(_) => Some(r.parsed(at + 11)?),
             None => None,
         },
         workers: if with_workers {
-            r.get::<i64>(12)? as u64
+            r.get::<i64>(at + 12)? as u64
         } else {
             0
         },

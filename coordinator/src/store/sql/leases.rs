@@ -6,14 +6,14 @@ use e2fleet_proto::api::{AccountId, JobId, LeaseId, UnitId, WorkerId};
 use super::codec::{decode_budget, encode_budget};
 use super::{ConnExt, Row, SqlTx, args};
 use crate::store::tx::{Leases, StoreResult};
-use crate::store::{LeaseMinute, LeaseRecord, LeaseState, UnitRecord};
+use crate::store::{LeaseMinute, LeaseRecord, LeaseState, LeaseView, UnitRecord};
 
-/// The columns [`from_row`] reads, in order.
-const COLUMNS: &str =
-    "id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state, account_id";
+/// The columns [`from_row_at`] reads, in order (leases aliased `l`).
+pub(super) const L_COLUMNS: &str = "l.id, l.unit_id, l.worker_id, l.hostname, l.budget, l.created_ms, \
+     l.deadline_ms, l.state, l.account_id";
 
-/// Reads a row of [`COLUMNS`] starting at column `at`.
-fn from_row_at(r: &Row, at: usize) -> StoreResult<LeaseRecord> {
+/// Reads the columns of [`L_COLUMNS`] starting at column `at`.
+pub(super) fn from_row_at(r: &Row, at: usize) -> StoreResult<LeaseRecord> {
     Ok(LeaseRecord {
         id: r.parsed(at)?,
         unit_id: UnitId(r.get(at + 1)?),
@@ -25,10 +25,6 @@ fn from_row_at(r: &Row, at: usize) -> StoreResult<LeaseRecord> {
         state: r.parsed(at + 7)?,
         account_id: r.parsed(at + 8)?,
     })
-}
-
-fn from_row(r: &Row) -> StoreResult<LeaseRecord> {
-    from_row_at(r, 0)
 }
 
 impl Leases for SqlTx<'_> {
@@ -47,27 +43,38 @@ impl Leases for SqlTx<'_> {
         Ok(())
     }
 
-    fn active_leases_of_worker(&mut self, worker: WorkerId) -> StoreResult<u64> {
-        let n: i64 = self.c.one(
-            "SELECT COUNT(*) FROM leases WHERE worker_id = ? AND state = 'active'",
-            args![worker.to_string()],
-        )?;
-        Ok(n as u64)
-    }
-
-    fn active_leases_of_account(&mut self, account: &AccountId) -> StoreResult<u64> {
-        let n: i64 = self.c.one(
-            "SELECT COUNT(*) FROM leases WHERE account_id = ? AND state = 'active'",
-            args![account.as_str()],
-        )?;
-        Ok(n as u64)
-    }
-
-    fn lease(&mut self, id: LeaseId) -> StoreResult<Option<LeaseRecord>> {
+    fn lease_view(
+        &mut self,
+        worker: WorkerId,
+        account: &AccountId,
+    ) -> StoreResult<Option<LeaseView>> {
+        // (the operator's identities are not counted together: thousands of leases)
+        let sql = format!(
+            "SELECT w.quarantined, \
+               (SELECT COUNT(*) FROM leases WHERE worker_id = ?1 AND state = 'active'), \
+               CASE WHEN ?3 = 1 THEN (SELECT COUNT(*) FROM leases WHERE account_id = ?2 AND state = 'active') ELSE 0 END, \
+               {} \
+             FROM workers w LEFT JOIN accounts a ON a.id = ?2 WHERE w.id = ?1",
+            super::accounts::COLUMNS
+        );
         self.c.map_row(
-            &format!("SELECT {COLUMNS} FROM leases WHERE id = ?"),
-            args![id.to_string()],
-            from_row,
+            &sql,
+            args![
+                worker.to_string(),
+                account.as_str(),
+                i64::from(!account.is_operator())
+            ],
+            |r| {
+                Ok(LeaseView {
+                    quarantined: r.get(0)?,
+                    worker_leases: r.get::<i64>(1)? as u64,
+                    account_leases: r.get::<i64>(2)? as u64,
+                    account: match r.get::<Option<String>>(3)? {
+                        Some(_) => Some(super::accounts::from_row_at(r, 3, false)?),
+                        None => None,
+                    },
+                })
+            },
         )
     }
 
@@ -75,8 +82,7 @@ impl Leases for SqlTx<'_> {
         self
             .c
             .map_row(&format!(
-                    "SELECT l.id, l.unit_id, l.worker_id, l.hostname, l.budget, l.created_ms, l.deadline_ms, l.state, \
-                       l.account_id, {} FROM leases l JOIN units u ON u.id = l.unit_id WHERE l.id = ?",
+                    "SELECT {L_COLUMNS}, {} FROM leases l JOIN units u ON u.id = l.unit_id WHERE l.id = ?",
                     super::units::U_COLUMNS
                 ), args![id.to_string()], |r| {
                 Ok((from_row_at(r, 0)?, super::units::from_row_at(r, 9)?))

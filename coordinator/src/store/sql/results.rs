@@ -9,8 +9,8 @@ use super::units::U_COLUMNS;
 use super::{ConnExt, Row, SqlTx, args};
 use crate::store::tx::{Results, StoreResult};
 use crate::store::{
-    CertificateRow, DAY_MS, FoundBoard, NewResult, NodesReceived, RateSample, ResultBody,
-    ResultBreakdown, ResultId, ResultMinute, ResultRecord,
+    CertificateRow, DAY_MS, FoundBoard, JobHead, NewResult, NodesReceived, RateSample, ReportView,
+    ResultBody, ResultBreakdown, ResultId, ResultMinute, ResultRecord,
 };
 
 /// The columns [`from_row`] reads, in order (no body: decisions compare digests).
@@ -18,28 +18,38 @@ const COLUMNS: &str = "id, job_id, unit_id, lease_id, worker_id, hostname, cpu_m
      engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms, \
      account_id, standing";
 
+/// [`COLUMNS`] for queries that alias results `r`.
+pub(super) const R_COLUMNS: &str = "r.id, r.job_id, r.unit_id, r.lease_id, r.worker_id, r.hostname, \
+     r.cpu_model, r.engine_kind, r.engine_build, r.digest, r.committed, r.solutions, r.max_depth, \
+     r.engine_seconds, r.verdict, r.received_ms, r.account_id, r.standing";
+
 /// Reads a row of [`COLUMNS`] (by position: a name lookup per field costs more than the
 /// query on the write path).
 fn from_row(r: &Row) -> StoreResult<ResultRecord> {
+    from_row_at(r, 0)
+}
+
+/// Reads the columns of [`COLUMNS`] starting at column `at`.
+pub(super) fn from_row_at(r: &Row, at: usize) -> StoreResult<ResultRecord> {
     Ok(ResultRecord {
-        id: ResultId(r.get(0)?),
-        job_id: r.parsed(1)?,
-        unit_id: UnitId(r.get(2)?),
-        lease_id: r.parsed(3)?,
-        worker_id: r.parsed(4)?,
-        hostname: r.get(5)?,
-        cpu_model: r.get(6)?,
-        engine_kind: r.parsed(7)?,
-        engine_build: r.get(8)?,
-        digest: r.get(9)?,
-        committed: r.get::<i64>(10)? as u64,
-        solutions: r.get::<i64>(11)? as u64,
-        max_depth: r.get::<i64>(12)? as usize,
-        engine_seconds: r.get(13)?,
-        verdict: r.parsed(14)?,
-        received_ms: r.get(15)?,
-        account_id: r.parsed(16)?,
-        standing: r.parsed(17)?,
+        id: ResultId(r.get(at)?),
+        job_id: r.parsed(at + 1)?,
+        unit_id: UnitId(r.get(at + 2)?),
+        lease_id: r.parsed(at + 3)?,
+        worker_id: r.parsed(at + 4)?,
+        hostname: r.get(at + 5)?,
+        cpu_model: r.get(at + 6)?,
+        engine_kind: r.parsed(at + 7)?,
+        engine_build: r.get(at + 8)?,
+        digest: r.get(at + 9)?,
+        committed: r.get::<i64>(at + 10)? as u64,
+        solutions: r.get::<i64>(at + 11)? as u64,
+        max_depth: r.get::<i64>(at + 12)? as usize,
+        engine_seconds: r.get(at + 13)?,
+        verdict: r.parsed(at + 14)?,
+        received_ms: r.get(at + 15)?,
+        account_id: r.parsed(at + 16)?,
+        standing: r.parsed(at + 17)?,
     })
 }
 
@@ -140,12 +150,41 @@ impl Results for SqlTx<'_> {
         Ok(ResultId(id))
     }
 
-    fn result_by_lease(&mut self, lease: LeaseId) -> StoreResult<Option<ResultRecord>> {
-        self.c.map_row(
-            &format!("SELECT {COLUMNS} FROM results WHERE lease_id = ?"),
-            args![lease.to_string()],
-            from_row,
-        )
+    fn report_view(
+        &mut self,
+        lease: LeaseId,
+        account: &AccountId,
+    ) -> StoreResult<Option<ReportView>> {
+        // lease 0-8, result 9-26 (NULL when none), unit 27-41, job 42-45, account 46-57
+        let sql = format!(
+            "SELECT {}, {R_COLUMNS}, {U_COLUMNS}, j.id, j.state, j.replicas, j.spot_check, {} \
+             FROM leases l JOIN units u ON u.id = l.unit_id JOIN jobs j ON j.id = u.job_id \
+               LEFT JOIN results r ON r.lease_id = l.id LEFT JOIN accounts a ON a.id = ?2 \
+             WHERE l.id = ?1",
+            super::leases::L_COLUMNS,
+            super::accounts::COLUMNS
+        );
+        self.c
+            .map_row(&sql, args![lease.to_string(), account.as_str()], |r| {
+                Ok(ReportView {
+                    lease: super::leases::from_row_at(r, 0)?,
+                    existing: match r.get::<Option<i64>>(9)? {
+                        Some(_) => Some(from_row_at(r, 9)?),
+                        None => None,
+                    },
+                    unit: super::units::from_row_at(r, 27)?,
+                    job: JobHead {
+                        id: r.parsed(42)?,
+                        state: r.parsed(43)?,
+                        replicas: r.get::<i64>(44)? as u32,
+                        spot_check: r.get(45)?,
+                    },
+                    account: match r.get::<Option<String>>(46)? {
+                        Some(_) => Some(super::accounts::from_row_at(r, 46, false)?),
+                        None => None,
+                    },
+                })
+            })
     }
 
     fn result(&mut self, id: ResultId) -> StoreResult<Option<ResultRecord>> {

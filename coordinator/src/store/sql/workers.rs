@@ -121,16 +121,10 @@ impl Workers for SqlTx<'_> {
         Ok(n as u64)
     }
 
-    fn worker_seen(
-        &mut self,
-        id: WorkerId,
-        now_ms: i64,
-        seen: &Seen<'_>,
-    ) -> StoreResult<Option<bool>> {
-        self.c.map_row("UPDATE workers SET last_seen_ms = ?, per_core_rate = COALESCE(?, per_core_rate), threads = COALESCE(?, threads), \
+    fn worker_seen(&mut self, id: WorkerId, now_ms: i64, seen: &Seen<'_>) -> StoreResult<()> {
+        self.c.execute_deferred("UPDATE workers SET last_seen_ms = ?, per_core_rate = COALESCE(?, per_core_rate), threads = COALESCE(?, threads), \
                engine_kind = COALESCE(?, engine_kind), engine_build = COALESCE(?, engine_build), paused = COALESCE(?, paused), \
-               network_wait = COALESCE(?, network_wait), round_trip_ms = COALESCE(?, round_trip_ms) WHERE id = ? \
-             RETURNING quarantined", args![
+               network_wait = COALESCE(?, network_wait), round_trip_ms = COALESCE(?, round_trip_ms) WHERE id = ?", args![
                 now_ms,
                 seen.rate.map(|r| r.0),
                 seen.rate.map(|r| r.1 as i64),
@@ -140,7 +134,7 @@ impl Workers for SqlTx<'_> {
                 seen.link.map(|l| l.0),
                 seen.link.map(|l| l.1),
                 id.to_string()
-            ], |r| r.get(0))
+            ])
     }
 
     fn worker_unit_done(&mut self, id: WorkerId) -> StoreResult<()> {
