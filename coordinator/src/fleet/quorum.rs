@@ -215,7 +215,8 @@ fn credit_and_trust(
 impl Fleet {
     /// Looks at all valid results of a unit and accepts, confirms, overturns or asks for
     /// one more run. `mine` is the result just recorded with its body (`None` when a unit
-    /// is decided again because some of its results were voided); `live` the parties with
+    /// is decided again because some of its results were voided; its id is found here, by
+    /// its lease, among the unit's results); `live` the parties with
     /// a live worker; `recheck`: a trusted volunteer result drawn for a recheck by another
     /// account.
     pub(super) fn decide(
@@ -229,6 +230,26 @@ impl Fleet {
         // `unit` was read before this report's counters changed: its quorum, accepted
         // result and path are what decide uses, and those are still current
         let valid = tx.valid_results_of_unit(unit.id)?;
+        let stored;
+        let mine = match mine {
+            Some((m, result)) => {
+                let Some(id) = valid
+                    .iter()
+                    .find(|v| v.lease_id == m.lease_id)
+                    .map(|v| v.id)
+                else {
+                    return Err(FleetError::Store(crate::store::StoreError::Corrupt(
+                        format!(
+                            "the result just recorded on lease {} is not among its unit's",
+                            m.lease_id
+                        ),
+                    )));
+                };
+                stored = ResultRecord { id, ..m.clone() };
+                Some((&stored, result))
+            }
+            None => None,
+        };
         let groups = group_by_digest(&valid);
         if groups.is_empty() {
             return Ok(ReportOutcome {

@@ -196,7 +196,7 @@ impl Fleet {
             },
             received_ms: now,
         };
-        let result_id = tx.insert_result(&NewResult {
+        tx.insert_result(&NewResult {
             record: record.clone(),
             body,
             core: folded,
@@ -205,10 +205,8 @@ impl Fleet {
             return self.reject_wrong_result(tx, worker, &unit, lease_was_active, &why);
         }
         tx.result_recorded(unit.id, lease_was_active)?;
-        let mine = ResultRecord {
-            id: result_id,
-            ..record
-        };
+        // (its id, not read back, is found by its lease among the unit's results)
+        let mine = record;
         let live = self.live_parties(tx, now)?;
         let outcome = self.decide(
             tx,

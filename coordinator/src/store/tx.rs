@@ -174,8 +174,8 @@ pub trait Leases {
 
 /// Results: every report, its digest and its verdict.
 pub trait Results {
-    /// Stores a result.
-    fn insert_result(&mut self, result: &NewResult) -> StoreResult<ResultId>;
+    /// Stores a result (a held change: its id is not read back; its lease names it).
+    fn insert_result(&mut self, result: &NewResult) -> StoreResult<()>;
     /// Everything a report on `lease` by a worker of `account` is checked against, in one
     /// read (on PostgreSQL one round trip instead of five); `None` when the lease (or its
     /// unit) is not stored.

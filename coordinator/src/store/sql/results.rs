@@ -119,10 +119,10 @@ impl SqlTx<'_> {
 }
 
 impl Results for SqlTx<'_> {
-    fn insert_result(&mut self, n: &NewResult) -> StoreResult<ResultId> {
+    fn insert_result(&mut self, n: &NewResult) -> StoreResult<()> {
         let r = &n.record;
-        let id: i64 = self.c.one("INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms, account_id, standing, counts, stop) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id", args![
+        self.c.execute_deferred("INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms, account_id, standing, counts, stop) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
             r.job_id.to_string(),
             r.unit_id.0,
             r.lease_id.to_string(),
@@ -143,11 +143,12 @@ impl Results for SqlTx<'_> {
             n.core.counts,
             n.core.stop
         ])?;
+        // (its id is not read back: the lease names it, once)
         self.c.execute_deferred(
-            "INSERT INTO result_bodies (result_id, json) VALUES (?, ?)",
-            args![id, n.body.0],
+            "INSERT INTO result_bodies (result_id, json) SELECT id, ? FROM results WHERE lease_id = ?",
+            args![n.body.0, r.lease_id.to_string()],
         )?;
-        Ok(ResultId(id))
+        Ok(())
     }
 
     fn report_view(
