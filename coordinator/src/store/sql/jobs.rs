@@ -53,16 +53,29 @@ impl SqlTx<'_> {
         solutions: i64,
         change: impl FnOnce(&mut Vec<u64>),
     ) -> StoreResult<()> {
-        let text: String = self.c.one(
-            &format!("SELECT {column} FROM jobs WHERE id = ?"),
-            args![id.to_string()],
-        )?;
+        let known = match &self.accepted {
+            Some((job, text)) if column == "accepted_json" && *job == id => Some(text.clone()),
+            _ => None,
+        };
+        let text: String = match known {
+            Some(text) => text,
+            None => self.c.one(
+                &format!("SELECT {column} FROM jobs WHERE id = ?"),
+                args![id.to_string()],
+            )?,
+        };
         let mut counts = decode_counts(&text, column)?;
         change(&mut counts);
-        self.c
-            .execute_deferred(&format!(
+        let text = encode_counts(&counts);
+        self.c.execute_deferred(
+            &format!(
                 "UPDATE jobs SET {column} = ?, accepted_solutions = accepted_solutions + ? WHERE id = ?"
-            ), args![encode_counts(&counts), solutions, id.to_string()])?;
+            ),
+            args![text.clone(), solutions, id.to_string()],
+        )?;
+        if column == "accepted_json" {
+            self.accepted = Some((id, text));
+        }
         Ok(())
     }
 }
@@ -167,23 +180,6 @@ impl Jobs for SqlTx<'_> {
     }
 
     fn add_accepted(&mut self, id: JobId, nodes: &[u64], solutions: u64) -> StoreResult<()> {
-        if self.c.is_postgres() {
-            // added by the server, depth by depth, in exact `numeric`: a held change
-            // instead of a read and a write (a round trip a decided unit); a total past
-            // u64 would fail to decode, where the read-and-write form would wrap
-            self.c.execute_deferred(
-                "UPDATE jobs SET accepted_json = (\
-                   SELECT COALESCE('[' || string_agg((COALESCE(a.n, 0) + COALESCE(b.n, 0))::text, ',' \
-                                                     ORDER BY COALESCE(a.i, b.i)) || ']', '[]') \
-                   FROM (SELECT n::numeric AS n, i FROM json_array_elements_text(jobs.accepted_json::json) \
-                           WITH ORDINALITY AS t(n, i)) a \
-                   FULL JOIN (SELECT n::numeric AS n, i FROM json_array_elements_text(CAST(CAST(?1 AS text) AS json)) \
-                           WITH ORDINALITY AS t(n, i)) b ON a.i = b.i), \
-                 accepted_solutions = accepted_solutions + ?2 WHERE id = ?3",
-                args![encode_counts(nodes), solutions as i64, id.to_string()],
-            )?;
-            return Ok(());
-        }
         self.update_counts(id, "accepted_json", solutions as i64, |c| {
             e2fleet_engine::unit::add_counts(c, nodes)
         })

@@ -352,12 +352,17 @@ impl<C: Conn + ?Sized> ConnExt for C {}
 /// table, whichever backend runs its statements.
 pub struct SqlTx<'c> {
     pub(crate) c: &'c mut dyn Conn,
+    /// A job's accepted per-depth totals as this transaction last read or wrote them
+    /// (encoded): the report path reads them with its other reads, so adding a decided
+    /// unit's counts is a write without a read first. Every change to them goes through
+    /// this `SqlTx` (`jobs.rs`), which keeps this copy current.
+    pub(crate) accepted: Option<(e2fleet_proto::api::JobId, String)>,
 }
 
 impl<'c> SqlTx<'c> {
     /// A transaction on `c` (already begun).
     pub fn new(c: &'c mut dyn Conn) -> SqlTx<'c> {
-        SqlTx { c }
+        SqlTx { c, accepted: None }
     }
 }
 

@@ -156,18 +156,21 @@ impl Results for SqlTx<'_> {
         lease: LeaseId,
         account: &AccountId,
     ) -> StoreResult<Option<ReportView>> {
-        // lease 0-8, result 9-26 (NULL when none), unit 27-41, job 42-45, account 46-57
+        // lease 0-8, result 9-26 (NULL when none), unit 27-41, job 42-45, account 46-57,
+        // the job's accepted totals 58 (kept for adding a decided unit's counts)
         let sql = format!(
-            "SELECT {}, {R_COLUMNS}, {U_COLUMNS}, j.id, j.state, j.replicas, j.spot_check, {} \
+            "SELECT {}, {R_COLUMNS}, {U_COLUMNS}, j.id, j.state, j.replicas, j.spot_check, {}, \
+               j.accepted_json \
              FROM leases l JOIN units u ON u.id = l.unit_id JOIN jobs j ON j.id = u.job_id \
                LEFT JOIN results r ON r.lease_id = l.id LEFT JOIN accounts a ON a.id = ?2 \
              WHERE l.id = ?1",
             super::leases::L_COLUMNS,
             super::accounts::COLUMNS
         );
-        self.c
+        let row = self
+            .c
             .map_row(&sql, args![lease.to_string(), account.as_str()], |r| {
-                Ok(ReportView {
+                let view = ReportView {
                     lease: super::leases::from_row_at(r, 0)?,
                     existing: match r.get::<Option<i64>>(9)? {
                         Some(_) => Some(from_row_at(r, 9)?),
@@ -184,8 +187,13 @@ impl Results for SqlTx<'_> {
                         Some(_) => Some(super::accounts::from_row_at(r, 46, false)?),
                         None => None,
                     },
-                })
-            })
+                };
+                Ok((view, r.get::<String>(58)?))
+            })?;
+        Ok(row.map(|(view, accepted)| {
+            self.accepted = Some((view.job.id, accepted));
+            view
+        }))
     }
 
     fn result(&mut self, id: ResultId) -> StoreResult<Option<ResultRecord>> {
