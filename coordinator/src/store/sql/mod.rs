@@ -26,6 +26,8 @@ mod workers;
 
 use std::str::FromStr;
 
+use e2fleet_proto::api::{JobId, UnitId};
+
 use super::StoreError;
 use super::tx::StoreResult;
 
@@ -356,13 +358,21 @@ pub struct SqlTx<'c> {
     /// (encoded): the report path reads them with its other reads, so adding a decided
     /// unit's counts is a write without a read first. Every change to them goes through
     /// this `SqlTx` (`jobs.rs`), which keeps this copy current.
-    pub(crate) accepted: Option<(e2fleet_proto::api::JobId, String)>,
+    pub(crate) accepted: Option<(JobId, String)>,
+    /// `(job, unit)`: the job is known to have an unfinished unit besides `unit` (read
+    /// with a report's other reads, so whether a decided unit completes its job needs
+    /// no read of its own). Forgotten when any other unit becomes done or cancelled.
+    pub(crate) unfinished_besides: Option<(JobId, UnitId)>,
 }
 
 impl<'c> SqlTx<'c> {
     /// A transaction on `c` (already begun).
     pub fn new(c: &'c mut dyn Conn) -> SqlTx<'c> {
-        SqlTx { c, accepted: None }
+        SqlTx {
+            c,
+            accepted: None,
+            unfinished_besides: None,
+        }
     }
 }
 

@@ -156,11 +156,20 @@ impl Results for SqlTx<'_> {
         lease: LeaseId,
         account: &AccountId,
     ) -> StoreResult<Option<ReportView>> {
-        // lease 0-8, result 9-26 (NULL when none), unit 27-41, job 42-45, account 46-57,
-        // the job's accepted totals 58 (kept for adding a decided unit's counts)
+        // lease 0-8, result 9-26 (NULL when none), unit 27-41, job 42-45, account 46-57;
+        // kept for the decision: the job's accepted totals 58, and whether it has an
+        // unfinished unit besides this one 59 (in the form each planner walks best: see
+        // `job_has_unfinished_units`)
+        let others = if self.c.is_postgres() {
+            "(SELECT o.id FROM units o WHERE o.job_id = j.id AND o.state IN ('open', 'busy') \
+               AND o.id <> u.id ORDER BY o.id DESC LIMIT 1) IS NOT NULL"
+        } else {
+            "EXISTS (SELECT 1 FROM units o WHERE o.job_id = j.id AND o.state IN ('open', 'busy') \
+               AND o.id <> u.id)"
+        };
         let sql = format!(
             "SELECT {}, {R_COLUMNS}, {U_COLUMNS}, j.id, j.state, j.replicas, j.spot_check, {}, \
-               j.accepted_json \
+               j.accepted_json, {others} \
              FROM leases l JOIN units u ON u.id = l.unit_id JOIN jobs j ON j.id = u.job_id \
                LEFT JOIN results r ON r.lease_id = l.id LEFT JOIN accounts a ON a.id = ?2 \
              WHERE l.id = ?1",
@@ -188,10 +197,11 @@ impl Results for SqlTx<'_> {
                         None => None,
                     },
                 };
-                Ok((view, r.get::<String>(58)?))
+                Ok((view, r.get::<String>(58)?, r.get::<bool>(59)?))
             })?;
-        Ok(row.map(|(view, accepted)| {
+        Ok(row.map(|(view, accepted, others)| {
             self.accepted = Some((view.job.id, accepted));
+            self.unfinished_besides = others.then_some((view.job.id, view.unit.id));
             view
         }))
     }

@@ -208,6 +208,12 @@ impl Units for SqlTx<'_> {
     }
 
     fn mark_unit_done(&mut self, id: UnitId, result: ResultId, now_ms: i64) -> StoreResult<()> {
+        if self
+            .unfinished_besides
+            .is_some_and(|(_, besides)| besides != id)
+        {
+            self.unfinished_besides = None;
+        }
         self.c
             .execute_deferred("UPDATE units SET state = 'done', accepted_result_id = ?, disputed = 0, decided_ms = ? WHERE id = ?", args![result.0, now_ms, id.0])?;
         Ok(())
@@ -236,6 +242,7 @@ impl Units for SqlTx<'_> {
     }
 
     fn cancel_unit(&mut self, id: UnitId) -> StoreResult<()> {
+        self.unfinished_besides = None;
         self.c.execute(
             "UPDATE units SET state = 'cancelled' WHERE id = ?",
             args![id.0],
@@ -244,6 +251,7 @@ impl Units for SqlTx<'_> {
     }
 
     fn cancel_job_units(&mut self, job: JobId) -> StoreResult<()> {
+        self.unfinished_besides = None;
         self.c.execute(
             "UPDATE units SET state = 'cancelled' WHERE job_id = ? AND state IN ('open', 'busy')",
             args![job.to_string()],
@@ -260,6 +268,12 @@ impl Units for SqlTx<'_> {
         // the partial index `units_unfinished_by_job` once its statistics know that few
         // units are unfinished. SQLite walks its `units_by_job` index either way; an
         // order there would sort a fresh job's millions of open units.
+        if self
+            .unfinished_besides
+            .is_some_and(|(known, _)| known == job)
+        {
+            return Ok(true);
+        }
         let sql = if self.c.is_postgres() {
             "SELECT (SELECT id FROM units WHERE job_id = ? AND state IN ('open', 'busy') ORDER BY id DESC LIMIT 1) IS NOT NULL"
         } else {
