@@ -114,45 +114,48 @@ impl Units for SqlTx<'_> {
             Some(_) => ("units_by_job", "u.job_id = ?5"),
             None => ("units_by_state", "?5 IS NULL"),
         };
-        let mut units: Vec<UnitRecord> = Vec::with_capacity(limit);
         // disputed units go to trusted workers first (few: their own partial index);
         // then the oldest open units, in index order, so a lease reads `limit` rows and
-        // not the whole open set
-        if who.trusted {
-            let rows = self.c.map(&format!(
-                "SELECT {U_COLUMNS} FROM units u INDEXED BY units_disputed JOIN jobs j ON j.id = u.job_id \
-                 WHERE u.state = 'open' AND u.disputed = 1 AND j.state = 'running' AND j.paused = 0 \
-                   AND {of_job} AND {ELIGIBLE} \
-                 ORDER BY u.id LIMIT ?4"
-            ), args![
-                    worker,
-                    who.account.as_str(),
-                    who.live_parties,
-                    limit as i64,
-                    job
-                ], from_row)?;
-            for row in rows {
-                units.push(row);
-            }
-        }
-        if units.len() < limit {
-            let rows = self.c.map(&format!(
-                "SELECT {U_COLUMNS} FROM units u INDEXED BY {open_index} JOIN jobs j ON j.id = u.job_id \
+        // not the whole open set. Both parts in one statement (one round trip): its
+        // last column says which part a row is from; a disputed unit is open too, so the
+        // second part may repeat one, and asks for twice `limit` to have enough without.
+        let open = |limit: &str| {
+            format!(
+                "SELECT {U_COLUMNS}, 1 AS part FROM units u INDEXED BY {open_index} JOIN jobs j ON j.id = u.job_id \
                  WHERE u.state = 'open' AND j.state = 'running' AND j.paused = 0 \
                    AND {of_job} AND {ELIGIBLE} \
-                 ORDER BY u.id LIMIT ?4"
-            ), args![
-                    worker,
-                    who.account.as_str(),
-                    who.live_parties,
-                    (limit + units.len()) as i64,
-                    job
-                ], from_row)?;
-            for row in rows {
-                let unit = row;
-                if units.len() < limit && !units.iter().any(|u| u.id == unit.id) {
-                    units.push(unit);
-                }
+                 ORDER BY u.id LIMIT {limit}"
+            )
+        };
+        let mut params = args![
+            worker,
+            who.account.as_str(),
+            who.live_parties,
+            limit as i64,
+            job
+        ]
+        .to_vec();
+        let sql = if who.trusted {
+            format!(
+                "SELECT * FROM (SELECT {U_COLUMNS}, 0 AS part FROM units u INDEXED BY units_disputed \
+                   JOIN jobs j ON j.id = u.job_id \
+                   WHERE u.state = 'open' AND u.disputed = 1 AND j.state = 'running' AND j.paused = 0 \
+                     AND {of_job} AND {ELIGIBLE} \
+                   ORDER BY u.id LIMIT ?4) AS disputed \
+                 UNION ALL SELECT * FROM ({}) AS oldest ORDER BY 16, 1",
+                open("?6")
+            )
+        } else {
+            open("?4")
+        };
+        if who.trusted {
+            params.push(super::Value::Int(2 * limit as i64));
+        }
+        let rows = self.c.map(&sql, &params, from_row)?;
+        let mut units: Vec<UnitRecord> = Vec::with_capacity(limit);
+        for unit in rows {
+            if units.len() < limit && !units.iter().any(|u| u.id == unit.id) {
+                units.push(unit);
             }
         }
         Ok(units)
