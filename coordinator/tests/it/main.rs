@@ -16,6 +16,7 @@ mod hostile_connections;
 mod http_api;
 mod late;
 mod postgres;
+mod report_reads;
 mod running_split;
 mod scenarios;
 mod sharing;
