@@ -165,17 +165,24 @@ fn strongest_group<'g, 'r>(groups: &'g [Group<'r>], stored_quorum: u32) -> (&'g 
 }
 
 /// Bounded storage: a decided unit's results keep only their cores; the accepted one
-/// keeps its body while it carries solutions or one of the job's best boards.
+/// keeps its body while it carries solutions or one of the job's best boards. `kept`: the
+/// job's other kept boards at the accepted one's depth or deeper (up to [`BEST_BOARDS`]),
+/// when already known.
 fn fold_decided(
     tx: &mut dyn Tx,
     job: &JobHead,
     unit: &UnitRecord,
     accepted: &ResultRecord,
+    kept: Option<usize>,
 ) -> Result<(), FleetError> {
     let keep = accepted.solutions > 0
         || (accepted.max_depth > 0
-            && tx.boards_kept_at_least(job.id, accepted.max_depth, accepted.id, BEST_BOARDS)?
-                < BEST_BOARDS);
+            && match kept {
+                Some(n) => n,
+                None => {
+                    tx.boards_kept_at_least(job.id, accepted.max_depth, accepted.id, BEST_BOARDS)?
+                }
+            } < BEST_BOARDS);
     tx.fold_results(unit.id, keep.then_some(accepted.id))?;
     if keep {
         tx.fold_surplus_boards(job.id, BEST_BOARDS)?;
@@ -214,16 +221,17 @@ fn credit_and_trust(
 
 impl Fleet {
     /// Looks at all valid results of a unit and accepts, confirms, overturns or asks for
-    /// one more run. `mine` is the result just recorded with its body (`None` when a unit
-    /// is decided again because some of its results were voided; its id is found here, by
-    /// its lease, among the unit's results); `live` the parties with
+    /// one more run. `mine` is the result just recorded with its body and the job's kept
+    /// boards at its depth as its report read them (`None` when a unit is decided again
+    /// because some of its results were voided; its id is found here, by its lease, among
+    /// the unit's results); `live` the parties with
     /// a live worker; `recheck`: a trusted volunteer result drawn for a recheck by another
     /// account.
     pub(super) fn decide(
         &self,
         tx: &mut dyn Tx,
         (job, unit): (&JobHead, &UnitRecord),
-        mine: Option<(&ResultRecord, &UnitResult)>,
+        mine: Option<(&ResultRecord, &UnitResult, usize)>,
         (live, recheck): (u32, bool),
         now: i64,
     ) -> Result<ReportOutcome, FleetError> {
@@ -231,8 +239,9 @@ impl Fleet {
         // result and path are what decide uses, and those are still current
         let valid = tx.valid_results_of_unit(unit.id)?;
         let stored;
+        let kept_at_report = mine.map(|(_, _, kept)| kept);
         let mine = match mine {
-            Some((m, result)) => {
+            Some((m, result, _)) => {
                 let Some(id) = valid
                     .iter()
                     .find(|v| v.lease_id == m.lease_id)
@@ -319,7 +328,16 @@ impl Fleet {
             Some(c) if c.id == accepted_id => c,
             _ => winner,
         };
-        fold_decided(tx, job, unit, accepted)?;
+        // a first acceptance of this unit, of the result just reported, with no loser:
+        // nothing changed the job's kept boards since the report counted them (this
+        // result was not stored then, and is not counted now)
+        let kept_known = match (kept_at_report, &current, mine) {
+            (Some(kept), None, Some((m, _))) if groups.len() == 1 && m.id == accepted_id => {
+                Some(kept)
+            }
+            _ => None,
+        };
+        fold_decided(tx, job, unit, accepted, kept_known)?;
         credit_and_trust(tx, &best_results, accepted_id, parties, now)?;
         for account in &quarantined_accounts {
             self.void_account(tx, account)?;

@@ -11,6 +11,7 @@ use e2fleet_proto::api::{JobState, Report, ReportOutcome, ReportStatus, ResultVe
 use tracing::{instrument, warn};
 
 use super::checks::check_result;
+use super::policy::BEST_BOARDS;
 use super::{Fleet, FleetError, LeasedUnit, finish_if_done};
 use crate::store::{
     LeaseState, NewResult, ReportView, ResultBody, ResultCore, ResultId, ResultRecord, Standing,
@@ -108,6 +109,7 @@ impl Fleet {
             unit,
             job,
             account,
+            kept_boards,
         } = match report_lease(tx, worker, &report, &digest)? {
             Ok(view) => view,
             Err(answer) => return Ok(answer),
@@ -211,7 +213,7 @@ impl Fleet {
         let outcome = self.decide(
             tx,
             (&job, &unit),
-            Some((&mine, &report.result)),
+            Some((&mine, &report.result, kept_boards)),
             (live, recheck && standing == Standing::Trusted),
             now,
         )?;
@@ -293,7 +295,18 @@ fn report_lease(
     report: &Report,
     digest: &str,
 ) -> Result<Result<ReportView, ReportOutcome>, FleetError> {
-    let Some(view) = tx.report_view(report.lease_id, &worker.account_id)? else {
+    // the job's best boards are counted only for a result that could become one
+    let boards = if report.result.solutions_count == 0 && report.result.max_depth > 0 {
+        BEST_BOARDS
+    } else {
+        0
+    };
+    let Some(view) = tx.report_view(
+        report.lease_id,
+        &worker.account_id,
+        (report.result.max_depth, boards),
+    )?
+    else {
         // a unit leaves its leases behind when it is archived, which waits until its
         // expired leases are older than the detail window: a result later than that
         // is told so, instead of "not found"

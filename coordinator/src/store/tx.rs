@@ -177,12 +177,14 @@ pub trait Results {
     /// Stores a result (a held change: its id is not read back; its lease names it).
     fn insert_result(&mut self, result: &NewResult) -> StoreResult<()>;
     /// Everything a report on `lease` by a worker of `account` is checked against, in one
-    /// read (on PostgreSQL one round trip instead of five); `None` when the lease (or its
-    /// unit) is not stored.
+    /// read (on PostgreSQL one round trip instead of five), with the job's kept boards at
+    /// `kept_boards_at.0` or deeper counted up to `kept_boards_at.1` (0: not counted);
+    /// `None` when the lease (or its unit) is not stored.
     fn report_view(
         &mut self,
         lease: LeaseId,
         account: &AccountId,
+        kept_boards_at: (usize, usize),
     ) -> StoreResult<Option<ReportView>>;
     /// One result.
     fn result(&mut self, id: ResultId) -> StoreResult<Option<ResultRecord>>;

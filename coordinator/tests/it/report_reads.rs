@@ -42,7 +42,7 @@ async fn ends_the_others(how: Ends) {
         .store()
         .write(move |tx| {
             let view = tx
-                .report_view(first_lease, &AccountId::operator())?
+                .report_view(first_lease, &AccountId::operator(), (0, 0))?
                 .expect("the lease is stored");
             assert_eq!(view.unit.id, first);
             let others: Vec<UnitId> = tx
@@ -105,7 +105,7 @@ async fn accepted_totals_read_with_a_report_add_up_exactly() {
     c.fleet
         .store()
         .write(move |tx| {
-            tx.report_view(lease, &AccountId::operator())?
+            tx.report_view(lease, &AccountId::operator(), (0, 0))?
                 .expect("the lease is stored");
             tx.add_accepted(job, &[1, 2, 3], 1)?;
             tx.add_accepted(job, &[0, 10, 0, 7], 2)?;
@@ -131,5 +131,42 @@ async fn accepted_totals_read_with_a_report_add_up_exactly() {
     }
     assert_eq!(after, expected);
     assert_eq!(solutions, 3);
+    c.stop().await;
+}
+
+/// The kept boards a report counts with its reads are the ones the decision would count
+/// with a query of its own, at every depth.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kept_boards_read_with_a_report_are_those_a_decision_counts() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 1).await;
+    let (job, lease, _) = leased_job(&c).await;
+    let mut w = SimWorker::register(&c.url, "other", Behaviour::Honest).await;
+    w.work(1_000).await;
+    let counted = c
+        .fleet
+        .store()
+        .write(move |tx| {
+            let mut counted = Vec::new();
+            for depth in 0..=25 {
+                for limit in [0, 1, 3, 10] {
+                    let view = tx
+                        .report_view(lease, &AccountId::operator(), (depth, limit))?
+                        .expect("the lease is stored");
+                    let queried = tx.boards_kept_at_least(job, depth, ResultId(0), limit)?;
+                    counted.push((depth, limit, view.kept_boards, queried));
+                }
+            }
+            Ok::<_, StoreError>(counted)
+        })
+        .await
+        .unwrap();
+    for (depth, limit, viewed, queried) in &counted {
+        assert_eq!(viewed, queried, "depth {depth}, limit {limit}");
+    }
+    assert!(
+        counted.iter().any(|(_, _, n, _)| *n > 1),
+        "some boards are kept: {counted:?}"
+    );
     c.stop().await;
 }

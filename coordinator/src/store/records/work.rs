@@ -143,6 +143,9 @@ pub struct ReportView {
     pub job: JobHead,
     /// The reporting worker's account (`None` if it is gone).
     pub account: Option<AccountRecord>,
+    /// The job's accepted results that keep their boards at the depth asked or deeper,
+    /// counted up to the limit asked.
+    pub kept_boards: usize,
 }
 
 /// A stored unit, its prefix and cursor decoded.

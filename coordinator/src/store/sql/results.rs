@@ -155,11 +155,12 @@ impl Results for SqlTx<'_> {
         &mut self,
         lease: LeaseId,
         account: &AccountId,
+        (depth, limit): (usize, usize),
     ) -> StoreResult<Option<ReportView>> {
-        // lease 0-8, result 9-26 (NULL when none), unit 27-41, job 42-45, account 46-57;
-        // kept for the decision: the job's accepted totals 58, and whether it has an
-        // unfinished unit besides this one 59 (in the form each planner walks best: see
-        // `job_has_unfinished_units`)
+        // lease 0-8, result 9-26 (NULL when none), unit 27-41, job 42-45, account 46-57,
+        // kept boards 60; kept for the decision: the job's accepted totals 58, and whether
+        // it has an unfinished unit besides this one 59 (in the form each planner walks
+        // best: see `job_has_unfinished_units`)
         let others = if self.c.is_postgres() {
             "(SELECT o.id FROM units o WHERE o.job_id = j.id AND o.state IN ('open', 'busy') \
                AND o.id <> u.id ORDER BY o.id DESC LIMIT 1) IS NOT NULL"
@@ -169,16 +170,20 @@ impl Results for SqlTx<'_> {
         };
         let sql = format!(
             "SELECT {}, {R_COLUMNS}, {U_COLUMNS}, j.id, j.state, j.replicas, j.spot_check, {}, \
-               j.accepted_json, {others} \
+               j.accepted_json, {others}, \
+               (SELECT COUNT(*) FROM (SELECT 1 FROM results k INDEXED BY results_kept_boards \
+                  WHERE k.job_id = j.id AND k.max_depth >= ?3 AND k.verdict = 'accepted' \
+                    AND k.body_kept = 1 LIMIT ?4) AS kept) \
              FROM leases l JOIN units u ON u.id = l.unit_id JOIN jobs j ON j.id = u.job_id \
                LEFT JOIN results r ON r.lease_id = l.id LEFT JOIN accounts a ON a.id = ?2 \
              WHERE l.id = ?1",
             super::leases::L_COLUMNS,
             super::accounts::COLUMNS
         );
-        let row = self
-            .c
-            .map_row(&sql, args![lease.to_string(), account.as_str()], |r| {
+        let row = self.c.map_row(
+            &sql,
+            args![lease.to_string(), account.as_str(), depth, limit],
+            |r| {
                 let view = ReportView {
                     lease: super::leases::from_row_at(r, 0)?,
                     existing: match r.get::<Option<i64>>(9)? {
@@ -196,9 +201,11 @@ impl Results for SqlTx<'_> {
                         Some(_) => Some(super::accounts::from_row_at(r, 46, false)?),
                         None => None,
                     },
+                    kept_boards: r.get::<i64>(60)? as usize,
                 };
                 Ok((view, r.get::<String>(58)?, r.get::<bool>(59)?))
-            })?;
+            },
+        )?;
         Ok(row.map(|(view, accepted, others)| {
             self.accepted = Some((view.job.id, accepted));
             self.unfinished_besides = others.then_some((view.job.id, view.unit.id));
