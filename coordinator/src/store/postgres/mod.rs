@@ -19,7 +19,7 @@
 //!   count nobody reads is held and sent with the next statement; and what a lease request
 //!   or a report is checked against is read in one statement each
 //!   ([`crate::store::tx::Leases::lease_view`], [`crate::store::tx::Results::report_view`]).
-//!   A lease and its report cost 6 round trips instead of ~29 (the load bench counts them,
+//!   A lease and its report cost 5 round trips instead of ~29 (the load bench counts them,
 //!   [`crate::store::traffic`]).
 //! - **Reads** run on a pool (sqlx), each in a `REPEATABLE READ READ ONLY` transaction:
 //!   one consistent snapshot, never blocking or blocked by the writers.
