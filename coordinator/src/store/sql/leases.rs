@@ -85,7 +85,7 @@ impl Leases for SqlTx<'_> {
                     "SELECT {L_COLUMNS}, {} FROM leases l JOIN units u ON u.id = l.unit_id WHERE l.id = ?",
                     super::units::U_COLUMNS
                 ), args![id.to_string()], |r| {
-                Ok((from_row_at(r, 0)?, super::units::from_row_at(r, 9)?))
+                Ok((from_row_at(r, 0)?, super::units::from_row_at(r, super::width(L_COLUMNS))?))
             })
     }
 

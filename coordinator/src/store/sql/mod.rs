@@ -350,6 +350,20 @@ pub trait ConnExt: Conn {
 
 impl<C: Conn + ?Sized> ConnExt for C {}
 
+/// How many columns a list of them (`"a.id, a.kind, ..."`) names: where a row of one
+/// record's columns ends in a statement that joins several.
+pub(crate) const fn width(columns: &str) -> usize {
+    let bytes = columns.as_bytes();
+    let (mut n, mut i) = (1, 0);
+    while i < bytes.len() {
+        if bytes[i] == b',' {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
+
 /// A transaction: the [`crate::store::tx`] traits are implemented on it, one file per
 /// table, whichever backend runs its statements.
 pub struct SqlTx<'c> {
@@ -437,6 +451,16 @@ mod tests {
             for_postgres("SELECT id FROM units u INDEXED BY units_decided WHERE id > ?"),
             "SELECT id FROM units u WHERE id > $1"
         );
+    }
+
+    #[test]
+    fn a_column_list_is_as_wide_as_the_record_reading_it() {
+        assert_eq!(width("a"), 1);
+        assert_eq!(width("a.id, a.kind,\n     a.team"), 3);
+        assert_eq!(width(super::leases::L_COLUMNS), 9);
+        assert_eq!(width(super::units::U_COLUMNS), 15);
+        assert_eq!(width(super::results::R_COLUMNS), 18);
+        assert_eq!(width(super::accounts::COLUMNS), 12);
     }
 
     #[test]

@@ -6,7 +6,7 @@ use e2fleet_proto::api::{AccountId, JobId, LeaseId, ResultVerdict, UnitId, Worke
 
 use super::codec::{decode_sparse_counts, path_at};
 use super::units::U_COLUMNS;
-use super::{ConnExt, Row, SqlTx, args};
+use super::{ConnExt, Row, SqlTx, args, width};
 use crate::store::tx::{Results, StoreResult};
 use crate::store::{
     CertificateRow, DAY_MS, FoundBoard, JobHead, NewResult, NodesReceived, RateSample, ReportView,
@@ -17,6 +17,17 @@ use crate::store::{
 const COLUMNS: &str = "id, job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, \
      engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms, \
      account_id, standing";
+
+/// How many of job `job`'s accepted results at depth `depth` or deeper keep their boards
+/// (other than `other_than`), counted up to `limit`: all SQL expressions.
+fn kept_boards(job: &str, depth: &str, other_than: Option<&str>, limit: &str) -> String {
+    let other = other_than.map_or(String::new(), |id| format!(" AND k.id != {id}"));
+    format!(
+        "(SELECT COUNT(*) FROM (SELECT 1 FROM results k INDEXED BY results_kept_boards \
+           WHERE k.job_id = {job} AND k.max_depth >= {depth} AND k.verdict = 'accepted' \
+             AND k.body_kept = 1{other} LIMIT {limit}) AS kept)"
+    )
+}
 
 /// [`COLUMNS`] for queries that alias results `r`.
 pub(super) const R_COLUMNS: &str = "r.id, r.job_id, r.unit_id, r.lease_id, r.worker_id, r.hostname, \
@@ -157,28 +168,24 @@ impl Results for SqlTx<'_> {
         account: &AccountId,
         (depth, limit): (usize, usize),
     ) -> StoreResult<Option<ReportView>> {
-        // lease 0-8, result 9-26 (NULL when none), unit 27-41, job 42-45, account 46-57,
-        // kept boards 60; kept for the decision: the job's accepted totals 58, and whether
-        // it has an unfinished unit besides this one 59 (in the form each planner walks
-        // best: see `job_has_unfinished_units`)
-        let others = if self.c.is_postgres() {
-            "(SELECT o.id FROM units o WHERE o.job_id = j.id AND o.state IN ('open', 'busy') \
-               AND o.id <> u.id ORDER BY o.id DESC LIMIT 1) IS NOT NULL"
-        } else {
-            "EXISTS (SELECT 1 FROM units o WHERE o.job_id = j.id AND o.state IN ('open', 'busy') \
-               AND o.id <> u.id)"
-        };
+        // the lease, its result (NULLs when none), unit, job head and account, then the
+        // job's kept boards; and kept for the decision: the job's accepted totals and
+        // whether it has an unfinished unit besides this one
+        const RESULT: usize = width(super::leases::L_COLUMNS);
+        const UNIT: usize = RESULT + width(R_COLUMNS);
+        const JOB: usize = UNIT + width(U_COLUMNS);
+        const ACCOUNT: usize = JOB + 4;
+        const KEPT: usize = ACCOUNT + width(super::accounts::COLUMNS);
         let sql = format!(
             "SELECT {}, {R_COLUMNS}, {U_COLUMNS}, j.id, j.state, j.replicas, j.spot_check, {}, \
-               j.accepted_json, {others}, \
-               (SELECT COUNT(*) FROM (SELECT 1 FROM results k INDEXED BY results_kept_boards \
-                  WHERE k.job_id = j.id AND k.max_depth >= ?3 AND k.verdict = 'accepted' \
-                    AND k.body_kept = 1 LIMIT ?4) AS kept) \
+               {}, j.accepted_json, {} \
              FROM leases l JOIN units u ON u.id = l.unit_id JOIN jobs j ON j.id = u.job_id \
                LEFT JOIN results r ON r.lease_id = l.id LEFT JOIN accounts a ON a.id = ?2 \
              WHERE l.id = ?1",
             super::leases::L_COLUMNS,
-            super::accounts::COLUMNS
+            super::accounts::COLUMNS,
+            kept_boards("j.id", "?3", None, "?4"),
+            super::units::has_unfinished(self.c.is_postgres(), "j.id", Some("u.id")),
         );
         let row = self.c.map_row(
             &sql,
@@ -186,24 +193,24 @@ impl Results for SqlTx<'_> {
             |r| {
                 let view = ReportView {
                     lease: super::leases::from_row_at(r, 0)?,
-                    existing: match r.get::<Option<i64>>(9)? {
-                        Some(_) => Some(from_row_at(r, 9)?),
+                    existing: match r.get::<Option<i64>>(RESULT)? {
+                        Some(_) => Some(from_row_at(r, RESULT)?),
                         None => None,
                     },
-                    unit: super::units::from_row_at(r, 27)?,
+                    unit: super::units::from_row_at(r, UNIT)?,
                     job: JobHead {
-                        id: r.parsed(42)?,
-                        state: r.parsed(43)?,
-                        replicas: r.get::<i64>(44)? as u32,
-                        spot_check: r.get(45)?,
+                        id: r.parsed(JOB)?,
+                        state: r.parsed(JOB + 1)?,
+                        replicas: r.get::<i64>(JOB + 2)? as u32,
+                        spot_check: r.get(JOB + 3)?,
                     },
-                    account: match r.get::<Option<String>>(46)? {
-                        Some(_) => Some(super::accounts::from_row_at(r, 46, false)?),
+                    account: match r.get::<Option<String>>(ACCOUNT)? {
+                        Some(_) => Some(super::accounts::from_row_at(r, ACCOUNT, false)?),
                         None => None,
                     },
-                    kept_boards: r.get::<i64>(60)? as usize,
+                    kept_boards: r.get::<i64>(KEPT)? as usize,
                 };
-                Ok((view, r.get::<String>(58)?, r.get::<bool>(59)?))
+                Ok((view, r.get::<String>(KEPT + 1)?, r.get::<bool>(KEPT + 2)?))
             },
         )?;
         Ok(row.map(|(view, accepted, others)| {
@@ -547,10 +554,11 @@ impl Results for SqlTx<'_> {
         other_than: ResultId,
         limit: usize,
     ) -> StoreResult<usize> {
-        let n: i64 = self
-            .c
-            .one("SELECT COUNT(*) FROM (SELECT 1 FROM results INDEXED BY results_kept_boards \
-                 WHERE job_id = ? AND max_depth >= ? AND verdict = 'accepted' AND body_kept = 1 AND id != ? LIMIT ?) AS kept", args![job.to_string(), depth as i64, other_than.0, limit as i64])?;
+        let sql = format!("SELECT {}", kept_boards("?1", "?2", Some("?3"), "?4"));
+        let n: i64 = self.c.one(
+            &sql,
+            args![job.to_string(), depth as i64, other_than.0, limit as i64],
+        )?;
         Ok(n as usize)
     }
 
