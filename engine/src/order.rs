@@ -58,6 +58,13 @@ pub enum OrderSpec {
         /// Rows of scan before the teeth.
         rows: usize,
     },
+    /// The border first, then the next ring inwards, and so on: each ring clockwise
+    /// from its corner on the side of `from` (`spiral:tl` runs along the top row, down the
+    /// right column, back along the bottom and up the left, then the ring inside it).
+    Spiral {
+        /// The corner the outer ring starts at.
+        from: Corner,
+    },
     /// An explicit list of cells, which must be exactly the non-hint cells.
     Cells(Vec<usize>),
 }
@@ -87,6 +94,7 @@ impl fmt::Display for OrderSpec {
                 )
             }
             OrderSpec::Comb { rows } => write!(f, "comb:{rows}"),
+            OrderSpec::Spiral { from } => write!(f, "spiral:{}", from.code()),
             OrderSpec::Cells(cells) => {
                 let list: Vec<String> = cells.iter().map(|c| c.to_string()).collect();
                 write!(f, "cells:{}", list.join(","))
@@ -100,7 +108,7 @@ impl fmt::Display for OrderSpec {
 pub enum OrderError {
     /// The text is not a known order.
     #[error(
-        "unknown fill order {0:?}: expected row-major, rows:tl|tr|bl|br, cols:tl|tr|bl|br, comb:K or cells:C1,C2,..."
+        "unknown fill order {0:?}: expected row-major, rows:tl|tr|bl|br, cols:tl|tr|bl|br, spiral:tl|tr|bl|br, comb:K or cells:C1,C2,..."
     )]
     Syntax(String),
     /// The comb has more rows than the board.
@@ -151,15 +159,19 @@ impl FromStr for OrderSpec {
         }
         let (kind, arg) = text.split_once(':').ok_or_else(syntax)?;
         match kind {
-            "rows" | "cols" => {
+            "rows" | "cols" | "spiral" => {
                 let from = Corner::ALL
                     .iter()
                     .find(|(_, code)| *code == arg)
                     .map(|(c, _)| *c)
                     .ok_or_else(syntax)?;
-                Ok(OrderSpec::Scan {
-                    columns: kind == "cols",
-                    from,
+                Ok(if kind == "spiral" {
+                    OrderSpec::Spiral { from }
+                } else {
+                    OrderSpec::Scan {
+                        columns: kind == "cols",
+                        from,
+                    }
                 })
             }
             "comb" => Ok(OrderSpec::Comb {
@@ -225,6 +237,7 @@ impl FillOrder {
                 }
                 cells
             }
+            OrderSpec::Spiral { from } => spiral(w, h, *from),
             OrderSpec::Cells(list) => {
                 let mut seen = vec![false; puzzle.cells()];
                 for &cell in list {
@@ -287,6 +300,85 @@ impl FillOrder {
     }
 }
 
+impl OrderSpec {
+    /// The orders worth comparing on a board `height` rows high before a long search:
+    /// the eight scanline orientations (rows and columns from each corner), the four
+    /// spirals and the comb orders with two, a quarter and half of the rows scanned first.
+    pub fn candidates(height: usize) -> Vec<OrderSpec> {
+        let mut out = OrderSpec::scanlines();
+        for (from, _) in Corner::ALL {
+            out.push(OrderSpec::Spiral { from });
+        }
+        let mut combs: Vec<usize> = [2, height / 4, height / 2]
+            .into_iter()
+            .filter(|&r| r >= 1 && r < height)
+            .collect();
+        combs.dedup();
+        out.extend(combs.into_iter().map(|rows| OrderSpec::Comb { rows }));
+        out
+    }
+
+    /// The eight scanline orientations.
+    pub fn scanlines() -> Vec<OrderSpec> {
+        let mut out = Vec::new();
+        for columns in [false, true] {
+            for (from, _) in Corner::ALL {
+                out.push(OrderSpec::Scan { columns, from });
+            }
+        }
+        out
+    }
+}
+
+/// The cells of a `w` x `h` board ring by ring from the border inwards, each ring
+/// clockwise from its corner on the side of `from`.
+fn spiral(w: usize, h: usize, from: Corner) -> Vec<usize> {
+    // the top-left spiral, then turned: a clockwise spiral from another corner is the
+    // top-left one of the board rotated so that corner is at the top left
+    let mut cells = Vec::with_capacity(w * h);
+    let (rw, rh) = match from {
+        Corner::TopLeft | Corner::BottomRight => (w, h),
+        Corner::TopRight | Corner::BottomLeft => (h, w),
+    };
+    let (mut top, mut left, mut bottom, mut right) =
+        (0isize, 0isize, rh as isize - 1, rw as isize - 1);
+    let mut ring: Vec<(usize, usize)> = Vec::with_capacity(w * h);
+    while top <= bottom && left <= right {
+        for x in left..=right {
+            ring.push((x as usize, top as usize));
+        }
+        for y in top + 1..=bottom {
+            ring.push((right as usize, y as usize));
+        }
+        if top < bottom {
+            for x in (left..right).rev() {
+                ring.push((x as usize, bottom as usize));
+            }
+        }
+        if left < right {
+            for y in (top + 1..bottom).rev() {
+                ring.push((left as usize, y as usize));
+            }
+        }
+        top += 1;
+        left += 1;
+        bottom -= 1;
+        right -= 1;
+    }
+    for (x, y) in ring {
+        // (x, y) on the turned board back to the real one
+        let (bx, by) = match from {
+            Corner::TopLeft => (x, y),
+            // turned a quarter: the real top right is the turned top left
+            Corner::TopRight => (w - 1 - y, x),
+            Corner::BottomRight => (w - 1 - x, h - 1 - y),
+            Corner::BottomLeft => (y, h - 1 - x),
+        };
+        cells.push(by * w + bx);
+    }
+    cells
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -298,6 +390,58 @@ mod tests {
             assert_eq!(spec.to_string(), text);
         }
         assert!("spiral".parse::<OrderSpec>().is_err());
+        assert_eq!(
+            "spiral:br".parse::<OrderSpec>().unwrap().to_string(),
+            "spiral:br"
+        );
         assert!("cols:xx".parse::<OrderSpec>().is_err());
+    }
+
+    #[test]
+    fn spirals_cover_every_cell_once_starting_at_their_corner_along_the_border() {
+        for (w, h) in [(1, 1), (2, 3), (4, 4), (5, 3), (16, 16)] {
+            for (from, _) in Corner::ALL {
+                let cells = spiral(w, h, from);
+                let mut sorted = cells.clone();
+                sorted.sort_unstable();
+                assert_eq!(sorted, (0..w * h).collect::<Vec<_>>(), "{w}x{h} {from:?}");
+                let corner = match from {
+                    Corner::TopLeft => 0,
+                    Corner::TopRight => w - 1,
+                    Corner::BottomLeft => (h - 1) * w,
+                    Corner::BottomRight => w * h - 1,
+                };
+                assert_eq!(cells[0], corner, "{w}x{h} {from:?}");
+                // each step moves to a neighbouring cell
+                for pair in cells.windows(2) {
+                    let (a, b) = (pair[0], pair[1]);
+                    let d = (a % w).abs_diff(b % w) + (a / w).abs_diff(b / w);
+                    assert_eq!(d, 1, "{w}x{h} {from:?}: {a} -> {b}");
+                }
+                // the border comes first
+                let border = 2 * (w + h) - 4;
+                if w > 1 && h > 1 {
+                    assert!(
+                        cells[..border]
+                            .iter()
+                            .all(|&c| c % w == 0 || c % w == w - 1 || c / w == 0 || c / w == h - 1)
+                    );
+                }
+            }
+        }
+        // clockwise: from the top left along the top row
+        assert_eq!(&spiral(4, 4, Corner::TopLeft)[..5], &[0, 1, 2, 3, 7]);
+        assert_eq!(&spiral(4, 4, Corner::TopRight)[..5], &[3, 7, 11, 15, 14]);
+    }
+
+    #[test]
+    fn candidates_are_distinct_valid_orders() {
+        let c = OrderSpec::candidates(16);
+        assert!(c.len() >= 12);
+        let texts: std::collections::HashSet<String> = c.iter().map(|o| o.to_string()).collect();
+        assert_eq!(texts.len(), c.len());
+        for o in c {
+            assert_eq!(o.to_string().parse::<OrderSpec>().unwrap(), o);
+        }
     }
 }

@@ -40,6 +40,7 @@
 
 pub mod knuth;
 pub mod population;
+pub mod probe;
 
 pub use population::{Effort, estimate_below, estimate_tree};
 
@@ -242,7 +243,7 @@ impl Rng {
         Rng(seed)
     }
 
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
         let mut z = self.0;
         z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);

@@ -108,17 +108,17 @@ pub fn estimate_below(
 }
 
 /// What one run found.
-struct Run {
-    nodes: f64,
-    expansions: u64,
-    resampled: bool,
+pub(super) struct Run {
+    pub(super) nodes: f64,
+    pub(super) expansions: u64,
+    pub(super) resampled: bool,
     /// Depths below the start the population reached (all of them: it saw the bottom).
-    reached: usize,
+    pub(super) reached: usize,
 }
 
 /// A run's boards, flat: board `i` is `boards[i * cells..]`, its used pieces
 /// `used[i * pieces..]`; `next_*` is the following depth's, built from the chosen children.
-struct Population<'p> {
+pub(super) struct Population<'p> {
     plan: &'p SearchPlan,
     cells: usize,
     pieces: usize,
@@ -132,10 +132,12 @@ struct Population<'p> {
     /// The children of the current depth: (parent board, candidate).
     kids: Vec<(u32, u64)>,
     fits: Vec<u64>,
+    /// The children listed at each depth of the last run (index 0: the start's).
+    listed: Vec<u64>,
 }
 
 impl<'p> Population<'p> {
-    fn new(plan: &'p SearchPlan, limit: usize) -> Population<'p> {
+    pub(super) fn new(plan: &'p SearchPlan, limit: usize) -> Population<'p> {
         Population {
             plan,
             cells: plan.initial_board.len(),
@@ -149,21 +151,23 @@ impl<'p> Population<'p> {
             next_weights: Vec::new(),
             kids: Vec::new(),
             fits: Vec::new(),
+            listed: Vec::new(),
         }
     }
 
-    fn reset(&mut self, board: &[u32], used: &[u8]) {
+    pub(super) fn reset(&mut self, board: &[u32], used: &[u8]) {
         self.boards.clear();
         self.boards.extend_from_slice(board);
         self.used.clear();
         self.used.extend_from_slice(used);
         self.weights.clear();
         self.weights.push(1.0);
+        self.listed.clear();
     }
 
     /// Walks the population from depth `start` to the bottom, adding each depth's
     /// estimate to `by_depth` (index 0: `start`).
-    fn run(&mut self, start: usize, rng: &mut Rng, by_depth: &mut [f64]) -> Run {
+    pub(super) fn run(&mut self, start: usize, rng: &mut Rng, by_depth: &mut [f64]) -> Run {
         let plan = self.plan;
         let (cells, pieces) = (self.cells, self.pieces);
         let mut run = Run {
@@ -187,6 +191,7 @@ impl<'p> Population<'p> {
                 self.kids.extend(self.fits.iter().map(|&c| (i as u32, c)));
             }
             run.expansions += self.weights.len() as u64;
+            self.listed.push(self.kids.len() as u64);
             if self.kids.is_empty() {
                 break;
             }
@@ -227,6 +232,12 @@ impl<'p> Population<'p> {
 
     /// Adds to the next depth's population parent `i`'s board with candidate `c` at
     /// `pos`, weighing `weight`.
+    /// The children listed at each depth of the last run, from its start (the run stops
+    /// listing at the first depth with none).
+    pub(super) fn listed(&self) -> &[u64] {
+        &self.listed
+    }
+
     fn push_child(&mut self, i: usize, pos: usize, c: u64, weight: f64) {
         let (cells, pieces) = (self.cells, self.pieces);
         let at = self.next_boards.len();
