@@ -87,16 +87,27 @@ fn probe_run(
     Ok((result, by_depth))
 }
 
-/// A study's strata for one order: the depth `k` it enumerates to, the enumeration's
-/// nodes per absolute depth, and the fillings of the first `k` depths. `k` is the deepest
+/// A study's strata for one order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Strata {
+    /// The depth `k` the study enumerates to.
+    pub depth: usize,
+    /// The enumeration's nodes per absolute depth (index 0: depth 1), counted exactly.
+    pub exact: Vec<u64>,
+    /// The fillings of the first `k` depths, each a stratum.
+    pub prefixes: Vec<Vec<Placement>>,
+}
+
+/// A study's strata for one order. `k` is the deepest
 /// depth (at most [`MAX_STRATA_DEPTH`]) whose fillings number at most `max_strata`; 0 (one
 /// stratum, the root) when even depth 1 has more. A tree that ends within `k` depths has no
 /// strata: the enumeration counted it.
-pub fn strata(
-    plan: &SearchPlan,
-    max_strata: usize,
-) -> Result<(usize, Vec<u64>, Vec<Vec<Placement>>), UnitError> {
-    let mut chosen = (0, vec![0u64; plan.len()], vec![Vec::new()]);
+pub fn strata(plan: &SearchPlan, max_strata: usize) -> Result<Strata, UnitError> {
+    let mut chosen = Strata {
+        depth: 0,
+        exact: vec![0u64; plan.len()],
+        prefixes: vec![Vec::new()],
+    };
     for k in 1..=MAX_STRATA_DEPTH.min(plan.len()) {
         let mut prefixes = Vec::new();
         let mut walker = Walker::new(plan);
@@ -148,7 +159,11 @@ pub fn local_study(
     max_strata: usize,
     seed: u64,
 ) -> Result<StudyEstimate, UnitError> {
-    let (k, exact, prefixes) = strata(plan, max_strata)?;
+    let Strata {
+        depth: k,
+        exact,
+        prefixes,
+    } = strata(plan, max_strata)?;
     let mut all = Vec::with_capacity(prefixes.len());
     for (j, prefix) in prefixes.iter().enumerate() {
         let mut probes = Vec::with_capacity(rounds);
@@ -355,7 +370,9 @@ mod tests {
     #[test]
     fn a_probes_counts_stand_for_what_the_population_estimated() {
         let plan = plan(5);
-        let (k, _, prefixes) = strata(&plan, 16).unwrap();
+        let Strata {
+            depth: k, prefixes, ..
+        } = strata(&plan, 16).unwrap();
         for seed in 0..6 {
             for particles in [1, 7, 64, 512] {
                 for prefix in [&[][..], &prefixes[seed as usize % prefixes.len()][..]] {
