@@ -123,15 +123,15 @@ pub fn strata(plan: &SearchPlan, max_strata: usize) -> Result<Strata, UnitError>
         let mut exact = nodes;
         exact.resize(plan.len(), 0);
         let done = prefixes.is_empty() || k == plan.len();
-        chosen = (
-            k,
+        chosen = Strata {
+            depth: k,
             exact,
-            if k == plan.len() {
+            prefixes: if k == plan.len() {
                 Vec::new()
             } else {
                 prefixes
             },
-        );
+        };
         if done {
             break;
         }
