@@ -278,6 +278,7 @@ impl Coordinator {
                 max_units: max as u32,
                 engine_kind: engine_kind_to_wire(kind).into(),
                 engine_build: String::new(),
+                probes: true,
             }))
             .await?
             .into_inner();

@@ -368,6 +368,11 @@ impl EngineFactory {
         }
     }
 
+    /// The plan the engines walk.
+    pub fn plan(&self) -> &Arc<SearchPlan> {
+        &self.plan
+    }
+
     /// How `auto` chose between the lane and compiled engines, when it raced them.
     pub fn lanes_race(&self) -> Option<&LanesRace> {
         self.race.as_ref()

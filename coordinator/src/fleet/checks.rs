@@ -1,6 +1,8 @@
 //! What can be checked of a result without re-running it: its shape, counts above the
-//! prefix, the budget, the cursor, every solution and the deepest board. A result that
-//! fails here is wrong whatever other runs say.
+//! prefix, the budget, the cursor, every solution and the deepest board (for a study's
+//! probe: its shape, that each depth's children could come from the boards above, and
+//! that it claims nothing else). A result that fails here is wrong whatever other runs
+//! say.
 
 use e2fleet_engine::search::Walker;
 use e2fleet_engine::unit::StopReason;
@@ -19,6 +21,16 @@ pub(crate) fn check_result(
     let plan = &ctx.spec.plan;
     let puzzle = &ctx.spec.puzzle;
     let depths = plan.len();
+    if let Some(particles) = ctx.probe_particles {
+        // a study's probe: children listed per depth, not a walk's counts
+        return e2fleet_engine::search::estimate::probe::check_probe(
+            r,
+            &unit.prefix,
+            depths,
+            particles as usize,
+            plan.initial_used.len(),
+        );
+    }
     let floor = unit.prefix.len();
     if r.nodes_by_depth.len() != depths {
         return Err(format!(

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use e2fleet_engine::engine::EngineKind;
 use e2fleet_engine::search::Walker;
-use e2fleet_proto::api::{Heartbeat, JobId, Lease, LeaseId};
+use e2fleet_proto::api::{Heartbeat, JobId, Lease, LeaseId, Probe};
 use tracing::{info, instrument, warn};
 
 use super::policy::{
@@ -40,13 +40,14 @@ impl Fleet {
     }
 
     /// Leases up to `max` units to a worker that will run them with `engine` (kind and
-    /// build; `None`: what it said last).
+    /// build; `None`: what it said last); a study's probe units only if it `probes`.
     #[instrument(skip_all, fields(worker_id = %worker.id, max))]
     pub async fn lease_units(
         self: &Arc<Self>,
         worker: &WorkerRecord,
         max: usize,
         engine: Option<(EngineKind, &str)>,
+        probes: bool,
     ) -> Result<Vec<Lease>, FleetError> {
         let max = max.clamp(1, MAX_LEASES_PER_REQUEST);
         if !self.lease_limits.allow(&worker.id, &worker.account_id) {
@@ -67,7 +68,7 @@ impl Fleet {
             .store
             .write(move |tx| {
                 let engine = engine.as_ref().map(|(k, b)| (*k, b.as_str()));
-                fleet.lease_tx(tx, &worker_c, max, engine, now)
+                fleet.lease_tx(tx, &worker_c, max, (engine, probes), now)
             })
             .await?;
         if leases.is_empty() {
@@ -81,7 +82,7 @@ impl Fleet {
         tx: &mut dyn Tx,
         worker: &WorkerRecord,
         max: usize,
-        engine: Option<(EngineKind, &str)>,
+        (engine, probes): (Option<(EngineKind, &str)>, bool),
         now: i64,
     ) -> Result<Vec<Lease>, FleetError> {
         // overdue leases go back to the queue before handing out work; the background
@@ -145,6 +146,17 @@ impl Fleet {
                 }
             }
         }
+        if !probes {
+            // a worker that does not run probes is never handed one (it would walk the
+            // prefix and report a count where a probe's children are expected)
+            let mut kept = Vec::with_capacity(rows.len());
+            for row in rows {
+                if self.context_tx(tx, row.job_id)?.probe_particles.is_none() {
+                    kept.push(row);
+                }
+            }
+            rows = kept;
+        }
         if rows.is_empty() {
             self.ask_running_unit_to_yield(tx, now)?;
         }
@@ -152,7 +164,12 @@ impl Fleet {
         for row in rows {
             self.shares_granted(row.job_id, 1);
             // a job's budget never changes: read from the cached job context
-            let budget = self.context_tx(tx, row.job_id)?.budget;
+            let ctx = self.context_tx(tx, row.job_id)?;
+            let budget = ctx.budget;
+            let probe = ctx.probe_particles.map(|particles| Probe {
+                particles,
+                seed: super::studies::probe_seed(row.job_id, row.id),
+            });
             let lease = LeaseRecord {
                 id: LeaseId::random(),
                 unit_id: row.id,
@@ -182,6 +199,7 @@ impl Fleet {
                 unit: row.unit,
                 budget,
                 deadline_ms: lease.deadline_ms,
+                probe,
             });
         }
         Ok(grants)

@@ -9,6 +9,8 @@
 //!   `tokens.rs`: fresh tokens and the digests they are stored under;
 //! - `accounts.rs`: operator and volunteer accounts, earned trust, voiding;
 //! - `submission.rs`: jobs (validation, split depth, enumeration), specs, cancellation;
+//! - [`studies`]: order studies (each candidate order a job of probe units, merged into
+//!   estimates and ranked);
 //! - `sharing.rs`: which job a lease call serves (priorities, shares, pause);
 //! - `leasing.rs`: leases, expiry, idle-time and running-unit splits, heartbeats, releases;
 //! - `reports.rs`: recording results exactly once; `checks.rs`: verifying a result
@@ -53,6 +55,7 @@ mod quorum;
 mod registration;
 mod reports;
 mod sharing;
+pub mod studies;
 mod submission;
 mod tokens;
 pub mod verification;
@@ -210,6 +213,8 @@ pub struct JobCtx {
     pub self_tests: OnceLock<Vec<SelfTest>>,
     /// The job's node budget per run.
     pub budget: Option<u64>,
+    /// A study's job: boards in each of its probes (its units are probes, not walks).
+    pub probe_particles: Option<u32>,
     /// The tree's size estimate, made on first request (`status::job`).
     pub tree: OnceLock<e2fleet_engine::search::estimate::TreeEstimate>,
 }
@@ -222,6 +227,7 @@ pub fn job_context(source: &JobSource) -> Result<JobCtx, FleetError> {
         spec,
         self_tests: OnceLock::new(),
         budget: source.budget,
+        probe_particles: source.probe_particles,
         tree: OnceLock::new(),
     })
 }

@@ -21,7 +21,15 @@ impl Fleet {
     /// Validates, splits and stores a job.
     pub async fn submit_job(&self, request: JobRequest) -> Result<JobCreated, FleetError> {
         check_request(&request)?;
-        let order = request.order.as_deref().unwrap_or(DEFAULT_ORDER);
+        // `study:ID`: the order that study ranked best
+        let winner = match request.order.as_deref().and_then(|o| o.strip_prefix("study:")) {
+            Some(id) => Some(self.study_winner(id.parse()?).await?),
+            None => None,
+        };
+        let order = winner
+            .as_deref()
+            .or(request.order.as_deref())
+            .unwrap_or(DEFAULT_ORDER);
         let spec = e2fleet_engine::SearchSpec::from_site_json(&request.puzzle_json, order)
             .map_err(|e| FleetError::InvalidArgument(e.to_string()))?;
         let depths = spec.plan.len();
@@ -58,6 +66,7 @@ impl Fleet {
                     share: request.share,
                     paused: false,
                 },
+                probe: None,
             },
             puzzle_json: e2fleet_engine::formats::to_site_json(&spec.puzzle),
         };
@@ -96,6 +105,7 @@ impl Fleet {
                 spec,
                 self_tests: Default::default(),
                 budget: request.budget,
+                probe_particles: None,
                 tree: Default::default(),
             }),
         );
@@ -204,10 +214,15 @@ impl Fleet {
             job_id,
             puzzle_json: source.puzzle_json,
             order: source.order,
-            self_tests: ctx
-                .self_tests
-                .get_or_init(|| self_tests(&ctx.spec.plan))
-                .clone(),
+            // a probe job runs no engine: nothing to test
+            self_tests: match ctx.probe_particles {
+                Some(_) => Vec::new(),
+                None => ctx
+                    .self_tests
+                    .get_or_init(|| self_tests(&ctx.spec.plan))
+                    .clone(),
+            },
+            probe_particles: ctx.probe_particles,
         })
     }
 

@@ -4,7 +4,8 @@
 use std::sync::Arc;
 
 use e2fleet_proto::api::{
-    AuditSubmission, Heartbeat, HostInfo, JobId, JobRequest, LeaseId, Report, SuiteResult, WorkerId,
+    AuditSubmission, Heartbeat, HostInfo, JobId, JobRequest, LeaseId, Report, StudyId, StudyRequest,
+    SuiteResult, WorkerId,
 };
 use e2fleet_proto::convert::{engine_kind_from_wire, suite_unit_to_wire};
 use e2fleet_proto::v2;
@@ -162,7 +163,7 @@ impl WorkerService for WorkerApi {
         };
         let grants = self
             .0
-            .lease_units(&worker, r.max_units as usize, engine)
+            .lease_units(&worker, r.max_units as usize, engine, r.probes)
             .await
             .map_err(status_of)?;
         let retry_after_ms = if grants.is_empty() { 2_000 } else { 0 };
@@ -345,6 +346,40 @@ impl OperatorService for OperatorApi {
         let job = JobRequest::from(request.get_ref());
         let created = self.0.submit_job(job).await.map_err(status_of)?;
         Ok(Response::new((&created).into()))
+    }
+
+    #[instrument(skip_all)]
+    async fn submit_study(
+        &self,
+        request: Request<v2::SubmitStudyRequest>,
+    ) -> Result<Response<v2::SubmitStudyResponse>, Status> {
+        self.admin(&request)?;
+        let study = StudyRequest::from(request.get_ref());
+        let created = self.0.submit_study(study).await.map_err(status_of)?;
+        Ok(Response::new((&created).into()))
+    }
+
+    #[instrument(skip_all)]
+    async fn list_studies(
+        &self,
+        request: Request<v2::ListStudiesRequest>,
+    ) -> Result<Response<v2::ListStudiesResponse>, Status> {
+        self.admin(&request)?;
+        let studies = self.0.list_studies().await.map_err(status_of)?;
+        Ok(Response::new(v2::ListStudiesResponse {
+            studies: studies.iter().map(Into::into).collect(),
+        }))
+    }
+
+    #[instrument(skip_all)]
+    async fn get_study(
+        &self,
+        request: Request<v2::GetStudyRequest>,
+    ) -> Result<Response<v2::StudyStatus>, Status> {
+        self.admin(&request)?;
+        let id = wire(request.get_ref().study_id.parse::<StudyId>())?;
+        let status = self.0.study_status(id).await.map_err(status_of)?;
+        Ok(Response::new((&status).into()))
     }
 
     #[instrument(skip_all)]

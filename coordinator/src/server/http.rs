@@ -6,7 +6,7 @@ use std::sync::Arc;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Json, Response};
-use e2fleet_proto::api::JobId;
+use e2fleet_proto::api::{JobId, StudyId};
 use serde::Serialize;
 
 use super::errors::{bearer, http_error};
@@ -72,6 +72,19 @@ pub async fn worker(
         fleet.auth_failures.failed(ip, Secret::Worker);
     }
     checked
+}
+
+/// `GET /api/studies`: every order study, newest first, with its ranking.
+pub async fn studies(State(fleet): State<Arc<Fleet>>) -> Response {
+    reply(fleet.list_studies().await)
+}
+
+/// `GET /api/studies/{id}`: one study, its orders best first.
+pub async fn study(State(fleet): State<Arc<Fleet>>, Path(id): Path<String>) -> Response {
+    match id.parse::<StudyId>() {
+        Ok(id) => reply(fleet.study_status(id).await),
+        Err(e) => http_error(e.into()),
+    }
 }
 
 /// `GET /api/jobs`

@@ -85,6 +85,8 @@ pub fn router(fleet: Arc<Fleet>) -> axum::Router {
         .route("/api/jobs/{id}/certificate", get(http::certificate))
         .route("/api/jobs/{id}/cancel", post(http::cancel_job))
         .route("/api/hosts/{hostname}/release", post(http::release_host))
+        .route("/api/studies", get(http::studies))
+        .route("/api/studies/{id}", get(http::study))
         .route("/api/fleet", get(http::fleet_status))
         .route("/api/workers", get(http::workers))
         .route("/api/stats", get(http::stats))
@@ -168,8 +170,23 @@ pub async fn serve_with_limits(
             }
         }
     });
+    let studies_fleet = fleet.clone();
+    let studies = tokio::spawn(async move {
+        let mut tick = tokio::time::interval(Duration::from_secs(2));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if !studies_fleet.does_upkeep() {
+                continue;
+            }
+            if let Err(e) = studies_fleet.settle_studies().await {
+                warn!(error = %e, "settling studies failed");
+            }
+        }
+    });
     let result = listener::serve(listener, router(fleet), shutdown, tls, limits).await;
     expiry.abort();
     archiver.abort();
+    studies.abort();
     result
 }

@@ -42,7 +42,8 @@ impl Fleet {
         Ok(status)
     }
 
-    /// The status of every job, newest first (with tree estimates already made).
+    /// The status of every counting job, newest first (with tree estimates already made);
+    /// a study's probe jobs are listed with their study.
     pub async fn list_jobs(&self) -> Result<Vec<JobStatus>, FleetError> {
         let now = self.now();
         let live_since = now - 2 * self.config.lease.as_millis() as i64;
@@ -50,6 +51,7 @@ impl Fleet {
             .read(move |tx| {
                 tx.list_jobs()?
                     .into_iter()
+                    .filter(|job| job.probe.is_none())
                     .map(|job| job_status(tx, job, now, live_since))
                     .collect::<Result<Vec<_>, FleetError>>()
             })

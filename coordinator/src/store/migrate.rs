@@ -25,6 +25,7 @@ use super::{Database, Store, StoreError};
 
 /// The tables, parents before children.
 pub const TABLES: &[&str] = &[
+    "studies",
     "jobs",
     "accounts",
     "workers",

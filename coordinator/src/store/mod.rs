@@ -39,7 +39,7 @@ use std::str::FromStr;
 pub use records::*;
 pub use traffic::TrafficTotals;
 pub use tx::{
-    Accounts, Archive, Jobs, Leases, Leasing, MoreRuns, Results, StoreResult, Tx, Units,
+    Accounts, Archive, Jobs, Leases, Leasing, MoreRuns, Results, StoreResult, Studies, Tx, Units,
     Verifications, Workers,
 };
 pub use writer::WriterTotals;

@@ -9,8 +9,8 @@
 use e2fleet_engine::UnitResult;
 use e2fleet_engine::suite::SuiteExpected;
 use e2fleet_proto::api::{
-    AccountId, HostInfo, JobId, JobState, LeaseId, ResultVerdict, TeamId, UnitCounts, UnitId,
-    WorkerId,
+    AccountId, HostInfo, JobId, JobState, LeaseId, ResultVerdict, StudyId, TeamId, UnitCounts,
+    UnitId, WorkerId,
 };
 
 use super::StoreError;
@@ -440,10 +440,34 @@ pub trait Archive {
     fn is_archived(&mut self, unit: UnitId) -> StoreResult<bool>;
 }
 
+/// Order studies (`migrations/sqlite/0021_studies.sql`): a study row, and its orders as
+/// jobs whose units are probes.
+pub trait Studies {
+    /// Stores a new study (its jobs are inserted as jobs).
+    fn insert_study(&mut self, study: &StudyRecord) -> StoreResult<()>;
+    /// One study.
+    fn study(&mut self, id: StudyId) -> StoreResult<Option<StudyRecord>>;
+    /// Every study, newest first.
+    fn list_studies(&mut self) -> StoreResult<Vec<StudyRecord>>;
+    /// The studies still running.
+    fn running_studies(&mut self) -> StoreResult<Vec<StudyId>>;
+    /// A study's jobs, in the order they were submitted.
+    fn study_jobs(&mut self, id: StudyId) -> StoreResult<Vec<JobRecord>>;
+    /// Ends a running study in `state` (`converged`, `exhausted` or `cancelled`); whether
+    /// it was running.
+    fn end_study(&mut self, id: StudyId, state: &str, now_ms: i64) -> StoreResult<bool>;
+    /// The accepted probes of a study's job: each unit's prefix (its stratum) and the
+    /// children its population listed per depth, in unit order.
+    fn accepted_probes(&mut self, job: JobId) -> StoreResult<Vec<AcceptedProbe>>;
+}
+
 /// Every operation, in one transaction.
 pub trait Tx:
-    Jobs + Units + Leases + Results + Workers + Accounts + Verifications + Archive
+    Jobs + Units + Leases + Results + Workers + Accounts + Verifications + Archive + Studies
 {
 }
 
-impl<T: Jobs + Units + Leases + Results + Workers + Accounts + Verifications + Archive> Tx for T {}
+impl<T> Tx for T where
+    T: Jobs + Units + Leases + Results + Workers + Accounts + Verifications + Archive + Studies
+{
+}

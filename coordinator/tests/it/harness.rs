@@ -356,6 +356,8 @@ pub struct SimWorker {
     #[allow(dead_code)]
     pub hostname: String,
     pub behaviour: Behaviour,
+    /// Says it runs a study's probe units (and runs them as the worker does).
+    pub probes: bool,
     plans: HashMap<String, Arc<SearchPlan>>,
 }
 
@@ -425,6 +427,7 @@ impl SimWorker {
             token: r.worker_token,
             hostname: hostname.into(),
             behaviour,
+            probes: false,
             plans: HashMap::new(),
         })
     }
@@ -440,6 +443,7 @@ impl SimWorker {
                 max_units: n,
                 engine_kind: v2::EngineKind::Reference.into(),
                 engine_build: "sim".into(),
+                probes: self.probes,
             }))
             .await?;
         Ok(r.into_inner().leases)
@@ -471,6 +475,22 @@ impl SimWorker {
             prefix: path_from_wire(&lease.prefix, "prefix").unwrap(),
             cursor: path_from_wire(&lease.cursor, "cursor").unwrap(),
         };
+        if let Some(probe) = &lease.probe {
+            let mut r = e2fleet_engine::search::estimate::probe::probe(
+                &plan,
+                &unit.prefix,
+                probe.particles as usize,
+                probe.seed,
+            )
+            .unwrap();
+            if self.behaviour == Behaviour::Liar {
+                // a probe that claims more children at its first depth than it found
+                let d = unit.prefix.len();
+                r.nodes_by_depth[d] += 1;
+                r.committed += 1;
+            }
+            return r;
+        }
         let options = RunOptions {
             budget: (lease.budget > 0).then_some(lease.budget),
             max_solutions: e2fleet_coordinator::fleet::REPORT_MAX_SOLUTIONS,

@@ -73,6 +73,11 @@ uuid_id!(
     LeaseId,
     "lease"
 );
+uuid_id!(
+    /// An order study.
+    StudyId,
+    "study"
+);
 
 /// An account: who an enrolment token belongs to (`operator` for the operator's own
 /// token). A name of 1-64 letters, digits, `.`, `_` or `-`, chosen by the operator.

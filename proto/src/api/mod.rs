@@ -6,19 +6,22 @@
 //! - [`states`]: report status, verdicts, job and worker states.
 //! - [`work`]: host labels, job requests, leases, specs, reports, verification results.
 //! - [`status`]: the read models (job, fleet, workers, verification matrix).
+//! - [`study`]: order studies (requests and their ranking).
 
 pub mod ids;
 pub mod states;
 pub mod status;
+pub mod study;
 pub mod work;
 
-pub use ids::{AccountId, BadId, JobId, LeaseId, TeamId, UnitId, WorkerId};
+pub use ids::{AccountId, BadId, JobId, LeaseId, StudyId, TeamId, UnitId, WorkerId};
+pub use study::{StudyCreated, StudyOrder, StudyRequest, StudyStatus};
 pub use states::{
     AccountKind, JobState, ReportStatus, ResultVerdict, UnknownState, Verdict, WorkerState,
 };
 pub use status::UnitCounts;
 pub use work::{
     AuditOutcome, AuditSubmission, AuditedUnit, Heartbeat, HostInfo, JobCreated, JobRequest,
-    JobSpec, Lease, Report, ReportOutcome, ScheduleChange, SelfTest, SuiteResult, UnitVerdict,
+    JobSpec, Lease, Probe, Report, ReportOutcome, ScheduleChange, SelfTest, SuiteResult, UnitVerdict,
     VerificationOutcome,
 };

@@ -118,6 +118,18 @@ pub struct Lease {
     pub budget: Option<u64>,
     /// Lease deadline, ms since the epoch.
     pub deadline_ms: i64,
+    /// Set for a study's probe unit: run this probe below the unit's prefix instead of
+    /// walking it (`e2fleet_engine::search::estimate::probe`).
+    pub probe: Option<Probe>,
+}
+
+/// A probe unit's population run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Probe {
+    /// Boards in the population.
+    pub particles: u32,
+    /// The seed of every random choice.
+    pub seed: u64,
 }
 
 /// A unit with its exact expected result, for checking a new engine build.
@@ -142,6 +154,8 @@ pub struct JobSpec {
     pub order: String,
     /// Self-test units.
     pub self_tests: Vec<SelfTest>,
+    /// A study's job: its units are probes of this many boards (no engine to build).
+    pub probe_particles: Option<u32>,
 }
 
 /// One result, reported on its lease.

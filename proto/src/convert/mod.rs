@@ -4,9 +4,11 @@
 //!
 //! - this file: placements, results and every enum;
 //! - `work`: host labels, job requests, leases, specs, reports, verification;
-//! - `status`: the operators' read models.
+//! - `status`: the operators' read models;
+//! - `study`: order studies.
 
 mod status;
+mod study;
 mod work;
 
 pub use work::{suite_unit_from_wire, suite_unit_to_wire};

@@ -6,7 +6,7 @@ use e2fleet_engine::suite::SuiteUnit;
 use super::*;
 use crate::api::{
     AuditOutcome, AuditSubmission, AuditedUnit, Heartbeat, HostInfo, JobCreated, JobRequest,
-    JobSpec, Lease, Report, ReportOutcome, SelfTest, SuiteResult, UnitId, UnitVerdict,
+    JobSpec, Lease, Probe, Report, ReportOutcome, SelfTest, SuiteResult, UnitId, UnitVerdict,
     VerificationOutcome,
 };
 
@@ -119,6 +119,10 @@ impl From<&Lease> for v2::Lease {
             cursor: path_to_wire(&l.unit.cursor),
             budget: l.budget.unwrap_or(0),
             deadline_unix_ms: l.deadline_ms,
+            probe: l.probe.map(|p| v2::Probe {
+                particles: p.particles,
+                seed: p.seed,
+            }),
         }
     }
 }
@@ -133,6 +137,16 @@ impl TryFrom<&v2::Lease> for Lease {
             unit: unit_from_wire(&l.prefix, &l.cursor)?,
             budget: (l.budget > 0).then_some(l.budget),
             deadline_ms: l.deadline_unix_ms,
+            probe: match &l.probe {
+                None => None,
+                Some(p) if p.particles == 0 => {
+                    return Err(invalid("a probe of no boards".into()));
+                }
+                Some(p) => Some(Probe {
+                    particles: p.particles,
+                    seed: p.seed,
+                }),
+            },
         })
     }
 }
@@ -155,6 +169,7 @@ impl From<&JobSpec> for v2::GetJobSpecResponse {
             puzzle_json: s.puzzle_json.clone(),
             order: s.order.clone(),
             self_tests: s.self_tests.iter().map(Into::into).collect(),
+            probe_particles: s.probe_particles.unwrap_or(0),
         }
     }
 }
@@ -182,6 +197,7 @@ impl TryFrom<&v2::GetJobSpecResponse> for JobSpec {
             puzzle_json: s.puzzle_json.clone(),
             order: s.order.clone(),
             self_tests,
+            probe_particles: (s.probe_particles > 0).then_some(s.probe_particles),
         })
     }
 }

@@ -258,6 +258,7 @@ async fn sim_worker(
                         max_units: 1,
                         engine_kind: v2::EngineKind::Reference.into(),
                         engine_build: String::new(),
+                        probes: false,
                     },
                 ))
                 .await?

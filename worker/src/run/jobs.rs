@@ -157,6 +157,12 @@ pub async fn prepare_job(
             return Prepared::Never(e.to_string());
         }
     };
+    if spec.probe_particles.is_some() {
+        // a study's job: its units are probes, which run the population estimator on the
+        // plan itself; there is no engine to build or self-test
+        info!(%job_id, order = %spec.order, "a study's probe job: no engine to build");
+        return Prepared::Ready(Arc::new(EngineFactory::reference(&plan)));
+    }
     if engine_args.engine != EngineChoice::Reference && !engine_args.lanes_take(&plan) {
         console.say(&format!(
             "compiling the engine for job {job_id} ({}x{} puzzle, order {}): ~1-2 s the first time (~5-10 s on a 16x16 board, where two walks are built and raced), cached after",

@@ -2,7 +2,9 @@
 
 use e2fleet_engine::engine::EngineKind;
 use e2fleet_engine::{Unit, UnitResult};
-use e2fleet_proto::api::{AccountId, JobId, JobState, LeaseId, ResultVerdict, UnitId, WorkerId};
+use e2fleet_proto::api::{
+    AccountId, JobId, JobState, LeaseId, ResultVerdict, StudyId, UnitId, WorkerId,
+};
 
 use super::*;
 use crate::store::StoreError;
@@ -46,6 +48,49 @@ pub struct JobRecord {
     pub conservation_ok: Option<bool>,
     /// How the job shares the fleet.
     pub schedule: Schedule,
+    /// A study's probe job: the study and the boards in each probe (`None`: a counting
+    /// job).
+    pub probe: Option<JobProbe>,
+}
+
+/// What makes a job a study's: its units are probes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct JobProbe {
+    /// The study.
+    pub study: StudyId,
+    /// Boards in each probe's population.
+    pub particles: u32,
+}
+
+/// A stored order study (its orders are jobs with [`JobRecord::probe`] naming it).
+#[derive(Clone, Debug, PartialEq)]
+pub struct StudyRecord {
+    /// The study.
+    pub id: StudyId,
+    /// Human name.
+    pub name: String,
+    /// The puzzle as site JSON.
+    pub puzzle_json: String,
+    /// Boards in each probe.
+    pub particles: u32,
+    /// Probes per stratum at most.
+    pub rounds: u32,
+    /// `running`, `converged`, `exhausted` or `cancelled`.
+    pub state: String,
+    /// When it was started, ms.
+    pub created_ms: i64,
+    /// When it ended, ms.
+    pub finished_ms: Option<i64>,
+}
+
+/// An accepted probe: its stratum (the unit's prefix) and the children its population
+/// listed per absolute depth.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcceptedProbe {
+    /// The unit's prefix.
+    pub prefix: Vec<e2fleet_engine::Placement>,
+    /// Children listed per depth (index 0: depth 1).
+    pub counts: Vec<u64>,
 }
 
 /// How a job shares the fleet with other jobs: jobs of a higher priority get units first;
@@ -99,6 +144,8 @@ pub struct JobSource {
     pub order: String,
     /// Node budget per run.
     pub budget: Option<u64>,
+    /// Boards in each probe, for a study's job.
+    pub probe_particles: Option<u32>,
 }
 
 /// What the report path needs of a job.

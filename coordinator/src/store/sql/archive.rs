@@ -219,11 +219,13 @@ impl SqlTx<'_> {
 
     /// Archives unit `id` when it can go: done, no lease out nor expired since `cutoff_ms`
     /// (a late report on it is still compared: the archive keeps no lease), every result
-    /// accepted or agreeing and folded. Whether it went.
+    /// accepted or agreeing and folded. Whether it went. A study's probe units stay (a
+    /// study reads each accepted probe with its stratum, and its units are few).
     fn archive_unit(&mut self, id: i64, cutoff_ms: i64) -> StoreResult<bool> {
         let unit = self.c.map_row(
             "SELECT job_id, parent_id, kind, quorum, prefix_json, cursor_json, accepted_result_id, \
-                   decided_ms, active_leases, state FROM units WHERE id = ?",
+                   decided_ms, active_leases, state FROM units WHERE id = ? \
+               AND job_id NOT IN (SELECT id FROM jobs WHERE probe_particles IS NOT NULL)",
             args![id],
             |r| {
                 Ok((

@@ -5,13 +5,14 @@ use e2fleet_proto::api::{JobId, JobState};
 use super::codec::{counts_at, decode_budget, decode_counts, encode_budget, encode_counts};
 use super::{ConnExt, Row, SqlTx, args};
 use crate::store::tx::{Jobs, StoreResult};
-use crate::store::{JobHead, JobRecord, JobSource, NewJob, Schedule};
+use crate::store::{JobHead, JobProbe, JobRecord, JobSource, NewJob, Schedule};
 
 /// Every column but the puzzle (tens of KiB, needed only to set a job up), in the order
 /// [`from_row`] reads.
 const COLUMNS: &str = "SELECT id, name, order_spec, depths, split_depth, budget, replicas, \
      spot_check, state, created_ms, finished_ms, enumeration_json, enumeration_solutions, split_json, \
-     accepted_json, accepted_solutions, conservation_ok, priority, share, paused FROM jobs";
+     accepted_json, accepted_solutions, conservation_ok, priority, share, paused, study_id, \
+     probe_particles FROM jobs";
 
 /// Reads a row of [`COLUMNS`] (by position: a name lookup per field costs more than the
 /// query on the write path).
@@ -38,6 +39,15 @@ fn from_row(r: &Row) -> StoreResult<JobRecord> {
             priority: r.get(17)?,
             share: r.get(18)?,
             paused: r.get(19)?,
+        },
+        probe: match (r.get::<Option<String>>(20)?, r.get::<Option<i64>>(21)?) {
+            (Some(study), Some(particles)) => Some(JobProbe {
+                study: study
+                    .parse()
+                    .map_err(|e| crate::store::StoreError::Corrupt(format!("jobs.study_id: {e}")))?,
+                particles: particles as u32,
+            }),
+            _ => None,
         },
     })
 }
@@ -83,8 +93,8 @@ impl SqlTx<'_> {
 impl Jobs for SqlTx<'_> {
     fn insert_job(&mut self, job: &NewJob) -> StoreResult<()> {
         let j = &job.record;
-        self.c.execute("INSERT INTO jobs (id, name, puzzle_json, order_spec, depths, split_depth, budget, replicas, spot_check, state, created_ms, enumeration_json, enumeration_solutions, split_json, accepted_json, priority, share, paused) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
+        self.c.execute("INSERT INTO jobs (id, name, puzzle_json, order_spec, depths, split_depth, budget, replicas, spot_check, state, created_ms, enumeration_json, enumeration_solutions, split_json, accepted_json, priority, share, paused, study_id, probe_particles) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
             j.id.to_string(),
             j.name,
             job.puzzle_json,
@@ -102,7 +112,9 @@ impl Jobs for SqlTx<'_> {
             encode_counts(&j.accepted),
             j.schedule.priority,
             j.schedule.share,
-            j.schedule.paused
+            j.schedule.paused,
+            j.probe.map(|p| p.study.to_string()),
+            j.probe.map(|p| i64::from(p.particles))
         ])?;
         Ok(())
     }
@@ -152,13 +164,14 @@ impl Jobs for SqlTx<'_> {
 
     fn job_source(&mut self, id: JobId) -> StoreResult<Option<JobSource>> {
         self.c.map_row(
-            "SELECT puzzle_json, order_spec, budget FROM jobs WHERE id = ?",
+            "SELECT puzzle_json, order_spec, budget, probe_particles FROM jobs WHERE id = ?",
             args![id.to_string()],
             |r| {
                 Ok(JobSource {
                     puzzle_json: r.get(0)?,
                     order: r.get(1)?,
                     budget: decode_budget(r.get(2)?),
+                    probe_particles: r.get::<Option<i64>>(3)?.map(|p| p as u32),
                 })
             },
         )

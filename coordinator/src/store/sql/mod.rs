@@ -20,6 +20,7 @@ pub mod codec;
 mod jobs;
 mod leases;
 mod results;
+mod studies;
 mod units;
 mod verification;
 mod workers;

@@ -11,7 +11,7 @@ use e2fleet_engine::engine::{Engine, EngineError, EngineKind, Feed, Work};
 use e2fleet_engine::search::{Control, RunOptions};
 use e2fleet_engine::unit::UnitResult;
 use e2fleet_proto::REPORT_MAX_SOLUTIONS;
-use e2fleet_proto::api::{JobId, Lease, LeaseId};
+use e2fleet_proto::api::{JobId, Lease, LeaseId, Probe};
 use tokio::sync::mpsc::UnboundedSender;
 use tracing::{error, info, info_span};
 
@@ -398,6 +398,10 @@ fn engine_thread(shared: Arc<Shared>, results: UnboundedSender<Outcome>) {
             task
         };
         let Some(task) = task else { return };
+        if let Some(probe) = task.lease.probe {
+            run_probe(&shared, &results, task, probe);
+            continue;
+        }
         let job_id = task.lease.job_id;
         let engine = engines.entry(job_id).or_insert_with(|| task.engine.make());
         shared
@@ -424,6 +428,74 @@ fn engine_thread(shared: Arc<Shared>, results: UnboundedSender<Outcome>) {
         if feed.failed {
             // never reuse an engine that failed (a compiled engine's process is gone)
             engines.remove(&job_id);
+        }
+    }
+}
+
+/// The engine build a probe's result is reported under: the population estimator, which
+/// every worker runs from the same source.
+pub const PROBE_BUILD: &str = "population-probe";
+
+/// Runs a study's probe unit on this thread (a population run from its seed: seconds at
+/// most, so it is not steered; a lease dropped meanwhile is not reported).
+fn run_probe(shared: &Shared, results: &UnboundedSender<Outcome>, task: Task, probe: Probe) {
+    let lease = task.lease;
+    let span = info_span!("unit", lease_id = %lease.lease_id, unit_id = %lease.unit_id, job_id = %lease.job_id);
+    let _unit = span.entered();
+    shared
+        .running
+        .lock()
+        .expect("running")
+        .insert(lease.lease_id, Arc::new(AtomicU64::new(0)));
+    let started = Instant::now();
+    let outcome = e2fleet_engine::search::estimate::probe::probe(
+        task.engine.plan(),
+        &lease.unit.prefix,
+        probe.particles as usize,
+        probe.seed,
+    );
+    let seconds = started.elapsed().as_secs_f64();
+    shared
+        .running
+        .lock()
+        .expect("running")
+        .remove(&lease.lease_id);
+    shared
+        .stop_leases
+        .lock()
+        .expect("stop set")
+        .remove(&lease.lease_id);
+    if shared
+        .abandoned
+        .lock()
+        .expect("abandoned set")
+        .remove(&lease.lease_id)
+    {
+        info!("probe dropped on the coordinator's word; not reported");
+        let _ = results.send(Outcome::Dropped {
+            lease_id: lease.lease_id,
+        });
+        return;
+    }
+    match outcome {
+        Ok(result) => {
+            info!(particles = probe.particles, seconds, "probe run");
+            let _ = results.send(Outcome::Done(Box::new(Entry {
+                lease_id: lease.lease_id,
+                unit_id: lease.unit_id,
+                job_id: lease.job_id,
+                result,
+                engine_seconds: seconds,
+                engine_kind: EngineKind::Reference,
+                engine_build: PROBE_BUILD.into(),
+            })));
+        }
+        Err(e) => {
+            error!(error = %e, "probe failed");
+            let _ = results.send(Outcome::Failed {
+                lease_id: lease.lease_id,
+                error: e.to_string(),
+            });
         }
     }
 }

@@ -41,6 +41,7 @@ fn lease_task(engine: &Arc<EngineFactory>, job_id: JobId, unit: Unit, budget: u6
             unit,
             budget: Some(budget),
             deadline_ms: 0,
+            probe: None,
         },
         engine: engine.clone(),
     }
