@@ -6,7 +6,9 @@ use std::path::Path;
 use e2fleet_proto::api::status::{
     AccountStatus, FleetStatus, JobStatus, VerificationMatrix, WorkerStatus,
 };
-use e2fleet_proto::api::{JobCreated, JobId, JobRequest, WorkerId};
+use e2fleet_proto::api::{
+    JobCreated, JobId, JobRequest, StudyCreated, StudyId, StudyRequest, StudyStatus, WorkerId,
+};
 use e2fleet_proto::client::{authed, endpoint, explain_connect_error, explain_status};
 use e2fleet_proto::convert::WireError;
 use e2fleet_proto::v2;
@@ -75,6 +77,47 @@ impl Operator {
             .map_err(|s| self.failed(s))?
             .into_inner();
         Ok(JobCreated::try_from(&r)?)
+    }
+
+    /// Starts an order study.
+    pub async fn submit_study(&mut self, study: &StudyRequest) -> Result<StudyCreated, ClientError> {
+        let r = self
+            .client
+            .submit_study(authed(&self.token, v2::SubmitStudyRequest::from(study)))
+            .await
+            .map_err(|s| self.failed(s))?
+            .into_inner();
+        Ok(StudyCreated::try_from(&r)?)
+    }
+
+    /// Every study, newest first.
+    pub async fn studies(&mut self) -> Result<Vec<StudyStatus>, ClientError> {
+        let r = self
+            .client
+            .list_studies(authed(&self.token, v2::ListStudiesRequest {}))
+            .await
+            .map_err(|s| self.failed(s))?
+            .into_inner();
+        Ok(r.studies
+            .iter()
+            .map(StudyStatus::try_from)
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// One study, its orders best first.
+    pub async fn study(&mut self, id: StudyId) -> Result<StudyStatus, ClientError> {
+        let r = self
+            .client
+            .get_study(authed(
+                &self.token,
+                v2::GetStudyRequest {
+                    study_id: id.to_string(),
+                },
+            ))
+            .await
+            .map_err(|s| self.failed(s))?
+            .into_inner();
+        Ok(StudyStatus::try_from(&r)?)
     }
 
     /// Every job, newest first.

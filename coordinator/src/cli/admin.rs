@@ -14,7 +14,7 @@ use super::args::{
 use super::print;
 use crate::{out, outln};
 
-async fn connect(admin: &AdminArgs) -> Result<Operator> {
+pub(super) async fn connect(admin: &AdminArgs) -> Result<Operator> {
     // the admin token must not cross another machine's network in clear (workers refuse
     // the same for theirs)
     if let Some(host) = e2fleet_proto::client::plaintext_remote_host(&admin.coordinator)
@@ -230,6 +230,11 @@ pub async fn run(command: Command) -> Result<()> {
             unreachable!("serve and migrate-store are not operator commands")
         }
         Command::Submit(args) => submit(args).await,
+        Command::Study(args) => super::study::study(args).await,
+        Command::Studies(admin) => super::study::list(connect(&admin).await?, admin.json).await,
+        Command::StudyStatus { id, wait, admin } => {
+            super::study::status(&id, wait, connect(&admin).await?, admin.json).await
+        }
         Command::Jobs(admin) => {
             for j in connect(&admin).await?.jobs().await? {
                 print::job(&j, admin.json);

@@ -44,6 +44,22 @@ pub enum Command {
     },
     /// Submit a puzzle as a job.
     Submit(SubmitArgs),
+    /// Compare fill orders before a long search: the fleet estimates each order's tree
+    /// with probe units and ranks them (`--wait` prints the ranking when it is settled;
+    /// `submit --order study:ID` then takes the winner).
+    Study(StudyArgs),
+    /// List order studies.
+    Studies(AdminArgs),
+    /// Show one study's ranking.
+    StudyStatus {
+        /// The study id.
+        id: String,
+        /// Wait until the study has ended (converged or run every probe).
+        #[arg(long)]
+        wait: bool,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// List jobs.
     Jobs(AdminArgs),
     /// Show one job (`job ID`), or change how it shares the fleet (`job set ID ...`).
@@ -408,7 +424,8 @@ pub struct SubmitArgs {
     /// Job name (default: the puzzle's name).
     #[arg(long)]
     pub name: Option<String>,
-    /// Fill order: row-major (the default), rows:tl|tr|bl|br, cols:..., comb:K, cells:...
+    /// Fill order: row-major (the default), rows:tl|tr|bl|br, cols:..., spiral:..., comb:K,
+    /// cells:..., or study:ID (the order that study ranked best).
     #[arg(long)]
     pub order: Option<String>,
     /// Split depth.
@@ -433,6 +450,51 @@ pub struct SubmitArgs {
     /// Share of the fleet's engines among running jobs of equal priority.
     #[arg(long, default_value_t = 1.0)]
     pub share: f64,
+    #[command(flatten)]
+    pub admin: AdminArgs,
+}
+
+/// Flags of `study`.
+#[derive(clap::Args)]
+pub struct StudyArgs {
+    /// The puzzle and how to read it.
+    #[command(flatten)]
+    pub puzzle: PuzzleArgs,
+    /// Study name (default: the puzzle's name).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// A fill order to compare (repeat it): row-major, rows:tl|tr|bl|br, cols:...,
+    /// spiral:tl|tr|bl|br, comb:K, cells:...
+    #[arg(long = "order")]
+    pub orders: Vec<String>,
+    /// Add the eight scanline orientations (rows and columns from each corner).
+    #[arg(long)]
+    pub all_scanlines: bool,
+    /// Add every built-in candidate: the scanlines, the four spirals and comb orders.
+    #[arg(long)]
+    pub candidates: bool,
+    /// Also search for a better order by this many local moves from the best candidate
+    /// (scored on this machine by the tree estimate) and study what it finds.
+    #[arg(long, value_name = "MOVES")]
+    pub improve: Option<usize>,
+    /// Boards in each probe's population (default 4096).
+    #[arg(long)]
+    pub particles: Option<u32>,
+    /// Probes per stratum at most (default 16; the study stops sooner once settled).
+    #[arg(long)]
+    pub rounds: Option<u32>,
+    /// Run every probe on this many different hosts.
+    #[arg(long, default_value_t = 1, conflicts_with = "spot_check")]
+    pub replicas: u32,
+    /// Run this fraction of probes twice.
+    #[arg(long)]
+    pub spot_check: Option<f64>,
+    /// Priority among jobs (a study's probes are jobs).
+    #[arg(long, default_value_t = 0, allow_hyphen_values = true)]
+    pub priority: i32,
+    /// Wait until the study has ended and print its ranking.
+    #[arg(long)]
+    pub wait: bool,
     #[command(flatten)]
     pub admin: AdminArgs,
 }

@@ -5,6 +5,7 @@ pub mod args;
 mod print;
 mod releases;
 mod serve;
+mod study;
 
 use anyhow::Result;
 

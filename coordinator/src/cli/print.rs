@@ -3,7 +3,7 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use e2fleet_proto::api::Verdict;
+use e2fleet_proto::api::{StudyStatus, Verdict};
 use e2fleet_proto::api::status::{
     AccountStatus, FleetStatus, JobStatus, VerificationMatrix, WorkerStatus,
 };
@@ -16,6 +16,76 @@ fn rate(v: Option<f64>, what: &str, none: &str) -> String {
     match v {
         Some(r) => format!("{:.1} M nodes/s {what}", r / 1e6),
         None => format!("n/a ({none})"),
+    }
+}
+
+/// A study's ranking as text, or as one line of JSON: `{"study", "state", "orders":
+/// [{"order", "estimate", "low", "high", "at_least", ...}]}`, best first (`low` and
+/// `high`, the 95% interval, are null where only the lower bound is stated).
+pub fn study(s: &StudyStatus, json: bool) {
+    if json {
+        let orders: Vec<serde_json::Value> = s
+            .orders
+            .iter()
+            .map(|o| {
+                serde_json::json!({
+                    "order": o.order,
+                    "estimate": o.estimate,
+                    "low": o.low,
+                    "high": o.high,
+                    "at_least": o.at_least,
+                    "rank": o.rank,
+                    "separated": o.separated,
+                    "rounds": o.rounds,
+                    "job_id": o.job_id,
+                })
+            })
+            .collect();
+        outln!(
+            "{}",
+            serde_json::json!({"study": s.study_id, "name": s.name, "state": s.state, "particles": s.particles, "orders": orders})
+        );
+        return;
+    }
+    outln!("study {}  {}  ({})", s.study_id, s.name, s.state);
+    outln!(
+        "  {:>4}  {:<24} {:>10} {:>23} {:>10} {:>7}  ",
+        "rank", "order", "estimate", "95% interval", "at least", "rounds"
+    );
+    for o in &s.orders {
+        let interval = match (o.low, o.high) {
+            (Some(l), Some(h)) => format!("{} - {}", sci(l), sci(h)),
+            _ => "(tail not seen)".to_string(),
+        };
+        let mut order = o.order.clone();
+        if order.len() > 24 {
+            order.truncate(21);
+            order.push_str("...");
+        }
+        outln!(
+            "  {:>4}  {order:<24} {:>10} {interval:>23} {:>10} {:>3}/{:<3}  {}",
+            o.rank,
+            sci(o.estimate),
+            sci(o.at_least),
+            o.rounds,
+            o.rounds_planned,
+            if o.rank == 1 {
+                "best"
+            } else if o.separated {
+                "worse than the best at 95%"
+            } else {
+                "not separated from the best"
+            }
+        );
+    }
+    if let Some(best) = s.orders.first() {
+        outln!("  best: {} ({})", best.order, best.how);
+        if best.low.is_none() {
+            outln!(
+                "  no interval is stated: the probes did not see the bottom of these trees, so the ranking by mean is a guess; orders marked worse are so at 95% by their lower bounds"
+            );
+        }
+        outln!("  submit it with: submit PUZZLE --order study:{}", s.study_id);
     }
 }
 

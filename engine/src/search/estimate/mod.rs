@@ -38,6 +38,7 @@
 //! `docs/benchmarks.md` ("Tree estimates") and `cargo bench -p e2fleet-engine --bench
 //! estimate` reproduces it.
 
+pub mod improve;
 pub mod knuth;
 pub mod population;
 pub mod probe;
@@ -257,7 +258,7 @@ impl Rng {
     }
 
     /// Uniform in `0..n` (`n > 0`).
-    fn below(&mut self, n: usize) -> usize {
+    pub(crate) fn below(&mut self, n: usize) -> usize {
         (self.unit() * n as f64) as usize % n
     }
 }
