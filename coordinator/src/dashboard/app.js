@@ -655,6 +655,8 @@ function route() {
   let m;
   if ((m = path.match(/^\/jobs\/([^/]+)$/))) return { nav: "jobs", key: "job", render: () => jobPage(decodeURIComponent(m[1])) };
   if (path === "/jobs") return { nav: "jobs", key: "jobs", render: jobsPage };
+  if ((m = path.match(/^\/studies\/([^/]+)$/))) return { nav: "studies", key: "study", render: () => studyPage(decodeURIComponent(m[1])) };
+  if (path === "/studies") return { nav: "studies", key: "studies", render: studiesPage };
   if (path === "/workers") return { nav: "workers", key: "workers", render: workersPage };
   if (path === "/verification") return { nav: "verification", key: "verification", render: verificationPage };
   if (path === "/stats") return { nav: "stats", key: "stats", render: statsPage };

@@ -1,8 +1,9 @@
-//! The operators' dashboard: fleet, jobs, job, workers, verification and stats pages,
-//! served by the coordinator itself on its one port, from assets compiled into the binary
-//! (no build step, no separate process).
+//! The operators' dashboard: fleet, jobs, job, studies, study, workers, verification and
+//! stats pages, served by the coordinator itself on its one port, from assets compiled
+//! into the binary (no build step, no separate process).
 //!
-//! The pages are one static shell plus `app.js`, which reads the JSON API under `/api/`
+//! The pages are one static shell plus `app.js` (and `studies.js`, the order-study pages
+//! drawn with its helpers), which reads the JSON API under `/api/`
 //! every two seconds and draws with the DOM (text is only ever set as text, so host,
 //! job and puzzle names from workers and files are escaped by construction) and SVG
 //! (charts, and boards drawn the way puzzle people draw Eternity II: four triangles per
@@ -17,6 +18,7 @@ use axum::routing::get;
 
 const INDEX_HTML: &str = include_str!("index.html");
 const APP_JS: &str = include_str!("app.js");
+const STUDIES_JS: &str = include_str!("studies.js");
 const STYLE_CSS: &str = include_str!("style.css");
 const FAVICON_SVG: &str = include_str!("favicon.svg");
 
@@ -54,12 +56,18 @@ pub fn routes<S: Clone + Send + Sync + 'static>() -> axum::Router<S> {
         .route("/", get(page))
         .route("/jobs", get(page))
         .route("/jobs/{id}", get(page))
+        .route("/studies", get(page))
+        .route("/studies/{id}", get(page))
         .route("/workers", get(page))
         .route("/verification", get(page))
         .route("/stats", get(page))
         .route(
             "/assets/app.js",
             get(|| async { asset("text/javascript; charset=utf-8", APP_JS) }),
+        )
+        .route(
+            "/assets/studies.js",
+            get(|| async { asset("text/javascript; charset=utf-8", STUDIES_JS) }),
         )
         .route(
             "/assets/style.css",
