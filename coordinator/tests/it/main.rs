@@ -20,5 +20,6 @@ mod report_reads;
 mod running_split;
 mod scenarios;
 mod sharing;
+mod studies;
 mod trust;
 mod verification;
