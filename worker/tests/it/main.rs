@@ -9,6 +9,7 @@ mod hostile;
 mod postgres;
 mod processes;
 mod scenarios;
+mod studies;
 mod teams;
 mod tls;
 mod updates;

@@ -356,3 +356,43 @@ fn a_quarter_of_the_cpu_walks_the_same_nodes_in_four_times_the_time() {
     );
     assert!(quarter.engine_seconds > 0.05);
 }
+
+/// A study's probe lease runs the population estimator from its seed, not an engine: the
+/// result is the engine crate's probe to the digit, reported under the probe build, and
+/// a thread that ran one walks the next counting unit as usual.
+#[test]
+fn a_probe_lease_reports_the_probe_of_its_seed() {
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let executor = Executor::start(1, tx);
+    let plan = plan();
+    let reference = Arc::new(EngineFactory::reference(&plan));
+    let prefix = {
+        let mut first = Vec::new();
+        e2fleet_engine::search::Walker::new(&plan)
+            .enumerate_first(&[], 2, 1, &mut |p| first = p.to_vec())
+            .unwrap();
+        first
+    };
+    let mut probe = lease_task(&reference, JobId::random(), Unit::prefix(prefix.clone()), 1);
+    probe.lease.budget = None;
+    probe.lease.probe = Some(Probe {
+        particles: 64,
+        seed: 42,
+    });
+    executor.push(probe);
+    executor.push(task(1_000));
+    let mut got = Vec::new();
+    let t = Instant::now();
+    while got.len() < 2 {
+        if let Ok(o) = rx.try_recv() {
+            got.push(done(o));
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "no result");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let expected = e2fleet_engine::search::estimate::probe::probe(&plan, &prefix, 64, 42).unwrap();
+    assert_eq!(got[0].result, expected);
+    assert_eq!(got[0].engine_build, PROBE_BUILD);
+    assert_eq!(got[1].result.committed, 1_000);
+    executor.join();
+}
