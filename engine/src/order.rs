@@ -313,6 +313,7 @@ impl OrderSpec {
             .into_iter()
             .filter(|&r| r >= 1 && r < height)
             .collect();
+        combs.sort_unstable();
         combs.dedup();
         out.extend(combs.into_iter().map(|rows| OrderSpec::Comb { rows }));
         out

@@ -1,0 +1,134 @@
+//! Honesty of order studies, measured on boards whose trees are counted exactly under
+//! every candidate order: repeated studies (different seeds) of each board, and
+//!
+//! - coverage: how often an order's stated 95% interval holds its exact count, and how
+//!   often its "at least" bound is above it;
+//! - ranking: for every pair of orders whose intervals do not overlap, whether the study
+//!   orders them as their exact counts do; and for every pair whose exact counts differ
+//!   by more than 10%, whether the means order them so.
+//!
+//! The figures in docs/benchmarks.md ("Order studies") come from
+//!
+//! `cargo bench -p e2fleet-engine --bench study -- [--studies N] [--particles P] [--rounds R] [--only NAME]`
+//!
+//! (the same probes and merge a fleet study runs: `e2fleet_engine::search::estimate::probe`).
+
+use std::time::Instant;
+
+use e2fleet_engine::formats::{LoadOptions, load_file};
+use e2fleet_engine::plan::SearchPlan;
+use e2fleet_engine::search::estimate::probe::local_study;
+use e2fleet_engine::search::{NoControl, RunOptions, Walker};
+use e2fleet_engine::unit::Unit;
+use e2fleet_engine::{FillOrder, OrderSpec};
+
+/// The boards: (name, file under `puzzles/`).
+const BOARDS: &[(&str, &str)] = &[
+    ("brendan 5x5 set 1", "brendan/set1/pieces_05x05.txt"),
+    ("brendan 5x5 set 2", "brendan/set2/pieces_05x05.txt"),
+    ("brendan 6x6 set 1", "brendan/set1/pieces_06x06.txt"),
+    ("brendan 6x6 set 2", "brendan/set2/pieces_06x06.txt"),
+];
+
+/// Strata per order, as a fleet study makes them.
+const MAX_STRATA: usize = 32;
+
+fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let flag = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1).cloned())
+    };
+    let studies: u64 = flag("--studies").map_or(20, |s| s.parse().unwrap());
+    let particles: usize = flag("--particles").map_or(4096, |s| s.parse().unwrap());
+    let rounds: usize = flag("--rounds").map_or(16, |s| s.parse().unwrap());
+    let only = flag("--only");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../puzzles/");
+    println!(
+        "{studies} studies a board, {rounds} rounds of probes of {particles} boards below at most {MAX_STRATA} strata\n"
+    );
+    println!(
+        "| board | orders | exact nodes (min - max) | intervals stated | of which hold it | lower bounds above it | separated pairs ranked as exact | pairs >10% apart ranked as exact by mean | s a study |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|");
+    for &(name, file) in BOARDS {
+        if only.as_deref().is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
+        let puzzle = load_file(
+            std::path::Path::new(&format!("{root}{file}")),
+            &LoadOptions::default(),
+        )
+        .unwrap();
+        let orders = OrderSpec::candidates(puzzle.height());
+        let plans: Vec<SearchPlan> = orders
+            .iter()
+            .map(|o| SearchPlan::new(&puzzle, &FillOrder::new(&puzzle, o).unwrap()))
+            .collect();
+        let truth: Vec<f64> = plans
+            .iter()
+            .map(|p| {
+                Walker::new(p)
+                    .run(&Unit::root(), RunOptions::default(), &mut NoControl)
+                    .unwrap()
+                    .committed as f64
+            })
+            .collect();
+        for (o, t) in orders.iter().zip(&truth) {
+            eprintln!("{name} {o}: {t:.0} nodes");
+        }
+        let (mut stated, mut held, mut above, mut total) = (0, 0, 0, 0);
+        let (mut separated, mut separated_right) = (0, 0);
+        let (mut apart, mut apart_right) = (0, 0);
+        let started = Instant::now();
+        for seed in 0..studies {
+            let estimates: Vec<_> = plans
+                .iter()
+                .map(|p| local_study(p, particles, rounds, MAX_STRATA, seed).unwrap().tree)
+                .collect();
+            for (e, &t) in estimates.iter().zip(&truth) {
+                total += 1;
+                if let Some((l, h)) = e.interval(0.0) {
+                    stated += 1;
+                    held += usize::from(l <= t && t <= h);
+                }
+                above += usize::from(e.lower(0.0) > t);
+            }
+            for i in 0..plans.len() {
+                for j in 0..plans.len() {
+                    if truth[i] >= truth[j] {
+                        continue;
+                    }
+                    // i is smaller by its exact count
+                    if let (Some((_, hi)), Some((lj, _))) =
+                        (estimates[i].interval(0.0), estimates[j].interval(0.0))
+                        && hi < lj
+                    {
+                        separated += 1;
+                        separated_right += 1;
+                    } else if let (Some((li, _)), Some((_, hj))) =
+                        (estimates[i].interval(0.0), estimates[j].interval(0.0))
+                        && hj < li
+                    {
+                        // separated the wrong way round
+                        separated += 1;
+                    }
+                    if truth[j] > 1.1 * truth[i] {
+                        apart += 1;
+                        apart_right += usize::from(estimates[i].nodes < estimates[j].nodes);
+                    }
+                }
+            }
+        }
+        let seconds = started.elapsed().as_secs_f64() / studies as f64;
+        let (lo, hi) = truth
+            .iter()
+            .fold((f64::MAX, 0f64), |(l, h), &t| (l.min(t), h.max(t)));
+        println!(
+            "| {name} | {} | {lo:.4e} - {hi:.4e} | {stated}/{total} | {held}/{stated} ({:.1}%) | {above}/{total} | {separated_right}/{separated} | {apart_right}/{apart} | {seconds:.1} |",
+            orders.len(),
+            100.0 * held as f64 / stated.max(1) as f64
+        );
+    }
+}
