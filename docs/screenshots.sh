@@ -50,6 +50,9 @@ alice=$(sed -E 's/.*"token":"([^"]+)".*/\1/' "$work/alice.json")
 "$bin/e2fleet-worker" run --data-dir "$work/w2" --hostname alice-laptop --threads 1 --nice 0 \
   --token "$alice" >"$work/w2.log" 2>&1 &
 pids+=($!)
+# an order study of the real puzzle, ahead of the jobs (its probes take ~40 s on 2 threads)
+study=$("$bin/e2fleet-coordinator" study puzzles/e2/official.json --candidates --priority 1 --wait --json \
+  | sed -E 's/.*"study":"([^"]+)".*/\1/')
 sleep 40
 
 shot() { # shot NAME PATH HEIGHT
@@ -65,3 +68,4 @@ shot job-complete "/jobs/$easy" 1500
 shot workers /workers 600
 shot verification /verification 1100
 shot stats /stats 900
+shot study "/studies/$study" 2400

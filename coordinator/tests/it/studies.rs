@@ -203,6 +203,19 @@ async fn a_bad_study_is_refused_with_its_reason() {
             },
             "",
         ),
+        (
+            // a board too large for the search tables
+            StudyRequest {
+                puzzle_json: serde_json::json!({
+                    "width": 40,
+                    "height": 40,
+                    "pieces": vec![[1, 1, 1, 1]; 1600],
+                })
+                .to_string(),
+                ..request(&["row-major", "cols:br"])
+            },
+            "not supported",
+        ),
     ];
     for (r, why) in cases {
         let e = admin.submit_study(&r).await.unwrap_err().to_string();
