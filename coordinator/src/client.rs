@@ -80,7 +80,10 @@ impl Operator {
     }
 
     /// Starts an order study.
-    pub async fn submit_study(&mut self, study: &StudyRequest) -> Result<StudyCreated, ClientError> {
+    pub async fn submit_study(
+        &mut self,
+        study: &StudyRequest,
+    ) -> Result<StudyCreated, ClientError> {
         let r = self
             .client
             .submit_study(authed(&self.token, v2::SubmitStudyRequest::from(study)))

@@ -109,7 +109,11 @@ fn main() {
         for seed in 0..studies {
             let estimates: Vec<_> = plans
                 .iter()
-                .map(|p| local_study(p, particles, rounds, MAX_STRATA, seed).unwrap().tree)
+                .map(|p| {
+                    local_study(p, particles, rounds, MAX_STRATA, seed)
+                        .unwrap()
+                        .tree
+                })
                 .collect();
             for (e, &t) in estimates.iter().zip(&truth) {
                 total += 1;

@@ -3,10 +3,10 @@
 use std::fmt::Write;
 use std::time::Duration;
 
-use e2fleet_proto::api::{StudyStatus, Verdict};
 use e2fleet_proto::api::status::{
     AccountStatus, FleetStatus, JobStatus, VerificationMatrix, WorkerStatus,
 };
+use e2fleet_proto::api::{StudyStatus, Verdict};
 use e2fleet_proto::text::thousands;
 
 use crate::outln;
@@ -50,7 +50,12 @@ pub fn study(s: &StudyStatus, json: bool) {
     outln!("study {}  {}  ({})", s.study_id, s.name, s.state);
     outln!(
         "  {:>4}  {:<24} {:>10} {:>23} {:>10} {:>7}  ",
-        "rank", "order", "estimate", "95% interval", "at least", "rounds"
+        "rank",
+        "order",
+        "estimate",
+        "95% interval",
+        "at least",
+        "rounds"
     );
     for o in &s.orders {
         let interval = match (o.low, o.high) {
@@ -85,7 +90,10 @@ pub fn study(s: &StudyStatus, json: bool) {
                 "  no interval is stated: the probes did not see the bottom of these trees, so the ranking by mean is a guess; orders marked worse are so at 95% by their lower bounds"
             );
         }
-        outln!("  submit it with: submit PUZZLE --order study:{}", s.study_id);
+        outln!(
+            "  submit it with: submit PUZZLE --order study:{}",
+            s.study_id
+        );
     }
 }
 

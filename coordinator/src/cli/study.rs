@@ -18,7 +18,9 @@ const POLL: Duration = Duration::from_secs(2);
 
 fn study_id(text: &str) -> Result<StudyId> {
     text.parse::<StudyId>().map_err(|e| {
-        anyhow::anyhow!("{e}: study ids look like 0f8fad5b-d9cb-469f-a165-70867728950e (see `studies`)")
+        anyhow::anyhow!(
+            "{e}: study ids look like 0f8fad5b-d9cb-469f-a165-70867728950e (see `studies`)"
+        )
     })
 }
 
@@ -49,9 +51,12 @@ pub async fn study(args: StudyArgs) -> Result<()> {
             .map(|o| o.parse::<OrderSpec>())
             .transpose()?
             .unwrap_or_default();
-        eprintln!("searching for a better order than {start} by {moves} local moves on this machine...");
+        eprintln!(
+            "searching for a better order than {start} by {moves} local moves on this machine..."
+        );
         let p = puzzle.clone();
-        let found = tokio::task::spawn_blocking(move || improve_order(&p, &start, moves, 1)).await??;
+        let found =
+            tokio::task::spawn_blocking(move || improve_order(&p, &start, moves, 1)).await??;
         eprintln!(
             "kept {} of {} moves: estimated {:.3e} nodes against {:.3e} for the start (a quick score; the study judges it)",
             found.kept, found.tried, found.score, found.start_score
@@ -61,7 +66,9 @@ pub async fn study(args: StudyArgs) -> Result<()> {
         }
     }
     if orders.len() < 2 {
-        bail!("a study compares at least two orders: give --order twice, or --all-scanlines, or --candidates");
+        bail!(
+            "a study compares at least two orders: give --order twice, or --all-scanlines, or --candidates"
+        );
     }
     let request = StudyRequest {
         name: args

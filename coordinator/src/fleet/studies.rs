@@ -34,9 +34,7 @@ use tracing::info;
 
 use super::policy::{MAX_REPLICAS, quorum_for};
 use super::{Fleet, FleetError, finish_if_done};
-use crate::store::{
-    JobProbe, JobRecord, NewJob, NewUnit, Schedule, StudyRecord, Tx, UnitKind,
-};
+use crate::store::{JobProbe, JobRecord, NewJob, NewUnit, Schedule, StudyRecord, Tx, UnitKind};
 
 /// Boards in a probe's population unless the study says otherwise (a 16x16 probe is
 /// then ~0.1-1 s of one core).
@@ -95,7 +93,13 @@ impl Fleet {
             let job_id = JobId::random();
             let depths = spec.plan.len();
             let units: Vec<NewUnit> = (0..rounds as usize)
-                .flat_map(|r| strata.prefixes.iter().enumerate().map(move |(j, p)| (r, j, p)))
+                .flat_map(|r| {
+                    strata
+                        .prefixes
+                        .iter()
+                        .enumerate()
+                        .map(move |(j, p)| (r, j, p))
+                })
                 .map(|(r, j, p)| NewUnit {
                     unit: Unit::prefix(p.clone()),
                     parent: None,
@@ -210,7 +214,12 @@ impl Fleet {
             height: spec.puzzle.height() as u32,
             particles: study.particles,
             orders,
-            hints: spec.puzzle.hints().iter().map(|h| u32::from(h.pos)).collect(),
+            hints: spec
+                .puzzle
+                .hints()
+                .iter()
+                .map(|h| u32::from(h.pos))
+                .collect(),
         };
         rank(&mut status.orders);
         Ok(status)
@@ -220,9 +229,7 @@ impl Fleet {
     pub async fn list_studies(&self) -> Result<Vec<StudyStatus>, FleetError> {
         let ids: Vec<StudyId> = self
             .store
-            .read(|tx| {
-                Ok::<_, FleetError>(tx.list_studies()?.into_iter().map(|s| s.id).collect())
-            })
+            .read(|tx| Ok::<_, FleetError>(tx.list_studies()?.into_iter().map(|s| s.id).collect()))
             .await?;
         let mut out = Vec::with_capacity(ids.len());
         for id in ids {
@@ -329,7 +336,9 @@ fn check_study(request: &StudyRequest, particles: u32, rounds: u32) -> Result<()
         ));
     }
     if !(2..=MAX_ROUNDS).contains(&rounds) {
-        return bad(format!("a study plans 2..={MAX_ROUNDS} rounds, not {rounds}"));
+        return bad(format!(
+            "a study plans 2..={MAX_ROUNDS} rounds, not {rounds}"
+        ));
     }
     if request.replicas == 0 || request.replicas > MAX_REPLICAS {
         return bad(format!("replicas must be 1..={MAX_REPLICAS}"));
@@ -438,7 +447,12 @@ fn order_status(
 }
 
 /// What an order's estimate rests on, in a sentence.
-fn how(tree: &e2fleet_engine::search::estimate::TreeEstimate, strata: usize, k: usize, particles: u32) -> String {
+fn how(
+    tree: &e2fleet_engine::search::estimate::TreeEstimate,
+    strata: usize,
+    k: usize,
+    particles: u32,
+) -> String {
     if tree.is_exact() && tree.runs == 0 && strata == 0 {
         return "counted exactly: the enumeration of the strata was the whole tree".into();
     }
@@ -450,14 +464,18 @@ fn how(tree: &e2fleet_engine::search::estimate::TreeEstimate, strata: usize, k: 
         return format!("{base}: no round is complete yet");
     }
     if tree.tail_seen {
-        format!("{base}; the rounds saw the bottom of the tree and agree: the 95% interval is from their spread")
+        format!(
+            "{base}; the rounds saw the bottom of the tree and agree: the 95% interval is from their spread"
+        )
     } else if tree.reached * 4 < tree.depths * 3 {
         format!(
             "{base}; the probes died out by depth {} of {}: the tree's mass may lie deeper than any probe reached, so only a lower bound is stated and the mean is a guess",
             tree.reached, tree.depths
         )
     } else {
-        format!("{base}; the rounds disagree or are too few for an interval: only a lower bound is stated and the mean is a guess")
+        format!(
+            "{base}; the rounds disagree or are too few for an interval: only a lower bound is stated and the mean is a guess"
+        )
     }
 }
 
@@ -502,7 +520,8 @@ pub fn rank(orders: &mut [StudyOrder]) {
     let best_high = orders.first().and_then(|o| o.high);
     for (i, o) in orders.iter_mut().enumerate() {
         o.rank = i as u32 + 1;
-        o.separated = i > 0 && best_high.is_some_and(|h| o.at_least > h || o.low.is_some_and(|l| l > h));
+        o.separated =
+            i > 0 && best_high.is_some_and(|h| o.at_least > h || o.low.is_some_and(|l| l > h));
     }
 }
 
@@ -518,5 +537,8 @@ pub fn converged(orders: &[StudyOrder]) -> bool {
         (Some(l), Some(h)) => (h - l) / 2.0 <= TIE_WIDTH * o.estimate.max(f64::MIN_POSITIVE),
         _ => false,
     };
-    best.high.is_some() && orders[1..].iter().all(|o| o.separated || (tight(o) && tight(best)))
+    best.high.is_some()
+        && orders[1..]
+            .iter()
+            .all(|o| o.separated || (tight(o) && tight(best)))
 }

@@ -22,7 +22,11 @@ impl Fleet {
     pub async fn submit_job(&self, request: JobRequest) -> Result<JobCreated, FleetError> {
         check_request(&request)?;
         // `study:ID`: the order that study ranked best
-        let winner = match request.order.as_deref().and_then(|o| o.strip_prefix("study:")) {
+        let winner = match request
+            .order
+            .as_deref()
+            .and_then(|o| o.strip_prefix("study:"))
+        {
             Some(id) => Some(self.study_winner(id.parse()?).await?),
             None => None,
         };

@@ -4,8 +4,8 @@
 use std::sync::Arc;
 
 use e2fleet_proto::api::{
-    AuditSubmission, Heartbeat, HostInfo, JobId, JobRequest, LeaseId, Report, StudyId, StudyRequest,
-    SuiteResult, WorkerId,
+    AuditSubmission, Heartbeat, HostInfo, JobId, JobRequest, LeaseId, Report, StudyId,
+    StudyRequest, SuiteResult, WorkerId,
 };
 use e2fleet_proto::convert::{engine_kind_from_wire, suite_unit_to_wire};
 use e2fleet_proto::v2;

@@ -88,7 +88,12 @@ async fn a_study_ranks_orders_as_their_exact_counts_do() {
             o.order,
             o.estimate
         );
-        assert!(o.at_least <= *t, "{}: at least {} > {t}", o.order, o.at_least);
+        assert!(
+            o.at_least <= *t,
+            "{}: at least {} > {t}",
+            o.order,
+            o.at_least
+        );
         assert_eq!(o.nodes_by_depth.len(), 25);
         assert_eq!(o.constraints_by_depth.len(), 25);
         assert_eq!(o.cells.len(), 25);
@@ -152,7 +157,10 @@ async fn probes_go_only_to_workers_that_run_them() {
         .submit_study(&request(&["row-major", "cols:br"]))
         .await
         .unwrap();
-    assert!(old.lease(8).await.unwrap().is_empty(), "a probe for a worker that does not run them");
+    assert!(
+        old.lease(8).await.unwrap().is_empty(),
+        "a probe for a worker that does not run them"
+    );
     let leases = prober.lease(4).await.unwrap();
     assert_eq!(leases.len(), 4);
     for l in &leases {

@@ -15,13 +15,13 @@ pub mod study;
 pub mod work;
 
 pub use ids::{AccountId, BadId, JobId, LeaseId, StudyId, TeamId, UnitId, WorkerId};
-pub use study::{StudyCreated, StudyOrder, StudyRequest, StudyStatus};
 pub use states::{
     AccountKind, JobState, ReportStatus, ResultVerdict, UnknownState, Verdict, WorkerState,
 };
 pub use status::UnitCounts;
+pub use study::{StudyCreated, StudyOrder, StudyRequest, StudyStatus};
 pub use work::{
     AuditOutcome, AuditSubmission, AuditedUnit, Heartbeat, HostInfo, JobCreated, JobRequest,
-    JobSpec, Lease, Probe, Report, ReportOutcome, ScheduleChange, SelfTest, SuiteResult, UnitVerdict,
-    VerificationOutcome,
+    JobSpec, Lease, Probe, Report, ReportOutcome, ScheduleChange, SelfTest, SuiteResult,
+    UnitVerdict, VerificationOutcome,
 };

@@ -2,7 +2,7 @@
 //! probes on its engine threads, and the operator's `study --wait --json` and `submit
 //! --order study:ID`.
 
-use std::path::PathBuf;
+use std::path::Path;
 
 use e2fleet_engine::formats::{LoadOptions, load_file};
 use e2fleet_engine::plan::SearchPlan;
@@ -11,7 +11,7 @@ use e2fleet_engine::{FillOrder, Unit};
 
 use crate::harness::{admin, puzzle_path, serve, worker};
 
-fn exact(puzzle: &PathBuf, order: &str) -> f64 {
+fn exact(puzzle: &Path, order: &str) -> f64 {
     let puzzle = load_file(puzzle, &LoadOptions::default()).unwrap();
     let order = FillOrder::new(&puzzle, &order.parse().unwrap()).unwrap();
     let plan = SearchPlan::new(&puzzle, &order);
@@ -25,7 +25,12 @@ fn exact(puzzle: &PathBuf, order: &str) -> f64 {
 fn a_study_runs_on_a_worker_and_its_winner_is_submitted_in_one_step() {
     let dir = tempfile::tempdir().unwrap();
     let (_c, url) = serve(&dir.path().join("c.db"), "127.0.0.1:0", &[]);
-    let _w = worker(&url, &dir.path().join("w"), "prober", &["--engine", "reference"]);
+    let _w = worker(
+        &url,
+        &dir.path().join("w"),
+        "prober",
+        &["--engine", "reference"],
+    );
     let five = puzzle_path("brendan/set1/pieces_05x05.txt");
     let five_text = five.to_str().unwrap();
     let doc = admin(

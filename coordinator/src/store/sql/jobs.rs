@@ -42,9 +42,9 @@ fn from_row(r: &Row) -> StoreResult<JobRecord> {
         },
         probe: match (r.get::<Option<String>>(20)?, r.get::<Option<i64>>(21)?) {
             (Some(study), Some(particles)) => Some(JobProbe {
-                study: study
-                    .parse()
-                    .map_err(|e| crate::store::StoreError::Corrupt(format!("jobs.study_id: {e}")))?,
+                study: study.parse().map_err(|e| {
+                    crate::store::StoreError::Corrupt(format!("jobs.study_id: {e}"))
+                })?,
                 particles: particles as u32,
             }),
             _ => None,

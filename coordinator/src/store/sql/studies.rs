@@ -51,8 +51,11 @@ impl Studies for SqlTx<'_> {
     }
 
     fn list_studies(&mut self) -> StoreResult<Vec<StudyRecord>> {
-        self.c
-            .map(&format!("{COLUMNS} ORDER BY created_ms DESC, id"), &[], from_row)
+        self.c.map(
+            &format!("{COLUMNS} ORDER BY created_ms DESC, id"),
+            &[],
+            from_row,
+        )
     }
 
     fn running_studies(&mut self) -> StoreResult<Vec<StudyId>> {

@@ -120,6 +120,10 @@ mod tests {
         let got = improve_order(&puzzle, &start, 40, 3).unwrap();
         assert!(got.score <= got.start_score);
         FillOrder::new(&puzzle, &got.order).unwrap();
-        assert_eq!(got, improve_order(&puzzle, &start, 40, 3).unwrap(), "reproducible");
+        assert_eq!(
+            got,
+            improve_order(&puzzle, &start, 40, 3).unwrap(),
+            "reproducible"
+        );
     }
 }
