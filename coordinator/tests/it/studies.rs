@@ -121,6 +121,17 @@ async fn a_study_ranks_orders_as_their_exact_counts_do() {
     assert!(admin.jobs().await.unwrap().is_empty());
     assert_eq!(admin.studies().await.unwrap().len(), 1);
 
+    // probes are not walks: the fleet's two speeds leave them out
+    let fleet = c.fleet.fleet_status().await.unwrap();
+    assert_eq!(fleet.aggregate_nodes_per_s.raw, 0.0);
+    assert_eq!(fleet.per_core_nodes_per_s.overall, None);
+    assert!(
+        fleet
+            .aggregate_series
+            .iter()
+            .all(|m| m.raw_nodes_per_s == 0.0 && m.verified_nodes_per_s == 0.0)
+    );
+
     // submit takes the winner in one step
     let job = c
         .operator()

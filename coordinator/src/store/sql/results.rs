@@ -73,6 +73,11 @@ fn bodies(rows: Vec<String>) -> StoreResult<Vec<UnitResult>> {
 const BODY_COLUMNS: &str =
     "b.json, r.counts, r.stop, r.committed, r.solutions, r.max_depth, j.depths";
 
+/// Results of walks, not of a study's probes: the fleet's two speeds (per-core and
+/// aggregate nodes/s) are of engines walking trees, and a probe's children listed are
+/// not nodes walked.
+const WALKS: &str = "job_id NOT IN (SELECT id FROM jobs WHERE probe_particles IS NOT NULL)";
+
 /// The joins [`BODY_COLUMNS`] need.
 const BODY_JOINS: &str =
     "JOIN jobs j ON j.id = r.job_id LEFT JOIN result_bodies b ON b.result_id = r.id";
@@ -400,8 +405,9 @@ impl Results for SqlTx<'_> {
     }
 
     fn rate_samples(&mut self, job: Option<JobId>, since_ms: i64) -> StoreResult<Vec<RateSample>> {
-        let rows = self.c.map("SELECT committed, engine_seconds, hostname, cpu_model, engine_kind FROM results \
-             WHERE verdict IN ('accepted', 'agree') AND engine_seconds > 0 AND received_ms >= ?1 AND (?2 IS NULL OR job_id = ?2)", args![since_ms, job.map(|j| j.to_string())], |r| {
+        let rows = self.c.map(&format!("SELECT committed, engine_seconds, hostname, cpu_model, engine_kind FROM results \
+             WHERE verdict IN ('accepted', 'agree') AND engine_seconds > 0 AND received_ms >= ?1 AND (?2 IS NULL OR job_id = ?2) \
+               AND {WALKS}"), args![since_ms, job.map(|j| j.to_string())], |r| {
             Ok(RateSample {
                 committed: r.get::<i64>(0)? as u64,
                 engine_seconds: r.get(1)?,
@@ -414,8 +420,8 @@ impl Results for SqlTx<'_> {
     }
 
     fn nodes_since(&mut self, job: Option<JobId>, since_ms: i64) -> StoreResult<NodesReceived> {
-        self.c.first("SELECT COALESCE(CAST(SUM(committed) AS BIGINT), 0), COALESCE(CAST(SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END) AS BIGINT), 0) \
-             FROM results WHERE received_ms >= ?1 AND (?2 IS NULL OR job_id = ?2)", args![since_ms, job.map(|j| j.to_string())], |r| {
+        self.c.first(&format!("SELECT COALESCE(CAST(SUM(committed) AS BIGINT), 0), COALESCE(CAST(SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END) AS BIGINT), 0) \
+             FROM results WHERE received_ms >= ?1 AND (?2 IS NULL OR job_id = ?2) AND {WALKS}"), args![since_ms, job.map(|j| j.to_string())], |r| {
             Ok(NodesReceived {
                 raw: r.get::<i64>(0)? as u64,
                 verified: r.get::<i64>(1)? as u64,
@@ -432,8 +438,8 @@ impl Results for SqlTx<'_> {
     }
 
     fn result_minutes(&mut self, since_ms: i64) -> StoreResult<Vec<ResultMinute>> {
-        let rows = self.c.map("SELECT received_ms / 60000, CAST(SUM(committed) AS BIGINT), CAST(SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END) AS BIGINT), COUNT(*) \
-             FROM results WHERE received_ms >= ? GROUP BY received_ms / 60000 ORDER BY 1", args![since_ms], |r| {
+        let rows = self.c.map(&format!("SELECT received_ms / 60000, CAST(SUM(committed) AS BIGINT), CAST(SUM(CASE WHEN verdict IN ('accepted', 'agree') THEN committed ELSE 0 END) AS BIGINT), COUNT(*) \
+             FROM results WHERE received_ms >= ? AND {WALKS} GROUP BY received_ms / 60000 ORDER BY 1"), args![since_ms], |r| {
             Ok(ResultMinute {
                 minute: r.get(0)?,
                 raw_nodes: r.get::<i64>(1)? as u64,
