@@ -85,7 +85,7 @@ fn main() {
             &LoadOptions::default(),
         )
         .unwrap();
-        let orders = OrderSpec::candidates(puzzle.height());
+        let orders = OrderSpec::candidates(&puzzle);
         let plans: Vec<SearchPlan> = orders
             .iter()
             .map(|o| SearchPlan::new(&puzzle, &FillOrder::new(&puzzle, o).unwrap()))

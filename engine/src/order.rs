@@ -65,6 +65,12 @@ pub enum OrderSpec {
         /// The corner the outer ring starts at.
         from: Corner,
     },
+    /// Outwards from one cell (a hint, usually): the ring of cells around it, then the
+    /// next ring, each clockwise from its top-left corner, cells off the board skipped.
+    Around {
+        /// The cell the rings are centred on.
+        cell: usize,
+    },
     /// An explicit list of cells, which must be exactly the non-hint cells.
     Cells(Vec<usize>),
 }
@@ -95,6 +101,7 @@ impl fmt::Display for OrderSpec {
             }
             OrderSpec::Comb { rows } => write!(f, "comb:{rows}"),
             OrderSpec::Spiral { from } => write!(f, "spiral:{}", from.code()),
+            OrderSpec::Around { cell } => write!(f, "around:{cell}"),
             OrderSpec::Cells(cells) => {
                 let list: Vec<String> = cells.iter().map(|c| c.to_string()).collect();
                 write!(f, "cells:{}", list.join(","))
@@ -108,7 +115,7 @@ impl fmt::Display for OrderSpec {
 pub enum OrderError {
     /// The text is not a known order.
     #[error(
-        "unknown fill order {0:?}: expected row-major, rows:tl|tr|bl|br, cols:tl|tr|bl|br, spiral:tl|tr|bl|br, comb:K or cells:C1,C2,..."
+        "unknown fill order {0:?}: expected row-major, rows:tl|tr|bl|br, cols:tl|tr|bl|br, spiral:tl|tr|bl|br, around:CELL, comb:K or cells:C1,C2,..."
     )]
     Syntax(String),
     /// The comb has more rows than the board.
@@ -177,6 +184,9 @@ impl FromStr for OrderSpec {
             "comb" => Ok(OrderSpec::Comb {
                 rows: arg.parse().map_err(|_| syntax())?,
             }),
+            "around" => Ok(OrderSpec::Around {
+                cell: arg.trim().parse().map_err(|_| syntax())?,
+            }),
             "cells" => arg
                 .split(',')
                 .map(|c| c.trim().parse::<usize>().map_err(|_| syntax()))
@@ -238,6 +248,15 @@ impl FillOrder {
                 cells
             }
             OrderSpec::Spiral { from } => spiral(w, h, *from),
+            OrderSpec::Around { cell } => {
+                if *cell >= puzzle.cells() {
+                    return Err(OrderError::CellOutOfRange {
+                        cell: *cell,
+                        cells: puzzle.cells(),
+                    });
+                }
+                around(w, h, *cell)
+            }
             OrderSpec::Cells(list) => {
                 let mut seen = vec![false; puzzle.cells()];
                 for &cell in list {
@@ -301,10 +320,12 @@ impl FillOrder {
 }
 
 impl OrderSpec {
-    /// The orders worth comparing on a board `height` rows high before a long search:
-    /// the eight scanline orientations (rows and columns from each corner), the four
-    /// spirals and the comb orders with two, a quarter and half of the rows scanned first.
-    pub fn candidates(height: usize) -> Vec<OrderSpec> {
+    /// The orders worth comparing on `puzzle` before a long search: the eight scanline
+    /// orientations (rows and columns from each corner), the four spirals, the comb
+    /// orders with two, a quarter and half of the rows scanned first, and outwards from
+    /// each hint (at most eight).
+    pub fn candidates(puzzle: &Puzzle) -> Vec<OrderSpec> {
+        let height = puzzle.height();
         let mut out = OrderSpec::scanlines();
         for (from, _) in Corner::ALL {
             out.push(OrderSpec::Spiral { from });
@@ -316,6 +337,9 @@ impl OrderSpec {
         combs.sort_unstable();
         combs.dedup();
         out.extend(combs.into_iter().map(|rows| OrderSpec::Comb { rows }));
+        out.extend(puzzle.hints().iter().take(8).map(|h| OrderSpec::Around {
+            cell: h.pos as usize,
+        }));
         out
     }
 
@@ -329,6 +353,35 @@ impl OrderSpec {
         }
         out
     }
+}
+
+/// The cells of a `w` x `h` board outwards from `cell`: the cell, then each ring around
+/// it clockwise from the ring's top-left corner, off-board cells skipped.
+fn around(w: usize, h: usize, cell: usize) -> Vec<usize> {
+    let (cx, cy) = ((cell % w) as isize, (cell / w) as isize);
+    let mut out = vec![cell];
+    let on = |x: isize, y: isize| x >= 0 && y >= 0 && (x as usize) < w && (y as usize) < h;
+    for r in 1..w.max(h) as isize {
+        let mut ring = Vec::with_capacity(8 * r as usize);
+        for x in cx - r..=cx + r {
+            ring.push((x, cy - r));
+        }
+        for y in cy - r + 1..=cy + r {
+            ring.push((cx + r, y));
+        }
+        for x in (cx - r..cx + r).rev() {
+            ring.push((x, cy + r));
+        }
+        for y in (cy - r + 1..cy + r).rev() {
+            ring.push((cx - r, y));
+        }
+        out.extend(
+            ring.into_iter()
+                .filter(|&(x, y)| on(x, y))
+                .map(|(x, y)| y as usize * w + x as usize),
+        );
+    }
+    out
 }
 
 /// The cells of a `w` x `h` board ring by ring from the border inwards, each ring
@@ -436,13 +489,35 @@ mod tests {
     }
 
     #[test]
+    fn around_a_cell_covers_the_board_once_nearest_rings_first() {
+        for (w, h, cell) in [(4, 4, 0), (4, 4, 5), (5, 3, 14), (16, 16, 135), (1, 1, 0)] {
+            let cells = around(w, h, cell);
+            let mut sorted = cells.clone();
+            sorted.sort_unstable();
+            assert_eq!(
+                sorted,
+                (0..w * h).collect::<Vec<_>>(),
+                "{w}x{h} around {cell}"
+            );
+            assert_eq!(cells[0], cell);
+            let ring = |c: usize| (c % w).abs_diff(cell % w).max((c / w).abs_diff(cell / w));
+            assert!(cells.windows(2).all(|p| ring(p[0]) <= ring(p[1])));
+        }
+        // the first ring around cell 5 of a 4x4 board, clockwise from its top left
+        assert_eq!(&around(4, 4, 5)[..9], &[5, 0, 1, 2, 6, 10, 9, 8, 4]);
+    }
+
+    #[test]
     fn candidates_are_distinct_valid_orders() {
-        let c = OrderSpec::candidates(16);
-        assert!(c.len() >= 12);
+        let mut rng = crate::testing::Rng::new(3);
+        let (puzzle, _) = crate::testing::random_puzzle(&mut rng, 16, 16, 5, 17, 3);
+        let c = OrderSpec::candidates(&puzzle);
+        assert_eq!(c.len(), 8 + 4 + 3 + 3);
         let texts: std::collections::HashSet<String> = c.iter().map(|o| o.to_string()).collect();
         assert_eq!(texts.len(), c.len());
         for o in c {
             assert_eq!(o.to_string().parse::<OrderSpec>().unwrap(), o);
+            FillOrder::new(&puzzle, &o).unwrap();
         }
     }
 }

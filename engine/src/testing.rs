@@ -195,8 +195,9 @@ pub fn brute_force(puzzle: &Puzzle, order: &[usize]) -> (Vec<u64>, u64) {
     (nodes, solutions)
 }
 
-/// One of the 11 kinds of fill order, picked by `kind % 11`: the 8 scans, a comb with a
-/// random number of rows, or a random explicit permutation of the free cells.
+/// One of the 13 kinds of fill order, picked by `kind % 13`: the 8 scans, a comb with a
+/// random number of rows, a random explicit permutation of the free cells (9 and 10), a
+/// spiral from a random corner, or outwards from a random cell.
 pub fn order_of_kind(puzzle: &Puzzle, kind: usize, rng: &mut Rng) -> OrderSpec {
     let corners = [
         Corner::TopLeft,
@@ -204,13 +205,19 @@ pub fn order_of_kind(puzzle: &Puzzle, kind: usize, rng: &mut Rng) -> OrderSpec {
         Corner::BottomLeft,
         Corner::BottomRight,
     ];
-    match kind % 11 {
+    match kind % 13 {
         k @ 0..=7 => OrderSpec::Scan {
             columns: k >= 4,
             from: corners[k % 4],
         },
         8 => OrderSpec::Comb {
             rows: 1 + rng.below(puzzle.height()),
+        },
+        11 => OrderSpec::Spiral {
+            from: corners[rng.below(4)],
+        },
+        12 => OrderSpec::Around {
+            cell: rng.below(puzzle.cells()),
         },
         _ => {
             let hints: Vec<usize> = puzzle.hints().iter().map(|h| h.pos as usize).collect();

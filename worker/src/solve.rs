@@ -28,7 +28,8 @@ use e2fleet_engine::formats::PuzzleArgs;
 pub struct SolveArgs {
     #[command(flatten)]
     puzzle: PuzzleArgs,
-    /// Fill order: row-major, rows:tl|tr|bl|br, cols:tl|tr|bl|br, comb:K or cells:C1,C2,...
+    /// Fill order: row-major, rows:tl|tr|bl|br, cols:tl|tr|bl|br, spiral:tl|tr|bl|br, around:CELL,
+    /// comb:K or cells:C1,C2,...
     #[arg(long, default_value = "row-major")]
     order: OrderSpec,
     /// Split the tree into prefix units at this depth and walk each one.

@@ -424,8 +424,8 @@ pub struct SubmitArgs {
     /// Job name (default: the puzzle's name).
     #[arg(long)]
     pub name: Option<String>,
-    /// Fill order: row-major (the default), rows:tl|tr|bl|br, cols:..., spiral:..., comb:K,
-    /// cells:..., or study:ID (the order that study ranked best).
+    /// Fill order: row-major (the default), rows:tl|tr|bl|br, cols:..., spiral:...,
+    /// around:CELL, comb:K, cells:..., or study:ID (the order that study ranked best).
     #[arg(long)]
     pub order: Option<String>,
     /// Split depth.
@@ -464,13 +464,14 @@ pub struct StudyArgs {
     #[arg(long)]
     pub name: Option<String>,
     /// A fill order to compare (repeat it): row-major, rows:tl|tr|bl|br, cols:...,
-    /// spiral:tl|tr|bl|br, comb:K, cells:...
+    /// spiral:tl|tr|bl|br, around:CELL, comb:K, cells:...
     #[arg(long = "order")]
     pub orders: Vec<String>,
     /// Add the eight scanline orientations (rows and columns from each corner).
     #[arg(long)]
     pub all_scanlines: bool,
-    /// Add every built-in candidate: the scanlines, the four spirals and comb orders.
+    /// Add every built-in candidate: the scanlines, the four spirals, comb orders and
+    /// outwards from each hint.
     #[arg(long)]
     pub candidates: bool,
     /// Also search for a better order by this many local moves from the best candidate

@@ -37,7 +37,7 @@ pub async fn study(args: StudyArgs) -> Result<()> {
     }
     if args.candidates {
         orders.extend(
-            OrderSpec::candidates(puzzle.height())
+            OrderSpec::candidates(&puzzle)
                 .iter()
                 .map(ToString::to_string),
         );

@@ -294,6 +294,8 @@ pub struct Fleet {
     shares: sharing::Shares,
     /// Where the archiver's walk stands.
     archive_walk: archiving::ArchiveWalk,
+    /// Ended studies' rankings, merged once and kept a while ([`studies::ENDED_TTL`]).
+    ended_studies: studies::EndedStudies,
 }
 
 impl Fleet {
@@ -322,6 +324,7 @@ impl Fleet {
             suite_depths: Mutex::new(HashMap::new()),
             shares: sharing::Shares::default(),
             archive_walk: archiving::ArchiveWalk::default(),
+            ended_studies: studies::EndedStudies::default(),
             releases: None,
             download_slots: Default::default(),
         }

@@ -171,8 +171,21 @@ impl Fleet {
         })
     }
 
-    /// One study with each order's estimate so far, best first.
+    /// One study with each order's estimate so far, best first (an ended study's from
+    /// memory for up to [`ENDED_TTL`]: the public pages read it every two seconds).
     pub async fn study_status(&self, id: StudyId) -> Result<StudyStatus, FleetError> {
+        if let Some(status) = self.ended_studies.get(id) {
+            return Ok(status);
+        }
+        let status = self.merge_study(id).await?;
+        if status.ended() {
+            self.ended_studies.put(&status);
+        }
+        Ok(status)
+    }
+
+    /// [`Fleet::study_status`], read and merged from the store.
+    async fn merge_study(&self, id: StudyId) -> Result<StudyStatus, FleetError> {
         let (study, jobs) = self
             .store
             .read(move |tx| {
@@ -297,6 +310,39 @@ impl Fleet {
             .ok_or_else(|| {
                 FleetError::FailedPrecondition(format!("study {id} has no estimate to rank by"))
             })
+    }
+}
+
+/// How long an ended study's merged ranking is served from memory (an overturned probe
+/// can still change it, so it is merged again now and then).
+pub const ENDED_TTL: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Most ended studies kept merged in memory.
+const ENDED_KEPT: usize = 256;
+
+/// Ended studies' rankings, merged once and kept for [`ENDED_TTL`].
+#[derive(Default)]
+pub(crate) struct EndedStudies(
+    std::sync::Mutex<HashMap<StudyId, (StudyStatus, std::time::Instant)>>,
+);
+
+impl EndedStudies {
+    fn get(&self, id: StudyId) -> Option<StudyStatus> {
+        let map = self.0.lock().expect("ended studies");
+        map.get(&id)
+            .filter(|(_, at)| at.elapsed() < ENDED_TTL)
+            .map(|(s, _)| s.clone())
+    }
+
+    fn put(&self, status: &StudyStatus) {
+        let mut map = self.0.lock().expect("ended studies");
+        if map.len() >= ENDED_KEPT {
+            map.retain(|_, (_, at)| at.elapsed() < ENDED_TTL);
+            if map.len() >= ENDED_KEPT {
+                map.clear();
+            }
+        }
+        map.insert(status.study_id, (status.clone(), std::time::Instant::now()));
     }
 }
 

@@ -19,7 +19,7 @@ proptest! {
         rim in 1u8..4,
         inner in 1u8..5,
         hints in 0usize..4,
-        kind in 0usize..11,
+        kind in 0usize..13,
     ) {
         let mut rng = Rng::new(seed);
         let (puzzle, solution) = random_puzzle(&mut rng, size.0, size.1, rim, inner, hints);
