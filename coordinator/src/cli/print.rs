@@ -84,7 +84,12 @@ pub fn study(s: &StudyStatus, json: bool) {
         );
     }
     if let Some(best) = s.orders.first() {
-        outln!("  best: {} ({})", best.order, best.how);
+        let mut order = best.order.clone();
+        if order.len() > 60 {
+            order.truncate(57);
+            order.push_str("...");
+        }
+        outln!("  best: {order} ({})", best.how);
         if best.low.is_none() {
             outln!(
                 "  no interval is stated: the probes did not see the bottom of these trees, so the ranking by mean is a guess; orders marked worse are so at 95% by their lower bounds"
