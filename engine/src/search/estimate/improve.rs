@@ -131,4 +131,27 @@ mod tests {
             "reproducible"
         );
     }
+
+    #[test]
+    fn a_kept_move_never_looks_shallower_than_the_order_it_replaced() {
+        // the real Eternity II, where a smaller mean is most easily had by runs that die
+        // out sooner
+        let path = format!("{}/../puzzles/e2/official.json", env!("CARGO_MANIFEST_DIR"));
+        let puzzle = load_file(std::path::Path::new(&path), &LoadOptions::default()).unwrap();
+        let start: OrderSpec = "row-major".parse().unwrap();
+        let got = improve_order(&puzzle, &start, 100, 1).unwrap();
+        let OrderSpec::Cells(cells) = &got.order else {
+            panic!("an explicit order");
+        };
+        let first = FillOrder::new(&puzzle, &start).unwrap();
+        let (_, start_reach) = score(&puzzle, first.cells(), 1);
+        let (found, reach) = score(&puzzle, cells, 1);
+        assert_eq!(found, got.score);
+        assert!(reach >= start_reach, "{reach} < {start_reach}");
+        assert!(
+            got.score > 1e35,
+            "{:e}: a blind spot, not a smaller tree",
+            got.score
+        );
+    }
 }
