@@ -107,6 +107,20 @@ impl Operator {
             .collect::<Result<_, _>>()?)
     }
 
+    /// Stops a running study.
+    pub async fn cancel_study(&mut self, id: StudyId) -> Result<(), ClientError> {
+        self.client
+            .cancel_study(authed(
+                &self.token,
+                v2::CancelStudyRequest {
+                    study_id: id.to_string(),
+                },
+            ))
+            .await
+            .map_err(|s| self.failed(s))?;
+        Ok(())
+    }
+
     /// One study, its orders best first.
     pub async fn study(&mut self, id: StudyId) -> Result<StudyStatus, ClientError> {
         let r = self

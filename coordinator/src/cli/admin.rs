@@ -232,6 +232,9 @@ pub async fn run(command: Command) -> Result<()> {
         Command::Submit(args) => submit(args).await,
         Command::Study(args) => super::study::study(args).await,
         Command::Studies(admin) => super::study::list(connect(&admin).await?, admin.json).await,
+        Command::StudyCancel { id, admin } => {
+            super::study::cancel(&id, connect(&admin).await?).await
+        }
         Command::StudyStatus { id, wait, admin } => {
             super::study::status(&id, wait, connect(&admin).await?, admin.json).await
         }

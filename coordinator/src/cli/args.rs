@@ -50,6 +50,13 @@ pub enum Command {
     Study(StudyArgs),
     /// List order studies.
     Studies(AdminArgs),
+    /// Stop a running study (its remaining probes are cancelled; what ran is kept).
+    StudyCancel {
+        /// The study id.
+        id: String,
+        #[command(flatten)]
+        admin: AdminArgs,
+    },
     /// Show one study's ranking.
     StudyStatus {
         /// The study id.

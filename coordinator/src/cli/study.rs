@@ -127,6 +127,14 @@ pub async fn status(id: &str, wait_for_end: bool, mut op: Operator, json: bool) 
     Ok(())
 }
 
+/// `study-cancel ID`.
+pub async fn cancel(id: &str, mut op: Operator) -> Result<()> {
+    let id = study_id(id)?;
+    op.cancel_study(id).await?;
+    outln!("study {id} cancelled");
+    Ok(())
+}
+
 /// `studies`.
 pub async fn list(mut op: Operator, json: bool) -> Result<()> {
     for s in op.studies().await? {

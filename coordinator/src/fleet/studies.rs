@@ -294,6 +294,36 @@ impl Fleet {
         Ok(())
     }
 
+    /// Stops a running study: its jobs' remaining probes are cancelled and the jobs with
+    /// them; what ran stays and is still merged.
+    pub async fn cancel_study(&self, id: StudyId) -> Result<(), FleetError> {
+        let now = self.now();
+        self.store
+            .write(move |tx| {
+                let study = tx
+                    .study(id)?
+                    .ok_or_else(|| FleetError::NotFound(format!("study {id}")))?;
+                if study.state != "running" {
+                    return Err(FleetError::FailedPrecondition(format!(
+                        "study is {}",
+                        study.state
+                    )));
+                }
+                for job in tx.study_jobs(id)? {
+                    if job.state == JobState::Running {
+                        tx.cancel_job_leases(job.id)?;
+                        tx.cancel_job_units(job.id)?;
+                        tx.finish_job(job.id, JobState::Cancelled, now, None)?;
+                    }
+                }
+                tx.end_study(id, "cancelled", now)?;
+                Ok(())
+            })
+            .await?;
+        info!(study_id = %id, "study cancelled");
+        Ok(())
+    }
+
     /// The order a finished study ranked best, for `submit --order study:ID`.
     pub async fn study_winner(&self, id: StudyId) -> Result<String, FleetError> {
         let status = self.study_status(id).await?;

@@ -372,6 +372,17 @@ impl OperatorService for OperatorApi {
     }
 
     #[instrument(skip_all)]
+    async fn cancel_study(
+        &self,
+        request: Request<v2::CancelStudyRequest>,
+    ) -> Result<Response<v2::CancelStudyResponse>, Status> {
+        self.admin(&request)?;
+        let id = wire(request.get_ref().study_id.parse::<StudyId>())?;
+        self.0.cancel_study(id).await.map_err(status_of)?;
+        Ok(Response::new(v2::CancelStudyResponse {}))
+    }
+
+    #[instrument(skip_all)]
     async fn get_study(
         &self,
         request: Request<v2::GetStudyRequest>,

@@ -241,6 +241,24 @@ async fn a_bad_study_is_refused_with_its_reason() {
         assert!(e.contains(why), "{e}");
     }
     assert!(admin.studies().await.unwrap().is_empty());
+
+    // a running study stopped: its probes cancelled, what ran kept, and once only
+    let mut w = SimWorker::register(&c.url, "prober", Behaviour::Honest).await;
+    w.probes = true;
+    let created = admin
+        .submit_study(&request(&["row-major", "cols:br"]))
+        .await
+        .unwrap();
+    w.work(2).await;
+    admin.cancel_study(created.study_id).await.unwrap();
+    assert!(w.lease(8).await.unwrap().is_empty());
+    let s = admin.study(created.study_id).await.unwrap();
+    assert_eq!(s.state, "cancelled");
+    for o in &s.orders {
+        assert_eq!(c.job(&o.job_id.to_string()).await["state"], "cancelled");
+    }
+    let again = admin.cancel_study(created.study_id).await.unwrap_err();
+    assert!(again.to_string().contains("cancelled"), "{again}");
     c.stop().await;
 }
 
