@@ -18,8 +18,7 @@ use std::time::Instant;
 use e2fleet_engine::formats::{LoadOptions, load_file};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::estimate::probe::local_study;
-use e2fleet_engine::search::{NoControl, RunOptions, Walker};
-use e2fleet_engine::unit::Unit;
+use e2fleet_engine::testing::count_tree;
 use e2fleet_engine::{FillOrder, OrderSpec};
 
 /// The boards: (name, file under `puzzles/`).
@@ -90,14 +89,9 @@ fn main() {
             .iter()
             .map(|o| SearchPlan::new(&puzzle, &FillOrder::new(&puzzle, o).unwrap()))
             .collect();
-        let truth: Vec<f64> = plans
+        let truth: Vec<f64> = orders
             .iter()
-            .map(|p| {
-                Walker::new(p)
-                    .run(&Unit::root(), RunOptions::default(), &mut NoControl)
-                    .unwrap()
-                    .committed as f64
-            })
+            .map(|o| count_tree(&puzzle, o) as f64)
             .collect();
         for (o, t) in orders.iter().zip(&truth) {
             eprintln!("{name} {o}: {t:.0} nodes");

@@ -229,6 +229,20 @@ pub fn order_of_kind(puzzle: &Puzzle, kind: usize, rng: &mut Rng) -> OrderSpec {
     }
 }
 
+/// The nodes of `puzzle`'s whole tree in `order`, counted by the reference walker.
+pub fn count_tree(puzzle: &Puzzle, order: &OrderSpec) -> u64 {
+    let order = crate::FillOrder::new(puzzle, order).expect("a valid order");
+    let plan = crate::plan::SearchPlan::new(puzzle, &order);
+    crate::search::Walker::new(&plan)
+        .run(
+            &crate::Unit::root(),
+            crate::search::RunOptions::default(),
+            &mut crate::search::NoControl,
+        )
+        .expect("the root unit runs")
+        .committed
+}
+
 /// A board whose whole tree (row-major) is counted: what the fleet tests hold every job on
 /// it to.
 #[derive(Clone, Copy, Debug)]

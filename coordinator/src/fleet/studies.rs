@@ -311,9 +311,7 @@ impl Fleet {
                 }
                 for job in tx.study_jobs(id)? {
                     if job.state == JobState::Running {
-                        tx.cancel_job_leases(job.id)?;
-                        tx.cancel_job_units(job.id)?;
-                        tx.finish_job(job.id, JobState::Cancelled, now, None)?;
+                        super::submission::cancel_running(tx, job.id, now)?;
                     }
                 }
                 tx.end_study(id, "cancelled", now)?;

@@ -244,15 +244,25 @@ impl Fleet {
                         job.state
                     )));
                 }
-                tx.cancel_job_leases(job_id)?;
-                tx.cancel_job_units(job_id)?;
-                tx.finish_job(job_id, JobState::Cancelled, now, None)?;
-                Ok(())
+                cancel_running(tx, job_id, now)
             })
             .await?;
         info!(%job_id, "job cancelled");
         Ok(())
     }
+}
+
+/// Cancels a running job in `tx`: its held leases are told to stop, its units and the
+/// job end as cancelled.
+pub(super) fn cancel_running(
+    tx: &mut dyn crate::store::Tx,
+    job_id: JobId,
+    now: i64,
+) -> Result<(), FleetError> {
+    tx.cancel_job_leases(job_id)?;
+    tx.cancel_job_units(job_id)?;
+    tx.finish_job(job_id, JobState::Cancelled, now, None)?;
+    Ok(())
 }
 
 /// A split chosen by time, and what the operator should know about it.

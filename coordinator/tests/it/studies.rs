@@ -3,9 +3,7 @@
 //! studies refused with a reason.
 
 use e2fleet_engine::formats::{LoadOptions, load_file, to_site_json};
-use e2fleet_engine::plan::SearchPlan;
-use e2fleet_engine::search::{NoControl, RunOptions, Walker};
-use e2fleet_engine::{FillOrder, Unit};
+use e2fleet_engine::testing::count_tree;
 use e2fleet_proto::api::{StudyRequest, StudyStatus};
 use e2fleet_proto::v2;
 use tonic::Code;
@@ -21,12 +19,7 @@ fn puzzle_json(rel: &str) -> String {
 /// The whole tree of `rel` in `order`, counted.
 fn exact(rel: &str, order: &str) -> f64 {
     let puzzle = load_file(&puzzle_path(rel), &LoadOptions::default()).unwrap();
-    let order = FillOrder::new(&puzzle, &order.parse().unwrap()).unwrap();
-    let plan = SearchPlan::new(&puzzle, &order);
-    Walker::new(&plan)
-        .run(&Unit::root(), RunOptions::default(), &mut NoControl)
-        .unwrap()
-        .committed as f64
+    count_tree(&puzzle, &order.parse().unwrap()) as f64
 }
 
 fn request(orders: &[&str]) -> StudyRequest {

@@ -5,20 +5,13 @@
 use std::path::Path;
 
 use e2fleet_engine::formats::{LoadOptions, load_file};
-use e2fleet_engine::plan::SearchPlan;
-use e2fleet_engine::search::{NoControl, RunOptions, Walker};
-use e2fleet_engine::{FillOrder, Unit};
+use e2fleet_engine::testing::count_tree;
 
 use crate::harness::{admin, puzzle_path, serve, worker};
 
 fn exact(puzzle: &Path, order: &str) -> f64 {
     let puzzle = load_file(puzzle, &LoadOptions::default()).unwrap();
-    let order = FillOrder::new(&puzzle, &order.parse().unwrap()).unwrap();
-    let plan = SearchPlan::new(&puzzle, &order);
-    Walker::new(&plan)
-        .run(&Unit::root(), RunOptions::default(), &mut NoControl)
-        .unwrap()
-        .committed as f64
+    count_tree(&puzzle, &order.parse().unwrap()) as f64
 }
 
 #[test]
