@@ -129,7 +129,8 @@ async function studyPage(id) {
     swatch.style.background = studyColour(i);
     return [
       String(o.rank),
-      el("span", {}, swatch, el("a", { href: "/jobs/" + encodeURIComponent(o.job_id) }, o.order.length > 40 ? o.order.slice(0, 37) + "…" : o.order)),
+      // (not a link to the probe job's page: its "nodes" are the probes' children listed)
+      el("span", { title: o.order }, swatch, o.order.length > 40 ? o.order.slice(0, 37) + "…" : o.order),
       o.rounds ? compact(o.estimate) : "–",
       o.rounds ? intervalText(o) : "–",
       o.rounds ? compact(o.at_least) : "–",

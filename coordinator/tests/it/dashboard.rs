@@ -1,7 +1,8 @@
 //! The dashboard in a real headless browser (Debian's `chromium`): every page loads with
 //! no script error, a running job shows its progress moving and both rate figures, a
-//! board renders one SVG cell per board cell, and names from workers and puzzle files
-//! are shown as text, never run as markup.
+//! board renders one SVG cell per board cell, a study draws its ranking, chart and shapes,
+//! and names from workers, puzzle files and studies are shown as text, never run as
+//! markup.
 //!
 //! Without a `chromium` on PATH (or `$CHROMIUM`) at build time these tests are marked
 //! ignored with the reason (`coordinator/build.rs`), unless `E2FLEET_REQUIRE_BROWSER=1`
@@ -298,6 +299,85 @@ async fn names_from_workers_and_puzzles_are_text_not_markup() {
             dom.contains(shown),
             "{path}: the name is shown as text:\n{dom}"
         );
+    }
+    c.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[cfg_attr(
+    not(has_browser),
+    ignore = "no chromium on PATH: apt-get install chromium to run the dashboard in a real browser"
+)]
+async fn a_study_page_draws_its_ranking_chart_and_shapes_with_names_as_text() {
+    use e2fleet_engine::formats::{LoadOptions, load_file, to_site_json};
+    let Some(browser) = chromium() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("chrome");
+    let clock = Arc::new(AtomicI64::new(now_ms()));
+    let c = Coordinator::start_with_clock(&temp_db(&dir), 3, clock).await;
+    let mut w = SimWorker::register(&c.url, "prober", Behaviour::Honest).await;
+    w.probes = true;
+    let puzzle = load_file(
+        &puzzle_path("brendan/set1/pieces_05x05.txt"),
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    let orders = ["row-major", "spiral:tl", "comb:2"];
+    let created = c
+        .admin()
+        .await
+        .submit_study(&e2fleet_proto::api::StudyRequest {
+            name: "<script>document.title='pwned'</script>".into(),
+            puzzle_json: to_site_json(&puzzle),
+            orders: orders.iter().map(|o| o.to_string()).collect(),
+            particles: Some(256),
+            rounds: Some(8),
+            replicas: 1,
+            spot_check: 0.0,
+            priority: 0,
+        })
+        .await
+        .unwrap();
+    for _ in 0..500 {
+        if w.work(1).await == 0 {
+            break;
+        }
+    }
+    c.fleet.settle_studies().await.unwrap();
+    let study = format!("/studies/{}", created.study_id);
+    for path in ["/studies", study.as_str()] {
+        let url = format!("{}{path}", c.url);
+        let dom = tokio::task::spawn_blocking({
+            let (b, p) = (browser.clone(), profile.clone());
+            move || dump_dom(&b, &p, &url)
+        })
+        .await
+        .unwrap();
+        assert!(!dom.contains("<script>document"), "{path}: markup injected");
+        assert!(!dom.contains("pwned</title>"), "{path}: script ran");
+        assert!(
+            dom.contains("&lt;script&gt;"),
+            "{path}: the name as text:\n{dom}"
+        );
+        if path == study {
+            // the ranking, one line per order on the chart, one shape per order
+            for o in orders {
+                assert!(dom.contains(&format!(">{o}<")), "{o}:\n{dom}");
+            }
+            assert!(dom.contains(">best<"), "{dom}");
+            assert!(
+                dom.contains("estimated nodes per depth, each order"),
+                "{dom}"
+            );
+            assert_eq!(dom.matches("class=\"board shape\"").count(), 3, "{dom}");
+            assert_eq!(
+                dom.matches("class=\"chart constraints\"").count(),
+                3,
+                "{dom}"
+            );
+        } else {
+            assert!(dom.contains(&study), "the list links the study:\n{dom}");
+        }
     }
     c.stop().await;
 }
