@@ -294,8 +294,9 @@ pub struct Fleet {
     shares: sharing::Shares,
     /// Where the archiver's walk stands.
     archive_walk: archiving::ArchiveWalk,
-    /// Ended studies' rankings, merged once and kept a while ([`studies::ENDED_TTL`]).
-    ended_studies: studies::EndedStudies,
+    /// Studies' rankings as last merged, kept a while ([`studies::RUNNING_TTL`],
+    /// [`studies::ENDED_TTL`]).
+    merged_studies: studies::MergedStudies,
 }
 
 impl Fleet {
@@ -324,7 +325,7 @@ impl Fleet {
             suite_depths: Mutex::new(HashMap::new()),
             shares: sharing::Shares::default(),
             archive_walk: archiving::ArchiveWalk::default(),
-            ended_studies: studies::EndedStudies::default(),
+            merged_studies: studies::MergedStudies::default(),
             releases: None,
             download_slots: Default::default(),
         }

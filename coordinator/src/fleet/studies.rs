@@ -171,16 +171,15 @@ impl Fleet {
         })
     }
 
-    /// One study with each order's estimate so far, best first (an ended study's from
-    /// memory for up to [`ENDED_TTL`]: the public pages read it every two seconds).
+    /// One study with each order's estimate so far, best first, merged at most once per
+    /// [`RUNNING_TTL`] while it runs and per [`ENDED_TTL`] once it has ended: the public
+    /// pages read it every two seconds, from any number of browsers.
     pub async fn study_status(&self, id: StudyId) -> Result<StudyStatus, FleetError> {
-        if let Some(status) = self.ended_studies.get(id) {
+        if let Some(status) = self.merged_studies.get(id) {
             return Ok(status);
         }
         let status = self.merge_study(id).await?;
-        if status.ended() {
-            self.ended_studies.put(&status);
-        }
+        self.merged_studies.put(&status);
         Ok(status)
     }
 
@@ -256,7 +255,8 @@ impl Fleet {
     pub async fn settle_studies(&self) -> Result<(), FleetError> {
         let running = self.store.read(|tx| tx.running_studies()).await?;
         for id in running {
-            let status = self.study_status(id).await?;
+            // decided on a fresh merge, never on one kept for the pages
+            let status = self.merge_study(id).await?;
             let now = self.now();
             if converged(&status.orders) {
                 let jobs: Vec<JobId> = status.orders.iter().map(|o| o.job_id).collect();
@@ -269,6 +269,7 @@ impl Fleet {
                         Ok::<_, FleetError>(())
                     })
                     .await?;
+                self.merged_studies.forget(id);
                 info!(study_id = %id, "study converged");
             } else {
                 let jobs: Vec<JobId> = status.orders.iter().map(|o| o.job_id).collect();
@@ -287,6 +288,7 @@ impl Fleet {
                     self.store
                         .write(move |tx| Ok::<_, FleetError>(tx.end_study(id, "exhausted", now)?))
                         .await?;
+                    self.merged_studies.forget(id);
                     info!(study_id = %id, "study ran every planned probe");
                 }
             }
@@ -318,6 +320,7 @@ impl Fleet {
                 Ok(())
             })
             .await?;
+        self.merged_studies.forget(id);
         info!(study_id = %id, "study cancelled");
         Ok(())
     }
@@ -345,25 +348,34 @@ impl Fleet {
 /// can still change it, so it is merged again now and then).
 pub const ENDED_TTL: std::time::Duration = std::time::Duration::from_secs(60);
 
-/// Most ended studies kept merged in memory.
+/// How long a running study's merged ranking is served from memory (the dashboard's
+/// refresh period).
+pub const RUNNING_TTL: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Most studies kept merged in memory.
 const ENDED_KEPT: usize = 256;
 
-/// Ended studies' rankings, merged once and kept for [`ENDED_TTL`].
+/// Studies' rankings as last merged, kept for [`RUNNING_TTL`] or [`ENDED_TTL`].
 #[derive(Default)]
-pub(crate) struct EndedStudies(
+pub(crate) struct MergedStudies(
     std::sync::Mutex<HashMap<StudyId, (StudyStatus, std::time::Instant)>>,
 );
 
-impl EndedStudies {
+impl MergedStudies {
     fn get(&self, id: StudyId) -> Option<StudyStatus> {
-        let map = self.0.lock().expect("ended studies");
+        let map = self.0.lock().expect("merged studies");
         map.get(&id)
-            .filter(|(_, at)| at.elapsed() < ENDED_TTL)
+            .filter(|(s, at)| at.elapsed() < if s.ended() { ENDED_TTL } else { RUNNING_TTL })
             .map(|(s, _)| s.clone())
     }
 
+    /// Drops a study's kept ranking (it has just ended here).
+    fn forget(&self, id: StudyId) {
+        self.0.lock().expect("merged studies").remove(&id);
+    }
+
     fn put(&self, status: &StudyStatus) {
-        let mut map = self.0.lock().expect("ended studies");
+        let mut map = self.0.lock().expect("merged studies");
         if map.len() >= ENDED_KEPT {
             map.retain(|_, (_, at)| at.elapsed() < ENDED_TTL);
             if map.len() >= ENDED_KEPT {

@@ -309,7 +309,6 @@ async fn names_from_workers_and_puzzles_are_text_not_markup() {
     ignore = "no chromium on PATH: apt-get install chromium to run the dashboard in a real browser"
 )]
 async fn a_study_page_draws_its_ranking_chart_and_shapes_with_names_as_text() {
-    use e2fleet_engine::formats::{LoadOptions, load_file, to_site_json};
     let Some(browser) = chromium() else { return };
     let dir = tempfile::tempdir().unwrap();
     let profile = dir.path().join("chrome");
@@ -317,24 +316,13 @@ async fn a_study_page_draws_its_ranking_chart_and_shapes_with_names_as_text() {
     let c = Coordinator::start_with_clock(&temp_db(&dir), 3, clock).await;
     let mut w = SimWorker::register(&c.url, "prober", Behaviour::Honest).await;
     w.probes = true;
-    let puzzle = load_file(
-        &puzzle_path("brendan/set1/pieces_05x05.txt"),
-        &LoadOptions::default(),
-    )
-    .unwrap();
     let orders = ["row-major", "spiral:tl", "comb:2"];
     let created = c
         .admin()
         .await
         .submit_study(&e2fleet_proto::api::StudyRequest {
             name: "<script>document.title='pwned'</script>".into(),
-            puzzle_json: to_site_json(&puzzle),
-            orders: orders.iter().map(|o| o.to_string()).collect(),
-            particles: Some(256),
-            rounds: Some(8),
-            replicas: 1,
-            spot_check: 0.0,
-            priority: 0,
+            ..crate::studies::request(&orders)
         })
         .await
         .unwrap();

@@ -22,7 +22,8 @@ fn exact(rel: &str, order: &str) -> f64 {
     count_tree(&puzzle, &order.parse().unwrap()) as f64
 }
 
-fn request(orders: &[&str]) -> StudyRequest {
+/// A study of Brendan's 5x5 in `orders`: 8 rounds of 256-board probes.
+pub fn request(orders: &[&str]) -> StudyRequest {
     StudyRequest {
         name: "five".into(),
         puzzle_json: puzzle_json(FIVE),
