@@ -269,6 +269,11 @@ pub struct Fleet {
     default_suite_ready: AtomicBool,
     /// (when counted, ms; live independent parties), see [`Fleet::live_parties`].
     live: Mutex<(i64, u32)>,
+    /// Whether a unit's first result accepted on its own is written once, decided
+    /// ([`Fleet::accept_alone`]); off only to compare it with the general path.
+    accept_alone: AtomicBool,
+    /// Reports accepted on that path.
+    accepted_alone: std::sync::atomic::AtomicU64,
     /// Lease calls per worker identity and per volunteer account (see [`policy`]).
     pub(crate) lease_limits: policy::LeaseLimits,
     /// The signed worker releases offered and served, if a folder is set
@@ -314,6 +319,8 @@ impl Fleet {
             leased: Mutex::new(HashMap::new()),
             default_suite_ready: AtomicBool::new(false),
             live: Mutex::new((i64::MIN / 2, 0)),
+            accept_alone: AtomicBool::new(true),
+            accepted_alone: Default::default(),
             lease_limits: policy::LeaseLimits::new(),
             auth_failures: auth_limits::AuthFailures::default(),
             verification_limits: governor::RateLimiter::keyed(policy::verification_quota()),
@@ -372,6 +379,22 @@ impl Fleet {
         let n = tx.live_parties(since)?;
         *self.live.lock().expect("live parties") = (now, n);
         Ok(n)
+    }
+
+    /// Turns the written-once path of a unit's first acceptance off (or on again): every
+    /// report then goes through [`Fleet::decide`]'s general path. For the test that
+    /// compares the two; a coordinator never turns it off.
+    #[doc(hidden)]
+    pub fn set_accept_alone(&self, on: bool) {
+        self.accept_alone
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Reports accepted on the written-once path since the start (for the same test).
+    #[doc(hidden)]
+    pub fn accepted_alone(&self) -> u64 {
+        self.accepted_alone
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The configuration.

@@ -45,8 +45,8 @@ use super::policy::BEST_BOARDS;
 use super::policy::quorum_for;
 use super::{Fleet, FleetError};
 use crate::store::{
-    AccountNeed, JobHead, MoreRuns, NewUnit, ResultId, ResultRecord, Standing, Tx, UnitKind,
-    UnitRecord, UnitState,
+    AccountNeed, JobHead, MoreRuns, NewResult, NewUnit, ResultId, ResultRecord, Standing, Tx,
+    UnitKind, UnitRecord, UnitState,
 };
 
 /// Whose history a lost cross-check puts in doubt.
@@ -175,19 +175,44 @@ fn fold_decided(
     accepted: &ResultRecord,
     kept: Option<usize>,
 ) -> Result<(), FleetError> {
-    let keep = accepted.solutions > 0
+    let keep = keeps_body(tx, job, accepted, kept)?;
+    tx.fold_results(unit.id, keep.then_some(accepted.id))?;
+    if keep {
+        tx.fold_surplus_boards(job.id, BEST_BOARDS)?;
+    }
+    Ok(())
+}
+
+/// Whether an accepted result keeps its body: it carries solutions, or a board among
+/// the job's [`BEST_BOARDS`] deepest (`kept`: the job's other kept boards at its depth or
+/// deeper, when already known).
+fn keeps_body(
+    tx: &mut dyn Tx,
+    job: &JobHead,
+    accepted: &ResultRecord,
+    kept: Option<usize>,
+) -> Result<bool, FleetError> {
+    Ok(accepted.solutions > 0
         || (accepted.max_depth > 0
             && match kept {
                 Some(n) => n,
                 None => {
                     tx.boards_kept_at_least(job.id, accepted.max_depth, accepted.id, BEST_BOARDS)?
                 }
-            } < BEST_BOARDS);
-    tx.fold_results(unit.id, keep.then_some(accepted.id))?;
-    if keep {
-        tx.fold_surplus_boards(job.id, BEST_BOARDS)?;
-    }
-    Ok(())
+            } < BEST_BOARDS))
+}
+
+/// Whether [`Fleet::decide`] would accept a unit's first valid result on its own, with
+/// nothing else to decide: a trusted result, on a unit whose quorum is one (not raised
+/// for a recheck) and which has no accepted result. Then it is
+/// [`Fleet::accept_alone`]'s.
+pub(super) fn decides_alone(unit: &UnitRecord, mine: &ResultRecord, recheck: bool) -> bool {
+    let stored_quorum = if recheck && !mine.account_id.is_operator() {
+        unit.quorum.max(2)
+    } else {
+        unit.quorum
+    };
+    stored_quorum <= 1 && mine.standing == Standing::Trusted && unit.accepted_result.is_none()
 }
 
 /// A volunteer result that counts earns its account credit, once per account and unit
@@ -483,6 +508,39 @@ impl Fleet {
         Ok(asked)
     }
 
+    /// The result just reported, the first valid one of its unit, accepted on its own
+    /// (the case [`decides_alone`] tells): what [`Fleet::decide`] writes then, with the
+    /// result written once in its final form (accepted, its body only if it keeps it)
+    /// instead of inserted pending, read back with its unit's results, marked accepted
+    /// and folded. On the common path of a trusted fleet this is every report.
+    pub(super) fn accept_alone(
+        &self,
+        tx: &mut dyn Tx,
+        (job, unit): (&JobHead, &UnitRecord),
+        (mut new, result, kept): (NewResult, &UnitResult, usize),
+        now: i64,
+    ) -> Result<ReportOutcome, FleetError> {
+        new.record.verdict = ResultVerdict::Accepted;
+        let keep = keeps_body(tx, job, &new.record, Some(kept))?;
+        // (a new result always has its folded counts, so its body goes exactly when
+        // `Tx::fold_results` would fold it)
+        let id = tx.insert_decided_result(&new, keep)?;
+        let mine = ResultRecord { id, ..new.record };
+        self.add_to_totals(tx, (job, unit), (&mine, result), now)?;
+        tx.mark_unit_done(unit.id, id, now)?;
+        if keep {
+            tx.fold_surplus_boards(job.id, BEST_BOARDS)?;
+        }
+        credit_and_trust(tx, &[&mine], id, 1, now)?;
+        Ok(ReportOutcome {
+            status: ReportStatus::Accepted,
+            detail: format!(
+                "1 agreeing of quorum {}, 1 independent parties",
+                unit.quorum
+            ),
+        })
+    }
+
     /// Adds a winning result to the job's totals; a budget stop becomes a continuation.
     fn accept(
         &self,
@@ -491,8 +549,20 @@ impl Fleet {
         (r, result): (&ResultRecord, &UnitResult),
         now: i64,
     ) -> Result<(), FleetError> {
-        tx.add_accepted(job.id, &result.nodes_by_depth, result.solutions_count)?;
         tx.set_result_verdict(r.id, ResultVerdict::Accepted)?;
+        self.add_to_totals(tx, (job, unit), (r, result), now)
+    }
+
+    /// An accepted result's counts added to its job's, its worker's units done, and its
+    /// continuation if it stopped at its budget.
+    fn add_to_totals(
+        &self,
+        tx: &mut dyn Tx,
+        (job, unit): (&JobHead, &UnitRecord),
+        (r, result): (&ResultRecord, &UnitResult),
+        now: i64,
+    ) -> Result<(), FleetError> {
+        tx.add_accepted(job.id, &result.nodes_by_depth, result.solutions_count)?;
         tx.worker_unit_done(r.worker_id)?;
         if let Some(cursor) = &result.cursor {
             let quorum = quorum_for(

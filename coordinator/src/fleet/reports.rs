@@ -12,6 +12,7 @@ use tracing::{instrument, warn};
 
 use super::checks::check_result;
 use super::policy::BEST_BOARDS;
+use super::quorum::decides_alone;
 use super::{Fleet, FleetError, LeasedUnit, finish_if_done};
 use crate::store::{
     LeaseState, NewResult, ReportView, ResultBody, ResultCore, ResultId, ResultRecord, Standing,
@@ -110,6 +111,7 @@ impl Fleet {
             job,
             account,
             kept_boards,
+            others_valid,
         } = match report_lease(tx, worker, &report, &digest)? {
             Ok(view) => view,
             Err(answer) => return Ok(answer),
@@ -198,15 +200,34 @@ impl Fleet {
             },
             received_ms: now,
         };
-        tx.insert_result(&NewResult {
-            record: record.clone(),
+        let new = NewResult {
+            record,
             body,
             core: folded,
-        })?;
+        };
+        let recheck = recheck && standing == Standing::Trusted;
+        if check.is_ok()
+            && !others_valid
+            && decides_alone(&unit, &new.record, recheck)
+            && self.accept_alone.load(std::sync::atomic::Ordering::Relaxed)
+        {
+            // the common path: the unit's first valid result, accepted on its own, is
+            // written once, already decided (`decide` would read it back, then update it)
+            tx.result_recorded(unit.id, lease_was_active)?;
+            let outcome =
+                self.accept_alone(tx, (&job, &unit), (new, &report.result, kept_boards), now)?;
+            finish_if_done(tx, unit.job_id, now)?;
+            // (counted before the commit: a batch rolled back overcounts, for a test only)
+            self.accepted_alone
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return Ok(outcome);
+        }
+        tx.insert_result(&new)?;
         if let Err(why) = check {
             return self.reject_wrong_result(tx, worker, &unit, lease_was_active, &why);
         }
         tx.result_recorded(unit.id, lease_was_active)?;
+        let record = new.record;
         // (its id, not read back, is found by its lease among the unit's results)
         let mine = record;
         let live = self.live_parties(tx, now)?;
@@ -214,7 +235,7 @@ impl Fleet {
             tx,
             (&job, &unit),
             Some((&mine, &report.result, kept_boards)),
-            (live, recheck && standing == Standing::Trusted),
+            (live, recheck),
             now,
         )?;
         if outcome.status == ReportStatus::Mismatch && tx.reopen_job(unit.job_id)? {

@@ -96,6 +96,35 @@ pub async fn scalar(db: &Database, sql: &str) -> i64 {
     }
 }
 
+/// The first column of every row of a query on `db`, as text (tests that compare what
+/// two databases hold: the query builds each row's text with `||` and `CAST`).
+pub async fn texts(db: &Database, sql: &str) -> Vec<String> {
+    match db {
+        Database::Sqlite(path) => {
+            let (path, sql) = (path.clone(), sql.to_string());
+            tokio::task::spawn_blocking(move || {
+                let c = rusqlite::Connection::open(path).expect("open the database");
+                let mut q = c.prepare(&sql).expect("the query");
+                q.query_map([], |r| r.get::<_, String>(0))
+                    .expect("the query")
+                    .collect::<Result<Vec<_>, _>>()
+                    .expect("the rows")
+            })
+            .await
+            .expect("the query ran")
+        }
+        Database::Postgres(url) => {
+            let mut c = PgConnection::connect(url).await.expect("connect");
+            let rows: Vec<String> = sqlx::query_scalar(sql)
+                .fetch_all(&mut c)
+                .await
+                .expect("the query");
+            let _ = c.close().await;
+            rows
+        }
+    }
+}
+
 /// A throwaway PostgreSQL server (see the module docs).
 pub struct PostgresServer {
     data: tempfile::TempDir,

@@ -176,6 +176,15 @@ pub trait Leases {
 pub trait Results {
     /// Stores a result (a held change: its id is not read back; its lease names it).
     fn insert_result(&mut self, result: &NewResult) -> StoreResult<()>;
+    /// Stores a result already decided, in its final form (its verdict in the record;
+    /// its body only when `keep_body`), and returns its id: the first acceptance of a
+    /// unit is written once instead of inserted pending and then updated (see
+    /// [`crate::fleet`]'s quorum rules, `accept_alone`).
+    fn insert_decided_result(
+        &mut self,
+        result: &NewResult,
+        keep_body: bool,
+    ) -> StoreResult<ResultId>;
     /// Everything a report on `lease` by a worker of `account` is checked against, in one
     /// read (on PostgreSQL one round trip instead of five), with the job's kept boards at
     /// `kept_boards_at.0` or deeper counted up to `kept_boards_at.1` (0: not counted);

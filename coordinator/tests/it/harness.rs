@@ -256,7 +256,7 @@ impl Coordinator {
         self.submit_full(puzzle, name, 3, 0, 1).await
     }
 
-    async fn submit_full(
+    pub async fn submit_full(
         &self,
         puzzle: &str,
         name: &str,

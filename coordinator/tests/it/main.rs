@@ -23,3 +23,4 @@ mod sharing;
 mod studies;
 mod trust;
 mod verification;
+mod written_once;

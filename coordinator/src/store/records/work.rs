@@ -193,6 +193,9 @@ pub struct ReportView {
     /// The job's accepted results that keep their boards at the depth asked or deeper,
     /// counted up to the limit asked.
     pub kept_boards: usize,
+    /// Whether the unit has a valid result (not wrong, not void) besides one on this
+    /// lease.
+    pub others_valid: bool,
 }
 
 /// A stored unit, its prefix and cursor decoded.

@@ -167,6 +167,40 @@ impl Results for SqlTx<'_> {
         Ok(())
     }
 
+    fn insert_decided_result(&mut self, n: &NewResult, keep_body: bool) -> StoreResult<ResultId> {
+        let r = &n.record;
+        let id: i64 = self.c.first("INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms, account_id, standing, counts, stop, body_kept) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id", args![
+            r.job_id.to_string(),
+            r.unit_id.0,
+            r.lease_id.to_string(),
+            r.worker_id.to_string(),
+            r.hostname,
+            r.cpu_model,
+            r.engine_kind.as_str(),
+            r.engine_build,
+            r.digest,
+            r.committed as i64,
+            r.solutions as i64,
+            r.max_depth as i64,
+            r.engine_seconds,
+            r.verdict.as_str(),
+            r.received_ms,
+            r.account_id.as_str(),
+            r.standing.as_str(),
+            n.core.counts,
+            n.core.stop,
+            i64::from(keep_body)
+        ], |row| row.get(0))?;
+        if keep_body {
+            self.c.execute_deferred(
+                "INSERT INTO result_bodies (result_id, json) VALUES (?, ?)",
+                args![id, n.body.0],
+            )?;
+        }
+        Ok(ResultId(id))
+    }
+
     fn report_view(
         &mut self,
         lease: LeaseId,
@@ -183,7 +217,9 @@ impl Results for SqlTx<'_> {
         const KEPT: usize = ACCOUNT + width(super::accounts::COLUMNS);
         let sql = format!(
             "SELECT {}, {R_COLUMNS}, {U_COLUMNS}, j.id, j.state, j.replicas, j.spot_check, {}, \
-               {}, j.accepted_json, {} \
+               {}, j.accepted_json, {}, \
+               EXISTS (SELECT 1 FROM results o WHERE o.unit_id = u.id AND o.lease_id <> l.id \
+                         AND o.verdict NOT IN ('wrong', 'void')) \
              FROM leases l JOIN units u ON u.id = l.unit_id JOIN jobs j ON j.id = u.job_id \
                LEFT JOIN results r ON r.lease_id = l.id LEFT JOIN accounts a ON a.id = ?2 \
              WHERE l.id = ?1",
@@ -214,6 +250,7 @@ impl Results for SqlTx<'_> {
                         None => None,
                     },
                     kept_boards: r.get::<i64>(KEPT)? as usize,
+                    others_valid: r.get::<bool>(KEPT + 3)?,
                 };
                 Ok((view, r.get::<String>(KEPT + 1)?, r.get::<bool>(KEPT + 2)?))
             },
