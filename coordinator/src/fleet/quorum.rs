@@ -516,7 +516,7 @@ impl Fleet {
     pub(super) fn accept_alone(
         &self,
         tx: &mut dyn Tx,
-        (job, unit): (&JobHead, &UnitRecord),
+        (job, unit, lease_was_active): (&JobHead, &UnitRecord, bool),
         (mut new, result, kept): (NewResult, &UnitResult, usize),
         now: i64,
     ) -> Result<ReportOutcome, FleetError> {
@@ -524,14 +524,21 @@ impl Fleet {
         let keep = keeps_body(tx, job, &new.record, Some(kept))?;
         // (a new result always has its folded counts, so its body goes exactly when
         // `Tx::fold_results` would fold it)
-        let id = tx.insert_decided_result(&new, keep)?;
-        let mine = ResultRecord { id, ..new.record };
-        self.add_to_totals(tx, (job, unit), (&mine, result), now)?;
-        tx.mark_unit_done(unit.id, id, now)?;
+        tx.insert_decided_result(&new, keep)?;
+        let lease = new.record.lease_id;
+        tx.unit_decided_by_lease(unit.id, lease, lease_was_active, now)?;
+        self.add_to_totals(tx, (job, unit), (&new.record, result), now)?;
         if keep {
             tx.fold_surplus_boards(job.id, BEST_BOARDS)?;
         }
-        credit_and_trust(tx, &[&mine], id, 1, now)?;
+        if !new.record.account_id.is_operator() {
+            // (credit is an account's: only a volunteer's result needs its id read)
+            let mine = ResultRecord {
+                id: tx.result_id_by_lease(lease)?,
+                ..new.record
+            };
+            credit_and_trust(tx, &[&mine], mine.id, 1, now)?;
+        }
         Ok(ReportOutcome {
             status: ReportStatus::Accepted,
             detail: format!(

@@ -213,9 +213,12 @@ impl Fleet {
         {
             // the common path: the unit's first valid result, accepted on its own, is
             // written once, already decided (`decide` would read it back, then update it)
-            tx.result_recorded(unit.id, lease_was_active)?;
-            let outcome =
-                self.accept_alone(tx, (&job, &unit), (new, &report.result, kept_boards), now)?;
+            let outcome = self.accept_alone(
+                tx,
+                (&job, &unit, lease_was_active),
+                (new, &report.result, kept_boards),
+                now,
+            )?;
             finish_if_done(tx, unit.job_id, now)?;
             // (counted before the commit: a batch rolled back overcounts, for a test only)
             self.accepted_alone

@@ -87,6 +87,15 @@ pub trait Units {
     fn recount_unit(&mut self, id: UnitId, reopen: bool) -> StoreResult<()>;
     /// Marks a unit decided by `result` at `now_ms` (the archive's clock starts there).
     fn mark_unit_done(&mut self, id: UnitId, result: ResultId, now_ms: i64) -> StoreResult<()>;
+    /// [`Units::result_recorded`] and [`Units::mark_unit_done`] in one change, for the
+    /// result on `lease` (named by its lease: its id is not read back).
+    fn unit_decided_by_lease(
+        &mut self,
+        id: UnitId,
+        lease: LeaseId,
+        lease_was_active: bool,
+        now_ms: i64,
+    ) -> StoreResult<()>;
     /// Asks for one more run of a unit (its results disagree, or lack independence; also a
     /// done one: its accepted result stays counted until a quorum decides otherwise).
     fn request_run(&mut self, id: UnitId, more: &MoreRuns) -> StoreResult<()>;
@@ -177,14 +186,12 @@ pub trait Results {
     /// Stores a result (a held change: its id is not read back; its lease names it).
     fn insert_result(&mut self, result: &NewResult) -> StoreResult<()>;
     /// Stores a result already decided, in its final form (its verdict in the record;
-    /// its body only when `keep_body`), and returns its id: the first acceptance of a
-    /// unit is written once instead of inserted pending and then updated (see
-    /// [`crate::fleet`]'s quorum rules, `accept_alone`).
-    fn insert_decided_result(
-        &mut self,
-        result: &NewResult,
-        keep_body: bool,
-    ) -> StoreResult<ResultId>;
+    /// its body only when `keep_body`; a held change, its lease names it): the first
+    /// acceptance of a unit is written once instead of inserted pending and then updated
+    /// (see [`crate::fleet`]'s quorum rules, `accept_alone`).
+    fn insert_decided_result(&mut self, result: &NewResult, keep_body: bool) -> StoreResult<()>;
+    /// The id of the result recorded on `lease`; there must be one.
+    fn result_id_by_lease(&mut self, lease: LeaseId) -> StoreResult<ResultId>;
     /// Everything a report on `lease` by a worker of `account` is checked against, in one
     /// read (on PostgreSQL one round trip instead of five), with the job's kept boards at
     /// `kept_boards_at.0` or deeper counted up to `kept_boards_at.1` (0: not counted);

@@ -167,10 +167,10 @@ impl Results for SqlTx<'_> {
         Ok(())
     }
 
-    fn insert_decided_result(&mut self, n: &NewResult, keep_body: bool) -> StoreResult<ResultId> {
+    fn insert_decided_result(&mut self, n: &NewResult, keep_body: bool) -> StoreResult<()> {
         let r = &n.record;
-        let id: i64 = self.c.first("INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms, account_id, standing, counts, stop, body_kept) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id", args![
+        self.c.execute_deferred("INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms, account_id, standing, counts, stop, body_kept) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
             r.job_id.to_string(),
             r.unit_id.0,
             r.lease_id.to_string(),
@@ -191,14 +191,23 @@ impl Results for SqlTx<'_> {
             n.core.counts,
             n.core.stop,
             i64::from(keep_body)
-        ], |row| row.get(0))?;
+        ])?;
         if keep_body {
             self.c.execute_deferred(
-                "INSERT INTO result_bodies (result_id, json) VALUES (?, ?)",
-                args![id, n.body.0],
+                "INSERT INTO result_bodies (result_id, json) SELECT id, ? FROM results WHERE lease_id = ?",
+                args![n.body.0, r.lease_id.to_string()],
             )?;
         }
-        Ok(ResultId(id))
+        Ok(())
+    }
+
+    fn result_id_by_lease(&mut self, lease: LeaseId) -> StoreResult<ResultId> {
+        self.c
+            .one(
+                "SELECT id FROM results WHERE lease_id = ?",
+                args![lease.to_string()],
+            )
+            .map(ResultId)
     }
 
     fn report_view(

@@ -2,7 +2,7 @@
 //! decisions.
 
 use e2fleet_engine::Unit;
-use e2fleet_proto::api::{JobId, UnitCounts, UnitId};
+use e2fleet_proto::api::{JobId, LeaseId, UnitCounts, UnitId};
 
 use super::codec::{encode_path, unit_at};
 use super::{ConnExt, Row, SqlTx, args};
@@ -242,6 +242,28 @@ impl Units for SqlTx<'_> {
         }
         self.c
             .execute_deferred("UPDATE units SET state = 'done', accepted_result_id = ?, disputed = 0, decided_ms = ? WHERE id = ?", args![result.0, now_ms, id.0])?;
+        Ok(())
+    }
+
+    fn unit_decided_by_lease(
+        &mut self,
+        id: UnitId,
+        lease: LeaseId,
+        lease_was_active: bool,
+        now_ms: i64,
+    ) -> StoreResult<()> {
+        if self
+            .unfinished_besides
+            .is_some_and(|(_, besides)| besides != id)
+        {
+            self.unfinished_besides = None;
+        }
+        self.c.execute_deferred(
+            "UPDATE units SET active_leases = active_leases - ?1, results = results + 1, state = 'done', \
+               accepted_result_id = (SELECT id FROM results WHERE lease_id = ?2), disputed = 0, decided_ms = ?3 \
+             WHERE id = ?4",
+            args![i64::from(lease_was_active), lease.to_string(), now_ms, id.0],
+        )?;
         Ok(())
     }
 
