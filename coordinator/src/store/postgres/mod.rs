@@ -19,8 +19,12 @@
 //!   count nobody reads is held and sent with the next statement; and what a lease request
 //!   or a report is checked against is read in one statement each
 //!   ([`crate::store::tx::Leases::lease_view`], [`crate::store::tx::Results::report_view`]).
-//!   A lease and its report cost 5 round trips instead of ~29 (the load bench counts them,
-//!   [`crate::store::traffic`]).
+//!   A unit's first result accepted on its own is inserted once, already decided
+//!   (`accept_alone` in the fleet's quorum rules). A lease and its report cost 3.6 round
+//!   trips instead of ~29 (the load bench counts them, [`crate::store::traffic`]).
+//! - The hot tables (units, leases, results, bodies) carry no foreign keys: every row is
+//!   written from rows the same transaction just read, so the checks never fired, and
+//!   each cost a locking read of the row it named (`migrations/postgres/0023_hot_path.sql`).
 //! - **Reads** run on a pool (sqlx), each in a `REPEATABLE READ READ ONLY` transaction:
 //!   one consistent snapshot, never blocking or blocked by the writers.
 //! - The fleet logic is synchronous (closures over `&mut dyn Tx`); its statements are run
