@@ -114,6 +114,8 @@ async fn hammer(coordinators: &[Coordinator], workers: usize, batch: u32) -> Vec
 
 /// Workers spread over two or three coordinators lease concurrently: with one replica a
 /// job, every unit is granted exactly once across them all, and the totals are exact.
+/// In half the cases units stop at 300 nodes: continuations appear while the workers
+/// lease, and idle lease calls split waiting ones.
 /// (A property test over the fleet's shape; the cases share one server.)
 #[test]
 #[cfg_attr(
@@ -136,18 +138,21 @@ fn concurrent_leases_across_coordinators_never_grant_a_unit_twice() {
         failure_persistence: None,
         ..ProptestConfig::default()
     });
-    let shapes = (2usize..=3, 3usize..=8, 1u32..=4, 2u32..=3);
+    let shapes = (2usize..=3, 3usize..=8, 1u32..=4, 2u32..=3, 0u64..=1);
     runner
-        .run(&shapes, |(coordinators, workers, batch, split_depth)| {
-            rt.block_on(lease_everything_once(
-                &server,
-                coordinators,
-                workers,
-                batch,
-                split_depth,
-            ));
-            Ok(())
-        })
+        .run(
+            &shapes,
+            |(coordinators, workers, batch, split_depth, chains)| {
+                rt.block_on(lease_everything_once(
+                    &server,
+                    coordinators,
+                    workers,
+                    batch,
+                    (split_depth, chains * 300),
+                ));
+                Ok(())
+            },
+        )
         .unwrap();
 }
 
@@ -156,10 +161,10 @@ async fn lease_everything_once(
     coordinators: usize,
     workers: usize,
     batch: u32,
-    split_depth: u32,
+    (split_depth, budget): (u32, u64),
 ) {
     let (_db, fleet) = fleet_on(server, coordinators).await;
-    let job = fleet[0].submit(FIVE, split_depth, 0, 1).await;
+    let job = fleet[0].submit(FIVE, split_depth, budget, 1).await;
     let granted = hammer(&fleet, workers, batch).await;
     let mut per_unit: HashMap<i64, usize> = HashMap::new();
     for u in &granted {
