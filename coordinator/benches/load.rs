@@ -22,7 +22,8 @@
 //! from their first result (`trust_after` 0, 5% drawn for a recheck by another account):
 //! every accepted result takes the volunteer path, credit included)
 //! cargo bench -p e2fleet-coordinator --bench load -- --db postgres://postgres@127.0.0.1/postgres --coordinators 2
-//! (`--db postgres://SERVER/DB`: on a fresh database of that PostgreSQL server;
+//! (`--db postgres://SERVER/DB`: on a fresh database of that PostgreSQL server, dropped
+//! at the end unless `--keep`;
 //! `--coordinators N`: N coordinators on it, each with its own port, writer connection
 //! and caches, the workers spread over them round robin)
 //! ```
@@ -172,14 +173,16 @@ async fn run() {
         Some(db) => db.parse().unwrap(),
         None => Database::Sqlite(dir.path().join("load.db")),
     };
+    // a fresh database of that server for each run, dropped at the end unless `--keep`
+    let mut fresh = None;
     let db = match db {
-        // a fresh database of that server for each run
         Database::Postgres(server) => {
             let name = format!("e2fleet_load_{}", uuid::Uuid::new_v4().simple());
             let url = e2fleet_coordinator::store::testing::create_database(&server, &name)
                 .await
                 .unwrap();
             eprintln!("on PostgreSQL: database {name}");
+            fresh = Some((server, name));
             Database::Postgres(url)
         }
         db => db,
@@ -316,6 +319,11 @@ async fn run() {
         print_database(t1 - t0, cpu0.zip(cpu1).map(|(a, b)| b - a), completed);
     }
     coordinator.shutdown_background();
+    if let Some((server, name)) = fresh.filter(|_| !std::env::args().any(|a| a == "--keep"))
+        && let Err(e) = e2fleet_coordinator::store::testing::drop_database(&server, &name).await
+    {
+        eprintln!("database {name} not dropped: {e}");
+    }
 }
 
 /// How many coordinators, workers, jobs and volunteer accounts the bench runs.

@@ -71,6 +71,18 @@ pub async fn create_database(server: &str, name: &str) -> Result<String, String>
     Ok(url.to_string())
 }
 
+/// Drops database `name` of `server`, closing whatever connections it still has.
+pub async fn drop_database(server: &str, name: &str) -> Result<(), String> {
+    let mut c = PgConnection::connect(server)
+        .await
+        .map_err(|e| e.to_string())?;
+    c.execute(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)").as_str())
+        .await
+        .map_err(|e| e.to_string())?;
+    let _ = c.close().await;
+    Ok(())
+}
+
 /// One integer from a query on `db` (tests that look at what is stored: counts of rows).
 pub async fn scalar(db: &Database, sql: &str) -> i64 {
     match db {
