@@ -339,7 +339,8 @@ impl Fleet {
                         &read
                     }
                 };
-                self.accept(tx, (job, unit), (winner, winner_result), now)?;
+                tx.set_result_verdict(winner.id, ResultVerdict::Accepted)?;
+                self.add_to_totals(tx, (job, unit), (winner, winner_result), now)?;
                 winner.id
             }
         };
@@ -546,18 +547,6 @@ impl Fleet {
                 unit.quorum
             ),
         })
-    }
-
-    /// Adds a winning result to the job's totals; a budget stop becomes a continuation.
-    fn accept(
-        &self,
-        tx: &mut dyn Tx,
-        (job, unit): (&JobHead, &UnitRecord),
-        (r, result): (&ResultRecord, &UnitResult),
-        now: i64,
-    ) -> Result<(), FleetError> {
-        tx.set_result_verdict(r.id, ResultVerdict::Accepted)?;
-        self.add_to_totals(tx, (job, unit), (r, result), now)
     }
 
     /// An accepted result's counts added to its job's, its worker's units done, and its

@@ -323,7 +323,7 @@ pub async fn trusted_volunteer(c: &Coordinator, op: &mut SimWorker, trust_after:
 
 /// A coordinator whose volunteers earn trust after 2 confirmed results, are never drawn
 /// for a recheck and are never quarantined here (100 errors).
-async fn start_never_rechecking(dir: &tempfile::TempDir) -> Coordinator {
+pub async fn start_never_rechecking(dir: &tempfile::TempDir) -> Coordinator {
     let trust = TrustPolicy {
         trust_after: 2,
         recheck: 0.0,

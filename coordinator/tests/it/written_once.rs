@@ -5,14 +5,10 @@
 //! clock and the same workers, once with the written-once path and once without it,
 //! ends with equal results, bodies, units, job totals, workers and accounts.
 
-use std::sync::Arc;
-use std::sync::atomic::AtomicI64;
-
-use e2fleet_coordinator::fleet::TrustPolicy;
 use e2fleet_coordinator::store::testing::{database_for, texts};
 
 use crate::harness::*;
-use crate::trust::{trusted_volunteer, work_all};
+use crate::trust::{start_never_rechecking, trusted_volunteer, work_all};
 
 const FIVE: &str = "brendan/set1/pieces_05x05.txt";
 
@@ -42,14 +38,7 @@ const TABLES: &[&str] = &[
 /// took the written-once path.
 async fn run(written_once: bool) -> (Vec<Vec<String>>, u64) {
     let dir = tempfile::tempdir().unwrap();
-    let db = temp_db(&dir);
-    let trust = TrustPolicy {
-        trust_after: 2,
-        recheck: 0.0,
-        account_quarantine_after: 100,
-        ..TrustPolicy::default()
-    };
-    let c = Coordinator::start_with(&db, 100, trust, Arc::new(AtomicI64::new(1_000_000))).await;
+    let c = start_never_rechecking(&dir).await;
     c.fleet.set_accept_alone(written_once);
     let mut o1 = SimWorker::register(&c.url, "operator-1", Behaviour::Honest).await;
     c.submit_full(FIVE, "chains", 2, 300, 1).await;
@@ -59,7 +48,7 @@ async fn run(written_once: bool) -> (Vec<Vec<String>>, u64) {
     work_all(&mut [&mut v, &mut o1], 2_000).await;
     let alone = c.fleet.accepted_alone();
     c.stop().await;
-    let db = database_for(&db).await;
+    let db = database_for(&temp_db(&dir)).await;
     let mut rows = Vec::new();
     for sql in TABLES {
         rows.push(texts(&db, sql).await);

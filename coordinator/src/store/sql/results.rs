@@ -132,42 +132,10 @@ impl SqlTx<'_> {
         let rows = self.c.map(sql, params, |r| r.get(0))?;
         Ok(rows)
     }
-}
 
-impl Results for SqlTx<'_> {
-    fn insert_result(&mut self, n: &NewResult) -> StoreResult<()> {
-        let r = &n.record;
-        self.c.execute_deferred("INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms, account_id, standing, counts, stop) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
-            r.job_id.to_string(),
-            r.unit_id.0,
-            r.lease_id.to_string(),
-            r.worker_id.to_string(),
-            r.hostname,
-            r.cpu_model,
-            r.engine_kind.as_str(),
-            r.engine_build,
-            r.digest,
-            r.committed as i64,
-            r.solutions as i64,
-            r.max_depth as i64,
-            r.engine_seconds,
-            r.verdict.as_str(),
-            r.received_ms,
-            r.account_id.as_str(),
-            r.standing.as_str(),
-            n.core.counts,
-            n.core.stop
-        ])?;
-        // (its id is not read back: the lease names it, once)
-        self.c.execute_deferred(
-            "INSERT INTO result_bodies (result_id, json) SELECT id, ? FROM results WHERE lease_id = ?",
-            args![n.body.0, r.lease_id.to_string()],
-        )?;
-        Ok(())
-    }
-
-    fn insert_decided_result(&mut self, n: &NewResult, keep_body: bool) -> StoreResult<()> {
+    /// A result as its record says (its verdict), with its body if `keep_body`; held
+    /// changes both, its id not read back (its lease names it, once).
+    fn insert(&mut self, n: &NewResult, keep_body: bool) -> StoreResult<()> {
         let r = &n.record;
         self.c.execute_deferred("INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms, account_id, standing, counts, stop, body_kept) \
              VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
@@ -199,6 +167,16 @@ impl Results for SqlTx<'_> {
             )?;
         }
         Ok(())
+    }
+}
+
+impl Results for SqlTx<'_> {
+    fn insert_result(&mut self, n: &NewResult) -> StoreResult<()> {
+        self.insert(n, true)
+    }
+
+    fn insert_decided_result(&mut self, n: &NewResult, keep_body: bool) -> StoreResult<()> {
+        self.insert(n, keep_body)
     }
 
     fn result_id_by_lease(&mut self, lease: LeaseId) -> StoreResult<ResultId> {
