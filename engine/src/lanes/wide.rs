@@ -34,7 +34,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Form, Head, NotEligible};
+use super::{Form, Head, NotEligible, WideKernel};
 use crate::model::Placement;
 use crate::plan::{SENTINEL, SearchPlan, candidate_piece, candidate_rot};
 
@@ -43,7 +43,7 @@ const D: usize = 272;
 /// The depth a lane goes to when its unit is walked: past every frame a walk uses.
 const STOP: usize = D - 1;
 /// The board's slot no step writes (always 0): read by keys with fewer than two colours
-/// from the board. A lane's board is kept by depth (slot `d` holds the candidate placed
+/// from the board. A lane's board is kept by depth (frame `d` holds the candidate placed
 /// at depth `d`), so a step writes its slot at its own depth, with no table of cells;
 /// the plan's keys read only cells filled at earlier depths (hints' and the rim's sides
 /// are in its tables), so no slot needs a start value but this one.
@@ -60,14 +60,23 @@ const CANDS: usize = 16 * 1024 + 16;
 /// rotation in 48-49; the key's rotations never bring bits past 31 into the colour it
 /// masks).
 const OH_AT: u32 = 50;
+/// What a bucket's byte offset is stored over in [`Hot::keyb`]: the largest scale of an
+/// x86 address, so offsets up to `BUCKETS * 64` fit 16 bits.
+const BUCKET_SCALE: usize = 8;
+const _: () = assert!(BUCKETS * size_of::<Bucket>() / BUCKET_SCALE <= 1 << 16);
+
 /// The most pieces.
 const MAX_PIECES: usize = 256;
 /// The most candidates a bucket: the bits of a frame's mask.
 const MAX_BUCKET: usize = 16;
 
 /// A bucket as the step reads it: for candidate i, the byte of the free set that holds
-/// its piece (`ia[i]` from bytes 0-15, `ib[i]` from 16-31; `0x80` where the other half
-/// holds it, or past the bucket's end, so `pshufb` gives 0) and its bit in that byte.
+/// its piece and its bit in that byte. For the SSSE3 kernel `ia[i]` is the byte from
+/// bytes 0-15 and `ib[i]` from 16-31 (`0x80` where the other half holds it, or past the
+/// bucket's end, so `pshufb` gives 0), and `bits[i]` is 1 past the end (no byte of 0
+/// holds it). For the AVX-512 kernel `ia[i]` is the byte, 0-31, for one `vpermb` over
+/// the whole set, `ib` is unused, and `bits[i]` is 0 past the end (no byte tests
+/// non-zero against it).
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 struct Bucket {
@@ -81,7 +90,8 @@ struct Bucket {
     _p: [u32; 2],
 }
 
-/// Per-depth reads of a key: the board bytes of its two colours (`slot * 8 + byte`) and
+/// Per-depth reads of a key: the board bytes of its two colours (their byte offsets in a
+/// lane's frames, [`board_byte`]) and
 /// its table; `rot` and `m` take the colour facing the cell filled just before from that
 /// candidate (rotated right by `rot`, masked with `m`), whose board byte is then the
 /// dummy cell's.
@@ -101,7 +111,8 @@ struct Step {
 #[repr(C)]
 struct Hot {
     steps: [Step; D],
-    /// Each key's bucket.
+    /// Each key's bucket, as its byte offset in [`Hot::buckets`] over 8 ([`BUCKET_SCALE`]:
+    /// the step's load scales it in its address, with no shift of its own).
     keyb: [u16; KEYS],
     buckets: [Bucket; BUCKETS],
     cands: [u64; CANDS],
@@ -110,19 +121,20 @@ struct Hot {
 }
 
 impl Hot {
-    /// The key of depth `e`'s bucket on `board`, where `prev` is the candidate of the
-    /// depth before (0 at depth 0). `TWO`: read the step's second colour from the board
-    /// (without it, where [`Tables::two_reads`] is not set, it is the dummy slot's 0).
+    /// The key of the bucket at position `at` (depth `e`'s: `e * 16`) on a lane's
+    /// `frames`, where `prev` is the candidate of the depth before (0 at depth 0). `TWO`:
+    /// read the step's second colour from the board (without it, where
+    /// [`Tables::two_reads`] is not set, it is the dummy slot's 0).
     ///
     /// # Safety
-    /// `e` is at most the plan's depths (below [`D`]).
+    /// `at / 16` is at most the plan's depths (below [`D`]).
     #[inline(always)]
-    unsafe fn key<const TWO: bool>(&self, board: &[u64; D], e: usize, prev: u64) -> usize {
-        // SAFETY: `e` is the caller's; `a` and `b` are below `8 * D` (`Tables::new`: a
-        // slot is a depth or DUMMY), inside `board`
+    unsafe fn key<const TWO: bool>(&self, frames: &[Frame; D], at: usize, prev: u64) -> usize {
+        // SAFETY: `at` is the caller's; `a` and `b` are board bytes of frames below `D`
+        // (`Tables::new`: a slot is a depth or DUMMY), inside `frames`
         let (s, a, b) = unsafe {
-            let s = self.steps.get_unchecked(e);
-            let bytes = board.as_ptr().cast::<u8>();
+            let s = &*self.steps.as_ptr().cast::<u8>().add(at).cast::<Step>();
+            let bytes = frames.as_ptr().cast::<u8>();
             (
                 s,
                 *bytes.add(s.a as usize) as u32,
@@ -138,7 +150,12 @@ impl Hot {
     }
 }
 
-/// One frame: depth `d`'s free pieces and untaken candidates, and how to go on.
+/// One frame: depth `d`'s free pieces and untaken candidates, how to go on, and the
+/// board's slot `d`.
+///
+/// The kernel holds a lane's place as a *position*, `d * 16`: the offset of depth `d`'s
+/// [`Step`], a quarter of its frame's (64 bytes), so one register addresses both with
+/// no shift, and the board lives in the frames for the same reason.
 #[repr(C, align(64))]
 #[derive(Clone, Copy)]
 struct Frame {
@@ -147,20 +164,30 @@ struct Frame {
     rem: u32,
     /// The bucket's candidate 0 in [`Hot::cands`].
     base: u32,
-    /// The deepest shallower depth with candidates left (or [`STOP`]).
+    /// The position of the deepest shallower depth with candidates left (or [`STOP`]'s).
     up: u32,
     _p: u32,
     /// Nodes committed at this depth.
     nodes: u64,
-    _q: u64,
+    /// The candidate placed at this depth (the board's slot; [`DUMMY`]'s is always 0).
+    board: u64,
 }
 
-/// One lane: its head, frames and board (the plan's candidates, by depth: [`DUMMY`]).
+/// Depth `d`'s position (see [`Frame`]).
+const fn at(d: usize) -> usize {
+    d * 16
+}
+
+/// The byte offset, in a lane's frames, of byte `byte` of the board's slot `slot`.
+const fn board_byte(slot: usize, byte: usize) -> usize {
+    slot * size_of::<Frame>() + std::mem::offset_of!(Frame, board) + byte
+}
+
+/// One lane: its head and frames (with the board: the plan's candidates by depth).
 #[repr(C, align(64))]
 pub(crate) struct Lane {
     h: Head,
     frames: [Frame; D],
-    board: [u64; D],
 }
 
 /// The wide form's tables for one plan.
@@ -175,6 +202,8 @@ pub(crate) struct Tables {
     /// leaves the second read out ([`step`]'s `TWO`): 63.2 -> 59.7 instructions a node
     /// on the centre clue.
     two_reads: bool,
+    /// The instructions the step works a child's mask out with.
+    kernel: WideKernel,
 }
 
 fn m128(bytes: [u8; 16]) -> __m128i {
@@ -216,12 +245,20 @@ fn key_of(tables: &[usize], t: usize) -> usize {
 
 /// The buckets (shared by keys with the same candidate list), each key's bucket, and the
 /// candidates with their pieces' one-hot offsets.
-fn fill_buckets(hot: &mut Hot, plan: &SearchPlan, tables: &[usize]) -> Result<(), NotEligible> {
+fn fill_buckets(
+    hot: &mut Hot,
+    plan: &SearchPlan,
+    tables: &[usize],
+    kernel: WideKernel,
+) -> Result<(), NotEligible> {
     let c = plan.colours;
+    let wide = kernel == WideKernel::Avx512;
+    // what a place past a bucket's end holds: no candidate either kernel finds free
+    let (pad_index, pad_bit) = if wide { (0, 0) } else { (0x80, 1) };
     let empty = Bucket {
-        ia: m128([0x80; 16]),
+        ia: m128([pad_index; 16]),
         ib: m128([0x80; 16]),
-        bits: m128([1; 16]),
+        bits: m128([pad_bit; 16]),
         base: 0,
         len: 0,
         _p: [0; 2],
@@ -246,13 +283,15 @@ fn fill_buckets(hot: &mut Hot, plan: &SearchPlan, tables: &[usize]) -> Result<()
                     return Err(NotEligible::LongBucket(list.len()));
                 }
                 let id = *seen.entry(start).or_insert_with(|| {
-                    let mut ia = [0x80u8; 16];
+                    let mut ia = [pad_index; 16];
                     let mut ib = [0x80u8; 16];
-                    let mut bits = [1u8; 16];
+                    let mut bits = [pad_bit; 16];
                     for (i, &x) in list.iter().enumerate() {
                         let p = candidate_piece(x);
                         let byte = (p >> 3) as u8;
-                        if byte < 16 {
+                        if wide {
+                            ia[i] = byte;
+                        } else if byte < 16 {
                             ia[i] = byte;
                         } else {
                             ib[i] = byte - 16;
@@ -272,7 +311,8 @@ fn fill_buckets(hot: &mut Hot, plan: &SearchPlan, tables: &[usize]) -> Result<()
                     }));
                     buckets.len() - 1
                 });
-                hot.keyb[key_of(tables, t) + (a << 5) + b] = id as u16;
+                hot.keyb[key_of(tables, t) + (a << 5) + b] =
+                    (id * size_of::<Bucket>() / BUCKET_SCALE) as u16;
             }
         }
     }
@@ -301,11 +341,11 @@ fn fill_steps(hot: &mut Hot, plan: &SearchPlan, tables: &[usize]) {
         let prev = e.checked_sub(1).map(|p| plan.depths[p].pos);
         for (k, read) in d.key.iter().enumerate() {
             // bit of the colour in the key: 5 for the first, 0 for the second
-            let at = if k == 0 { 5 } else { 0 };
+            let bit = if k == 0 { 5 } else { 0 };
             let byte = if Some(read.cell) == prev && s.m == 0 {
-                s.rot = (read.shift + 64 - at) % 64;
-                s.m = 0xFF << at;
-                DUMMY * 8
+                s.rot = (read.shift + 64 - bit) % 64;
+                s.m = 0xFF << bit;
+                board_byte(DUMMY, 0)
             } else {
                 let slot = slot_of[read.cell];
                 // the plan's invariant (its keys read dynamic sides only), not a
@@ -314,7 +354,7 @@ fn fill_steps(hot: &mut Hot, plan: &SearchPlan, tables: &[usize]) {
                     slot == DUMMY || slot < e,
                     "a plan's key reads a cell filled at an earlier depth"
                 );
-                slot * 8 + read.shift as usize / 8
+                board_byte(slot, read.shift as usize / 8)
             };
             if k == 0 {
                 s.a = byte as u16;
@@ -327,12 +367,10 @@ fn fill_steps(hot: &mut Hot, plan: &SearchPlan, tables: &[usize]) {
 }
 
 impl Tables {
-    /// The tables for `plan`, or why it cannot be walked this way.
-    pub(crate) fn new(plan: &SearchPlan) -> Result<Tables, NotEligible> {
-        if !std::arch::is_x86_feature_detected!("ssse3")
-            || !std::arch::is_x86_feature_detected!("bmi1")
-        {
-            return Err(NotEligible::Processor("SSSE3 and BMI1"));
+    /// The tables for `plan` walked by `kernel`, or why it cannot be walked this way.
+    pub(crate) fn new(plan: &SearchPlan, kernel: WideKernel) -> Result<Tables, NotEligible> {
+        if !kernel.here() {
+            return Err(NotEligible::Processor(kernel.needs()));
         }
         if plan.is_empty() {
             return Err(NotEligible::Empty);
@@ -359,17 +397,17 @@ impl Tables {
         }
         // SAFETY: integers, arrays of them and SSE vectors
         let mut hot: Box<Hot> = unsafe { zeroed() };
-        fill_buckets(&mut hot, plan, &tables)?;
+        fill_buckets(&mut hot, plan, &tables, kernel)?;
         fill_steps(&mut hot, plan, &tables);
         // past the last depth: key 0 (the empty bucket), reads of the dummy slot
         hot.steps[plan.len()] = Step {
-            a: (DUMMY * 8) as u16,
-            b: (DUMMY * 8) as u16,
+            a: board_byte(DUMMY, 0) as u16,
+            b: board_byte(DUMMY, 0) as u16,
             ..Step::default()
         };
         let two_reads = hot.steps[..=plan.len()]
             .iter()
-            .any(|s| s.b as usize != DUMMY * 8);
+            .any(|s| s.b as usize != board_byte(DUMMY, 0));
         for p in 0..256 {
             let mut b = [0u8; 32];
             b[p >> 3] = 1 << (p & 7);
@@ -387,7 +425,13 @@ impl Tables {
             free,
             plan_pos: plan.depths.iter().map(|d| d.pos).collect(),
             two_reads,
+            kernel,
         })
+    }
+
+    /// The id of the bucket of `key`.
+    fn bucket(&self, key: usize) -> usize {
+        self.hot.keyb[key] as usize * BUCKET_SCALE / size_of::<Bucket>()
     }
 
     /// The mask of `bucket`'s candidates whose pieces are free in `free`, worked out
@@ -403,6 +447,27 @@ impl Tables {
             })
             .fold(0, |m, (i, _)| m | 1 << i)
     }
+}
+
+/// The candidates left after the lowest (`rem` less its lowest bit), and `a` if any are
+/// left, else `b`: one `blsr`, whose zero flag the `cmov` reads (as [`pick`]).
+#[inline(always)]
+fn take(rem: u32, a: u32, b: u32) -> (u32, u32) {
+    let rest: u32;
+    let mut r = b;
+    // SAFETY: BMI1's `blsr` (every kernel has it) and a conditional move between registers
+    unsafe {
+        std::arch::asm!(
+            "blsr {rest:e}, {rem:e}",
+            "cmovnz {r:e}, {a:e}",
+            rem = in(reg) rem,
+            a = in(reg) a,
+            rest = out(reg) rest,
+            r = inout(reg) r,
+            options(pure, nomem, nostack),
+        );
+    }
+    (rest, r)
 }
 
 /// `cond != 0 ? a : b` as a `cmov` (LLVM turned every safe form of this select into a
@@ -424,57 +489,124 @@ fn pick(cond: u32, a: u32, b: u32) -> u32 {
     r
 }
 
-/// One step of lane `l` at depth `d`: commits the node at `d`, writes the child's frame,
-/// and returns the depth of the lane's next step (the child, the next sibling or the
-/// frame above). The lane's head is the caller's: the kernel keeps each lane's depth in
-/// a register through its loop.
+/// How a kernel works out a child's frame: its free set (the parent's less the piece
+/// placed) and the mask of its bucket's candidates free in it.
+trait Child {
+    /// Writes `from` less the piece `oh` to `to` and returns the mask of `bucket`'s
+    /// candidates whose pieces are free in it.
+    ///
+    /// # Safety
+    /// The kernel's features are available; the pointers are to live, aligned frames and
+    /// an `oh` entry; `bucket` was filled for this kernel.
+    unsafe fn child(
+        from: *const [__m128i; 2],
+        oh: *const [__m128i; 2],
+        bucket: &Bucket,
+        to: *mut [__m128i; 2],
+    ) -> u32;
+}
+
+/// SSSE3: the free set as two halves, a `pshufb` of each, one compare.
+struct Ssse3;
+
+impl Child for Ssse3 {
+    #[inline(always)]
+    unsafe fn child(
+        from: *const [__m128i; 2],
+        oh: *const [__m128i; 2],
+        bucket: &Bucket,
+        to: *mut [__m128i; 2],
+    ) -> u32 {
+        // SAFETY: the caller's
+        unsafe {
+            let (f, oh) = (*from, *oh);
+            let free = [_mm_andnot_si128(oh[0], f[0]), _mm_andnot_si128(oh[1], f[1])];
+            let got = _mm_or_si128(
+                _mm_shuffle_epi8(free[0], bucket.ia),
+                _mm_shuffle_epi8(free[1], bucket.ib),
+            );
+            let bits = bucket.bits;
+            let mask = _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(got, bits), bits)) as u32;
+            *to = free;
+            mask
+        }
+    }
+}
+
+/// AVX-512 (VBMI, BW, VL): the free set as one 256-bit register, one `vpermb` across it,
+/// one `vptestmb` into the mask.
+struct Avx512;
+
+impl Child for Avx512 {
+    #[inline(always)]
+    unsafe fn child(
+        from: *const [__m128i; 2],
+        oh: *const [__m128i; 2],
+        bucket: &Bucket,
+        to: *mut [__m128i; 2],
+    ) -> u32 {
+        // SAFETY: the caller's; a frame's set and an `oh` entry are 32 bytes each
+        unsafe {
+            let f = _mm256_loadu_si256(from.cast());
+            let oh = _mm256_loadu_si256(oh.cast());
+            let free = _mm256_andnot_si256(oh, f);
+            // the upper half of the index picks bytes the test below never reads
+            let got = _mm256_permutexvar_epi8(_mm256_castsi128_si256(bucket.ia), free);
+            let mask = _mm_test_epi8_mask(_mm256_castsi256_si128(got), bucket.bits) as u32;
+            _mm256_storeu_si256(to.cast(), free);
+            mask
+        }
+    }
+}
+
+/// One step of lane `l` at position `pos` (see [`Frame`]): commits the node there, writes
+/// the child's frame, and returns the position of the lane's next step (the child, the
+/// next sibling or the frame above). The lane's head is the caller's: the kernel keeps
+/// each lane's position in a register through its loop.
 ///
 /// # Safety
-/// SSSE3 is available, and `d` is a real depth (below the plan's depths, not [`STOP`]),
-/// as the driver only steps such lanes.
+/// `K`'s features are available, the tables were filled for `K`, and `pos` is a real
+/// depth's (below the plan's depths, not [`STOP`]), as the driver only steps such lanes.
 #[inline(always)]
-unsafe fn step<const TWO: bool>(t: &Hot, l: &mut Lane, d: usize) -> usize {
-    // SAFETY (every read below): `d` is a real depth (the caller's), `e = d + 1` at most
-    // the plan's depths < D; a bucket's mask has bits only for its candidates, so `base +
-    // i` is in `cands`; the board's slot `d` is below D; keys are below KEYS (`Hot::key`,
-    // `Tables::new`); `keyb` holds ids of built buckets; a candidate's `c >> OH_AT` is
-    // its piece (below 256) times the size of an `oh` entry (`Tables::new`), inside `oh`
+unsafe fn step<const TWO: bool, K: Child>(t: &Hot, l: &mut Lane, pos: usize) -> usize {
+    // SAFETY (every read below): `pos` is a real depth's (the caller's), `pos + 16` at most
+    // the plan's depths' < D's; a bucket's mask has bits only for its candidates, so
+    // `base + i` is in `cands`; keys are below KEYS (`Hot::key`, `Tables::new`); `keyb`
+    // holds ids of built buckets; a candidate's `c >> OH_AT` is its piece (below 256)
+    // times the size of an `oh` entry (`Tables::new`), inside `oh`
     unsafe {
-        // the frame and its child from one address (the child's at a fixed offset)
-        let fp = l.frames.as_mut_ptr().add(d);
+        // the frame (four times the position) and its child (the next frame)
+        let fp = l.frames.as_mut_ptr().cast::<u8>().add(pos * 4).cast::<Frame>();
         let fr = &mut *fp;
         let rem = fr.rem;
         let i = rem.trailing_zeros() as usize;
-        let rest = rem & rem.wrapping_sub(1);
+        let (rest, up) = take(rem, pos as u32, fr.up);
         fr.rem = rest;
         fr.nodes += 1;
         let c = *t.cands.get_unchecked(fr.base as usize + i);
-        let f = fr.free;
-        let up = pick(rest, d as u32, fr.up);
-        *l.board.get_unchecked_mut(d) = c;
+        fr.board = c;
         // the piece's bits, at the byte offset the candidate's top bits hold
-        let oh = &*t
+        let oh = t
             .oh
             .as_ptr()
             .cast::<u8>()
             .add((c >> OH_AT) as usize)
             .cast::<[__m128i; 2]>();
-        let free = [_mm_andnot_si128(oh[0], f[0]), _mm_andnot_si128(oh[1], f[1])];
-        let e = d + 1;
-        let key = t.key::<TWO>(&l.board, e, c);
-        let bucket = t.buckets.get_unchecked(*t.keyb.get_unchecked(key) as usize);
-        let got = _mm_or_si128(
-            _mm_shuffle_epi8(free[0], bucket.ia),
-            _mm_shuffle_epi8(free[1], bucket.ib),
-        );
-        let mask =
-            _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(got, bucket.bits), bucket.bits)) as u32;
-        let child = &mut *fp.add(1);
+        let next = pos + at(1);
+        let key = t.key::<TWO>(&l.frames, next, c);
+        let bucket = &*t
+            .buckets
+            .as_ptr()
+            .cast::<u8>()
+            .add(*t.keyb.get_unchecked(key) as usize * BUCKET_SCALE)
+            .cast::<Bucket>();
+        let child = fp.add(1);
+        let mask = K::child(&raw const fr.free, oh, bucket, &raw mut (*child).free);
+        let child = &mut *child;
         child.rem = mask;
-        child.free = free;
         child.base = bucket.base;
         child.up = up;
-        pick(mask, e as u32, up) as usize
+        pick(mask, next as u32, up) as usize
     }
 }
 
@@ -506,19 +638,22 @@ impl<const N: usize> LaneRefs<N> for [&mut Lane; N] {
 /// of the lanes' ANDed differences asks it of every lane.
 ///
 /// # Safety
-/// SSSE3 and BMI1 are available.
-#[target_feature(enable = "ssse3,bmi1")]
-unsafe fn drive_n<const N: usize, const TWO: bool, L: LaneRefs<N>>(t: &Hot, mut lanes: L) {
+/// `K`'s features are available and the tables were filled for it.
+#[inline(always)]
+unsafe fn drive_n<const N: usize, const TWO: bool, K: Child, L: LaneRefs<N>>(
+    t: &Hot,
+    mut lanes: L,
+) {
     let most = (0..N).map(|k| lanes.lane(k).h.left).min().unwrap_or(0);
-    // each lane's depth, last depth and watch as locals (registers: the lanes are
-    // written out one by one, so every index is a constant), not through the lanes'
-    // memory, where each step would store its depth and the next load it back
+    // each lane's position, last position and watch's position as locals (registers:
+    // the lanes are written out one by one, so every index is a constant), not through
+    // the lanes' memory, where each step would store its depth and the next load it back
     let mut d = [0usize; 4];
     let mut watch = [0usize; 4];
     let mut last = [0usize; 4];
     for k in 0..N {
-        d[k] = lanes.lane(k).h.d;
-        watch[k] = lanes.lane(k).h.watch;
+        d[k] = at(lanes.lane(k).h.d);
+        watch[k] = at(lanes.lane(k).h.watch);
     }
     let mut steps = 0;
     macro_rules! round {
@@ -538,7 +673,7 @@ unsafe fn drive_n<const N: usize, const TWO: bool, L: LaneRefs<N>>(t: &Hot, mut 
                 }
                 // SAFETY: the features are the caller's; each lane is at a real depth
                 // (above its watch, which is below the plan's depths)
-                d[$k] = unsafe { step::<TWO>(t, lanes.lane($k), d[$k]) };
+                d[$k] = unsafe { step::<TWO, K>(t, lanes.lane($k), d[$k]) };
             }
         };
     }
@@ -566,12 +701,32 @@ unsafe fn drive_n<const N: usize, const TWO: bool, L: LaneRefs<N>>(t: &Hot, mut 
     }
     for k in 0..N {
         let h = &mut lanes.lane(k).h;
-        h.d = d[k];
+        h.d = d[k] / at(1);
         if !at_watch {
-            h.last = last[k];
+            h.last = last[k] / at(1);
         }
         h.left -= steps;
     }
+}
+
+/// [`drive_n`] with SSSE3's child masks.
+///
+/// # Safety
+/// SSSE3 and BMI1 are available; the tables were filled for [`WideKernel::Ssse3`].
+#[target_feature(enable = "ssse3,bmi1")]
+unsafe fn drive_ssse3<const N: usize, const TWO: bool, L: LaneRefs<N>>(t: &Hot, lanes: L) {
+    // SAFETY: the caller's
+    unsafe { drive_n::<N, TWO, Ssse3, L>(t, lanes) }
+}
+
+/// [`drive_n`] with AVX-512's child masks.
+///
+/// # Safety
+/// The features of [`WideKernel::Avx512`] are available; the tables were filled for it.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,bmi1,bmi2")]
+unsafe fn drive_avx512<const N: usize, const TWO: bool, L: LaneRefs<N>>(t: &Hot, lanes: L) {
+    // SAFETY: the caller's
+    unsafe { drive_n::<N, TWO, Avx512, L>(t, lanes) }
 }
 
 impl Form for Tables {
@@ -604,7 +759,7 @@ impl Form for Tables {
             f.nodes = 0;
         }
         let mut free = self.free;
-        let mut up = STOP as u32;
+        let mut up = at(STOP) as u32;
         let mut prev = 0;
         let frame = |lane: &mut Lane, depth: usize, free: &[u8; 32], rem, base, up| {
             let f = &mut lane.frames[depth];
@@ -615,7 +770,7 @@ impl Form for Tables {
         };
         for (depth, p) in path.iter().enumerate() {
             // SAFETY: a path is no longer than the plan's depths
-            let bucket = t.keyb[unsafe { t.key::<true>(&lane.board, depth, prev) }] as usize;
+            let bucket = self.bucket(unsafe { t.key::<true>(&lane.frames, at(depth), prev) });
             let b = &t.buckets[bucket];
             let i = (0..b.len as usize)
                 .find(|&i| {
@@ -627,30 +782,35 @@ impl Form for Tables {
             let rem = self.mask(bucket, &free) & !((2u32 << i) - 1);
             frame(lane, depth, &free, rem, b.base, up);
             let c = t.cands[b.base as usize + i];
-            lane.board[depth] = c;
+            lane.frames[depth].board = c;
             let piece = candidate_piece(c);
             free[piece >> 3] &= !(1 << (piece & 7));
             prev = c;
             if depth >= floor && rem != 0 {
-                up = depth as u32;
+                up = at(depth) as u32;
             }
         }
         let depth = path.len();
         // SAFETY: as above
-        let bucket = t.keyb[unsafe { t.key::<true>(&lane.board, depth, prev) }] as usize;
+        let bucket = self.bucket(unsafe { t.key::<true>(&lane.frames, at(depth), prev) });
         let rem = self.mask(bucket, &free);
         frame(lane, depth, &free, rem, t.buckets[bucket].base, up);
-        lane.h.d = if rem != 0 { depth } else { up as usize };
+        lane.h.d = if rem != 0 { depth } else { up as usize / at(1) };
     }
 
     fn step(&self, lanes: &mut [Lane; 4], slot: usize) {
-        // SAFETY: the features were found when the tables were built; the driver steps
-        // lanes at real depths only
-        unsafe { step_alone(&self.hot, &mut lanes[slot]) }
+        // SAFETY: the kernel's features were found when the tables were built for it;
+        // the driver steps lanes at real depths only
+        unsafe {
+            match self.kernel {
+                WideKernel::Ssse3 => Ssse3::step_alone(&self.hot, &mut lanes[slot]),
+                WideKernel::Avx512 => Avx512::step_alone(&self.hot, &mut lanes[slot]),
+            }
+        }
     }
 
     fn placement(&self, lanes: &[Lane; 4], slot: usize, depth: usize) -> Placement {
-        let c = lanes[slot].board[depth % D];
+        let c = lanes[slot].frames[depth % D].board;
         Placement::new(self.plan_pos[depth], candidate_piece(c), candidate_rot(c))
     }
 
@@ -662,11 +822,52 @@ impl Form for Tables {
     }
 
     fn drive(&self, lanes: &mut [Lane; 4], live: &[usize]) {
-        if self.two_reads {
-            self.drive_with::<true>(lanes, live)
-        } else {
-            self.drive_with::<false>(lanes, live)
+        match (self.kernel, self.two_reads) {
+            (WideKernel::Ssse3, true) => self.drive_with::<true, Ssse3>(lanes, live),
+            (WideKernel::Ssse3, false) => self.drive_with::<false, Ssse3>(lanes, live),
+            (WideKernel::Avx512, true) => self.drive_with::<true, Avx512>(lanes, live),
+            (WideKernel::Avx512, false) => self.drive_with::<false, Avx512>(lanes, live),
         }
+    }
+}
+
+/// A kernel's entry points, with its features enabled.
+trait Kernel: Child {
+    /// [`drive_n`] with this kernel.
+    ///
+    /// # Safety
+    /// As [`drive_n`].
+    unsafe fn drive<const N: usize, const TWO: bool, L: LaneRefs<N>>(t: &Hot, lanes: L);
+    /// One step of one lane alone (the cold path's).
+    ///
+    /// # Safety
+    /// As [`step`]; the lane is at a real depth.
+    unsafe fn step_alone(t: &Hot, l: &mut Lane);
+}
+
+impl Kernel for Ssse3 {
+    #[inline(always)]
+    unsafe fn drive<const N: usize, const TWO: bool, L: LaneRefs<N>>(t: &Hot, lanes: L) {
+        // SAFETY: the caller's
+        unsafe { drive_ssse3::<N, TWO, L>(t, lanes) }
+    }
+    #[inline(always)]
+    unsafe fn step_alone(t: &Hot, l: &mut Lane) {
+        // SAFETY: the caller's
+        unsafe { step_alone_ssse3(t, l) }
+    }
+}
+
+impl Kernel for Avx512 {
+    #[inline(always)]
+    unsafe fn drive<const N: usize, const TWO: bool, L: LaneRefs<N>>(t: &Hot, lanes: L) {
+        // SAFETY: the caller's
+        unsafe { drive_avx512::<N, TWO, L>(t, lanes) }
+    }
+    #[inline(always)]
+    unsafe fn step_alone(t: &Hot, l: &mut Lane) {
+        // SAFETY: the caller's
+        unsafe { step_alone_avx512(t, l) }
     }
 }
 
@@ -677,35 +878,54 @@ impl Tables {
         self.two_reads
     }
 
-    fn drive_with<const TWO: bool>(&self, lanes: &mut [Lane; 4], live: &[usize]) {
+    /// The instructions the step works a child's mask out with.
+    pub(crate) fn kernel(&self) -> WideKernel {
+        self.kernel
+    }
+
+    fn drive_with<const TWO: bool, K: Kernel>(&self, lanes: &mut [Lane; 4], live: &[usize]) {
         let t = &*self.hot;
-        // SAFETY (each call): the features were found when the tables were built; with
-        // `TWO` unset no step's second read is a real cell's (`Tables::new`)
+        // SAFETY (each call): the kernel's features were found when the tables were built
+        // for it; with `TWO` unset no step's second read is a real cell's (`Tables::new`)
         match *live {
             // every lane: they are slots 0-3 in order
-            [_, _, _, _] => unsafe { drive_n::<4, TWO, _>(t, lanes) },
+            [_, _, _, _] => unsafe { K::drive::<4, TWO, _>(t, lanes) },
             [a, b, c] => {
                 let l = lanes.get_disjoint_mut([a, b, c]).expect("distinct lanes");
-                unsafe { drive_n::<3, TWO, _>(t, l) }
+                unsafe { K::drive::<3, TWO, _>(t, l) }
             }
             [a, b] => {
                 let l = lanes.get_disjoint_mut([a, b]).expect("distinct lanes");
-                unsafe { drive_n::<2, TWO, _>(t, l) }
+                unsafe { K::drive::<2, TWO, _>(t, l) }
             }
-            [a] => unsafe { drive_n::<1, TWO, _>(t, [&mut lanes[a]]) },
+            [a] => unsafe { K::drive::<1, TWO, _>(t, [&mut lanes[a]]) },
             _ => unreachable!("one to four lanes of four"),
         }
     }
 }
 
-/// One step of one lane alone (the cold path's), with the kernel's features.
+/// One step of one lane alone (the cold path's), with SSSE3's child masks.
 ///
 /// # Safety
-/// SSSE3 and BMI1 are available; the lane is at a real depth.
+/// SSSE3 and BMI1 are available; the tables were filled for [`WideKernel::Ssse3`]; the
+/// lane is at a real depth.
 #[target_feature(enable = "ssse3,bmi1")]
-unsafe fn step_alone(t: &Hot, l: &mut Lane) {
+unsafe fn step_alone_ssse3(t: &Hot, l: &mut Lane) {
     let d = l.h.d;
     l.h.last = d;
     // SAFETY: the caller's
-    l.h.d = unsafe { step::<true>(t, l, d) };
+    l.h.d = unsafe { step::<true, Ssse3>(t, l, at(d)) } / at(1);
+}
+
+/// One step of one lane alone (the cold path's), with AVX-512's child masks.
+///
+/// # Safety
+/// The features of [`WideKernel::Avx512`] are available; the tables were filled for it;
+/// the lane is at a real depth.
+#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,bmi1,bmi2")]
+unsafe fn step_alone_avx512(t: &Hot, l: &mut Lane) {
+    let d = l.h.d;
+    l.h.last = d;
+    // SAFETY: the caller's
+    l.h.d = unsafe { step::<true, Avx512>(t, l, at(d)) } / at(1);
 }
