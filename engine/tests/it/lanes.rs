@@ -1,5 +1,6 @@
 //! The lane engine against the reference engine, to the digit, in both its forms (the
-//! narrow one, two lanes, and the wide one, four lanes): low-colour boards under budgets
+//! narrow one, two lanes, and the wide one, four lanes, with each kernel this processor
+//! runs: SSSE3, and AVX-512 where it has it): low-colour boards under budgets
 //! and down continuation chains, random puzzles in every fill-order kind, whole small
 //! trees, units walked several at a time through a feed, requested stops, the hard 16x16
 //! boards (wide), and the boards it refuses.
@@ -7,7 +8,7 @@
 use std::sync::Arc;
 
 use e2fleet_engine::engine::{Engine, EngineError, Feed, ReferenceEngine, Work};
-use e2fleet_engine::lanes::{LaneEngine, LaneForm, LaneTables, NotEligible};
+use e2fleet_engine::lanes::{LaneEngine, LaneForm, LaneTables, NotEligible, WideKernel};
 use e2fleet_engine::plan::SearchPlan;
 use e2fleet_engine::search::{NoControl, Walker};
 use e2fleet_engine::testing::{Rng, random_puzzle};
@@ -21,37 +22,64 @@ fn plan(puzzle: &Puzzle, spec: &OrderSpec) -> Arc<SearchPlan> {
     Arc::new(SearchPlan::new(puzzle, &order))
 }
 
-/// The lane engine's two forms of tables.
+/// The lane engine's two forms of tables, the wide one with each of its kernels.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Form {
     /// What [`LaneTables::new`] takes on boards of at most 128 pieces.
     Narrow,
-    /// [`LaneTables::wide`], whatever the board.
-    Wide,
+    /// [`LaneTables::wide_with`] the kernel, whatever the board.
+    Wide(WideKernel),
 }
 
-const FORMS: [Form; 2] = [Form::Narrow, Form::Wide];
+impl Form {
+    fn is_wide(self) -> bool {
+        matches!(self, Form::Wide(_))
+    }
+}
 
-/// The forms this machine has (the wide form is x86-64's).
+const FORMS: [Form; 3] = [
+    Form::Narrow,
+    Form::Wide(WideKernel::Avx512),
+    Form::Wide(WideKernel::Ssse3),
+];
+
+/// The wide form with the kernel [`LaneTables::new`] takes here.
+fn best_wide() -> Form {
+    Form::Wide(WideKernel::best().unwrap_or(WideKernel::Ssse3))
+}
+
+/// The forms this machine has (the wide form is x86-64's, each kernel where the
+/// processor has its instructions).
 fn forms_here() -> Vec<Form> {
     FORMS
         .into_iter()
-        .filter(|&f| f == Form::Narrow || cfg!(target_arch = "x86_64"))
+        .filter(|&f| match f {
+            Form::Narrow => true,
+            Form::Wide(k) => k.here(),
+        })
         .collect()
+}
+
+/// The wide form's kernels this machine runs.
+fn kernels_here() -> Vec<WideKernel> {
+    WideKernel::ALL.into_iter().filter(|k| k.here()).collect()
 }
 
 fn lanes_in(plan: &Arc<SearchPlan>, form: Form) -> Result<LaneEngine, NotEligible> {
     let tables = match form {
         Form::Narrow => LaneTables::new(plan)?,
-        Form::Wide => LaneTables::wide(plan)?,
+        Form::Wide(kernel) => LaneTables::wide_with(plan, kernel)?,
     };
-    let name = if form == Form::Wide {
+    let name = if form.is_wide() {
         LaneForm::Wide
     } else {
         LaneForm::Narrow
     };
-    if plan.pieces <= 128 || form == Form::Wide {
+    if plan.pieces <= 128 || form.is_wide() {
         assert_eq!(tables.form(), name, "{form:?}");
+    }
+    if let Form::Wide(kernel) = form {
+        assert_eq!(tables.kernel(), Some(kernel));
     }
     assert_eq!(
         tables.lanes(),
@@ -163,7 +191,7 @@ fn low_colour_boards_agree_under_budgets() {
                 Ok(l) => (ReferenceEngine::new(plan.clone()), l),
                 // low colours: buckets past the wide form's 16 candidates
                 Err(NotEligible::LongBucket(_) | NotEligible::Processor(_))
-                    if form == Form::Wide =>
+                    if form.is_wide() =>
                 {
                     continue;
                 }
@@ -208,13 +236,13 @@ fn whole_trees_agree_walked_in_pairs() {
             let mut lanes = match lanes_in(&plan, form) {
                 Ok(l) => l,
                 Err(NotEligible::LongBucket(_) | NotEligible::Processor(_))
-                    if form == Form::Wide =>
+                    if form.is_wide() =>
                 {
                     continue;
                 }
                 Err(e) => panic!("{rel} {form:?}: {e}"),
             };
-            wide += usize::from(form == Form::Wide);
+            wide += usize::from(form.is_wide());
             let mut feed = Units::new(todo.clone());
             let first = feed.take().expect("a unit");
             lanes.run_feed(first, &mut feed);
@@ -259,7 +287,7 @@ fn whole_trees_agree_walked_in_pairs() {
 #[test]
 fn lanes_match_reference_on_random_puzzles() {
     let mut rng = Rng::new(2027);
-    let mut walked = [0; 2];
+    let mut walked = [0; FORMS.len()];
     // the wide form's rounds by kernel: one board read a key (scan orders) or two
     let mut reads = [0; 2];
     for round in 0..40 {
@@ -267,9 +295,9 @@ fn lanes_match_reference_on_random_puzzles() {
         let plan = plan(&puzzle, &spec);
         // the narrow form draws its budgets from `rng`, so the puzzles are those this test
         // had before the wide form (whose trees are known to be small); the wide form
-        // draws from a generator of its own
-        let mut own = Rng::new(round as u64);
+        // draws from a generator of its own (the same draws for each kernel)
         for (f, form) in FORMS.into_iter().enumerate() {
+            let mut own = Rng::new(round as u64);
             let rng = if form == Form::Narrow {
                 &mut rng
             } else {
@@ -279,14 +307,14 @@ fn lanes_match_reference_on_random_puzzles() {
                 Ok(l) => (ReferenceEngine::new(plan.clone()), l),
                 Err(NotEligible::ExtraSides) => continue,
                 Err(NotEligible::LongBucket(_) | NotEligible::Processor(_))
-                    if form == Form::Wide =>
+                    if form.is_wide() =>
                 {
                     continue;
                 }
                 Err(e) => panic!("round {round} {form:?}: {e}"),
             };
             walked[f] += 1;
-            if form == Form::Wide {
+            if form == best_wide() {
                 let two = LaneTables::wide(&plan).expect("taken above").two_reads();
                 reads[two as usize] += 1;
             }
@@ -308,11 +336,15 @@ fn lanes_match_reference_on_random_puzzles() {
             pairs_agree((&plan, form), depth, 12, rng, &what);
         }
     }
+    let kernels_walked = FORMS
+        .iter()
+        .zip(walked)
+        .filter(|(f, _)| forms_here().contains(f) && f.is_wide());
     assert!(
-        walked[0] >= 25 && (walked[1] >= 10 || !cfg!(target_arch = "x86_64")),
-        "most random puzzles are lane boards (narrow {}, wide {} of 40)",
+        walked[0] >= 25 && kernels_walked.clone().all(|(_, n)| n >= 10),
+        "most random puzzles are lane boards (narrow {}, wide by kernel {:?} of 40)",
         walked[0],
-        walked[1]
+        kernels_walked.collect::<Vec<_>>()
     );
     assert!(
         reads.iter().all(|&n| n >= 3) || !cfg!(target_arch = "x86_64"),
@@ -336,18 +368,21 @@ fn the_hard_16x16_boards_agree_in_the_wide_form() {
         ("planted/inst_n16_c22_s1.json", 30),
     ] {
         let plan = plan(&load(rel), &OrderSpec::default());
-        let (mut reference, mut lanes) = engines(&plan, Form::Wide);
         assert_eq!(
-            LaneTables::new(&plan).map(|t| t.form()),
-            Ok(LaneForm::Wide),
-            "{rel}: the board's form"
+            LaneTables::new(&plan).map(|t| (t.form(), t.kernel())),
+            Ok((LaneForm::Wide, WideKernel::best())),
+            "{rel}: the board's form and the fastest kernel here"
         );
-        agree_down_a_chain(
-            (&mut reference, &mut lanes as &mut dyn Engine),
-            [1, 2, 999, 123_457, 1 << 20, 1_500_001],
-            rel,
-        );
-        pairs_agree((&plan, Form::Wide), depth, 14, &mut rng, rel);
+        for kernel in kernels_here() {
+            let (mut reference, mut lanes) = engines(&plan, Form::Wide(kernel));
+            let what = format!("{rel} {kernel}");
+            agree_down_a_chain(
+                (&mut reference, &mut lanes as &mut dyn Engine),
+                [1, 2, 999, 123_457, 1 << 20, 1_500_001],
+                &what,
+            );
+            pairs_agree((&plan, Form::Wide(kernel)), depth, 14, &mut rng, &what);
+        }
     }
 }
 
@@ -356,7 +391,7 @@ fn the_hard_16x16_boards_agree_in_the_wide_form() {
 fn a_requested_stop_matches_a_budget_stop() {
     for (rel, form) in [
         ("brendan/set2/pieces_10x10.txt", Form::Narrow),
-        ("e2/centre-clue.json", Form::Wide),
+        ("e2/centre-clue.json", best_wide()),
     ]
     .into_iter()
     .filter(|(_, f)| forms_here().contains(f))
@@ -433,7 +468,7 @@ fn boards_it_does_not_walk_say_why() {
         return;
     }
     let hard = plan(&load("bench/bench-hard.json"), &OrderSpec::default());
-    let (_, mut lanes) = engines(&hard, Form::Wide);
+    let (_, mut lanes) = engines(&hard, best_wide());
     let bad = Unit::prefix(vec![e2fleet_engine::Placement::new(3, 0, 0)]);
     assert!(matches!(
         lanes.run(&bad, opts(None), &mut NoControl),
