@@ -20,7 +20,7 @@
 //!   at most 16 candidates a bucket (every Eternity II-style 16x16 board). Free pieces are
 //!   a 256-bit set in each frame, and a frame's candidates are a *bucket-local* mask (bit
 //!   i: the bucket's candidate i), worked out per step with two byte shuffles, or with one
-//!   permute across the set where the processor has AVX-512 ([`WideKernel`]); four lanes
+//!   permute across the set where the processor has AVX-512 ([`WideKernel`]); six lanes
 //!   a thread.
 //!
 //! [`LaneTables::new`] takes the narrow form where it fits, else the wide one. Both walk
@@ -86,7 +86,7 @@ pub enum LaneForm {
     /// Boards of at most 128 pieces and 16 colours (Brendan's sets): two lanes.
     Narrow,
     /// Boards of up to 256 pieces and 32 colours, buckets of at most 16 (every 16x16
-    /// board), on x86-64 with SSSE3 and BMI1: four lanes.
+    /// board), on x86-64 with SSSE3 and BMI1: six lanes.
     Wide,
 }
 
@@ -147,9 +147,14 @@ impl WideKernel {
         }
     }
 
-    /// The fastest kernel this processor runs.
+    /// The fastest kernel this processor runs, or the one `E2FLEET_WIDE_KERNEL` names
+    /// (`ssse3` or `avx512`, to measure one against the other) where it runs here.
     pub fn best() -> Option<WideKernel> {
-        WideKernel::ALL.into_iter().find(|k| k.here())
+        let asked = std::env::var("E2FLEET_WIDE_KERNEL").ok();
+        WideKernel::ALL
+            .into_iter()
+            .filter(|k| asked.as_deref().is_none_or(|a| a == k.to_string()))
+            .find(|k| k.here())
     }
 }
 
@@ -163,7 +168,7 @@ impl std::fmt::Display for WideKernel {
 }
 
 /// The most lanes a form walks at once.
-const MAX_LANES: usize = 4;
+const MAX_LANES: usize = 8;
 
 /// What the driver keeps of a lane in its form's memory: where the walk is and when to
 /// look at it.
@@ -584,7 +589,8 @@ impl LaneEngine {
 /// against an earlier lane engine (remembered in the build cache under
 /// [`lanes_release`]) is run again. 2: the wide form (16x16 boards); 3: the wide form's
 /// kernel keeps each lane's depth in a register (~1.25x on the hard 16x16 boards); 4: the
-/// wide form's AVX-512 kernel where the processor has it.
+/// wide form's AVX-512 kernel where the processor has it, ~40 instructions a node, and
+/// six lanes a thread.
 pub const LANES_REVISION: u32 = 4;
 
 /// The lane engine's release id: the same program for every puzzle.

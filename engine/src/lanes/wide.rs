@@ -1,5 +1,5 @@
 //! The wide form of the lane engine: boards of up to 256 pieces and 32 colours (every
-//! Eternity II-style 16x16 board), four units at once in one thread.
+//! Eternity II-style 16x16 board), six units at once in one thread.
 //!
 //! # Frames
 //! On a hard 16x16 board most nodes are where 70-95 inner pieces are free (88% of the
@@ -64,6 +64,12 @@ const OH_AT: u32 = 50;
 /// x86 address, so offsets up to `BUCKETS * 64` fit 16 bits.
 const BUCKET_SCALE: usize = 8;
 const _: () = assert!(BUCKETS * size_of::<Bucket>() / BUCKET_SCALE <= 1 << 16);
+
+/// Lanes a thread walks at once.
+const LANES: usize = 6;
+/// The most lanes [`drive_n`] is written out for.
+const MOST_LANES: usize = 8;
+const _: () = assert!(LANES <= MOST_LANES && LANES <= super::MAX_LANES);
 
 /// The most pieces.
 const MAX_PIECES: usize = 256;
@@ -617,7 +623,7 @@ trait LaneRefs<const N: usize> {
     fn lane(&mut self, k: usize) -> &mut Lane;
 }
 
-impl LaneRefs<4> for &mut [Lane; 4] {
+impl LaneRefs<LANES> for &mut [Lane; LANES] {
     #[inline(always)]
     fn lane(&mut self, k: usize) -> &mut Lane {
         &mut self[k]
@@ -648,9 +654,9 @@ unsafe fn drive_n<const N: usize, const TWO: bool, K: Child, L: LaneRefs<N>>(
     // each lane's position, last position and watch's position as locals (registers:
     // the lanes are written out one by one, so every index is a constant), not through
     // the lanes' memory, where each step would store its depth and the next load it back
-    let mut d = [0usize; 4];
-    let mut watch = [0usize; 4];
-    let mut last = [0usize; 4];
+    let mut d = [0usize; MOST_LANES];
+    let mut watch = [0usize; MOST_LANES];
+    let mut last = [0usize; MOST_LANES];
     for k in 0..N {
         d[k] = at(lanes.lane(k).h.d);
         watch[k] = at(lanes.lane(k).h.watch);
@@ -664,6 +670,10 @@ unsafe fn drive_n<const N: usize, const TWO: bool, K: Child, L: LaneRefs<N>>(
             round!(@lane 1, $last);
             round!(@lane 2, $last);
             round!(@lane 3, $last);
+            round!(@lane 4, $last);
+            round!(@lane 5, $last);
+            round!(@lane 6, $last);
+            round!(@lane 7, $last);
             steps += 1;
         };
         (@lane $k:literal, $last:literal) => {
@@ -678,7 +688,7 @@ unsafe fn drive_n<const N: usize, const TWO: bool, K: Child, L: LaneRefs<N>>(
         };
     }
     // `depth - watch` is negative in every lane until one is at or past its watch
-    let watched = |d: &[usize; 4]| {
+    let watched = |d: &[usize; MOST_LANES]| {
         let mut above = usize::MAX;
         for k in 0..N {
             above &= d[k].wrapping_sub(watch[k]);
@@ -730,28 +740,28 @@ unsafe fn drive_avx512<const N: usize, const TWO: bool, L: LaneRefs<N>>(t: &Hot,
 }
 
 impl Form for Tables {
-    type Lanes = [Lane; 4];
-    const LANES: usize = 4;
+    type Lanes = [Lane; LANES];
+    const LANES: usize = LANES;
     const STOP: usize = STOP;
 
-    fn lanes(&self) -> Box<[Lane; 4]> {
+    fn lanes(&self) -> Box<[Lane; LANES]> {
         // SAFETY: integers, arrays of them and SSE vectors
-        let mut lanes: Box<[Lane; 4]> = unsafe { zeroed() };
+        let mut lanes: Box<[Lane; LANES]> = unsafe { zeroed() };
         for l in lanes.iter_mut() {
             l.h.d = STOP;
         }
         lanes
     }
 
-    fn head(lanes: &[Lane; 4], slot: usize) -> &Head {
+    fn head(lanes: &[Lane; LANES], slot: usize) -> &Head {
         &lanes[slot].h
     }
 
-    fn head_mut(lanes: &mut [Lane; 4], slot: usize) -> &mut Head {
+    fn head_mut(lanes: &mut [Lane; LANES], slot: usize) -> &mut Head {
         &mut lanes[slot].h
     }
 
-    fn start(&self, lanes: &mut [Lane; 4], slot: usize, path: &[Placement], floor: usize) {
+    fn start(&self, lanes: &mut [Lane; LANES], slot: usize, path: &[Placement], floor: usize) {
         let t = &*self.hot;
         let lane = &mut lanes[slot];
         // the slots of depths past the path are written before any key reads them
@@ -798,7 +808,7 @@ impl Form for Tables {
         lane.h.d = if rem != 0 { depth } else { up as usize / at(1) };
     }
 
-    fn step(&self, lanes: &mut [Lane; 4], slot: usize) {
+    fn step(&self, lanes: &mut [Lane; LANES], slot: usize) {
         // SAFETY: the kernel's features were found when the tables were built for it;
         // the driver steps lanes at real depths only
         unsafe {
@@ -809,19 +819,19 @@ impl Form for Tables {
         }
     }
 
-    fn placement(&self, lanes: &[Lane; 4], slot: usize, depth: usize) -> Placement {
+    fn placement(&self, lanes: &[Lane; LANES], slot: usize, depth: usize) -> Placement {
         let c = lanes[slot].frames[depth % D].board;
         Placement::new(self.plan_pos[depth], candidate_piece(c), candidate_rot(c))
     }
 
-    fn nodes(&self, lanes: &[Lane; 4], slot: usize) -> Vec<u64> {
+    fn nodes(&self, lanes: &[Lane; LANES], slot: usize) -> Vec<u64> {
         lanes[slot].frames[..self.depths]
             .iter()
             .map(|f| f.nodes)
             .collect()
     }
 
-    fn drive(&self, lanes: &mut [Lane; 4], live: &[usize]) {
+    fn drive(&self, lanes: &mut [Lane; LANES], live: &[usize]) {
         match (self.kernel, self.two_reads) {
             (WideKernel::Ssse3, true) => self.drive_with::<true, Ssse3>(lanes, live),
             (WideKernel::Ssse3, false) => self.drive_with::<false, Ssse3>(lanes, live),
@@ -883,23 +893,29 @@ impl Tables {
         self.kernel
     }
 
-    fn drive_with<const TWO: bool, K: Kernel>(&self, lanes: &mut [Lane; 4], live: &[usize]) {
+    fn drive_with<const TWO: bool, K: Kernel>(&self, lanes: &mut [Lane; LANES], live: &[usize]) {
         let t = &*self.hot;
         // SAFETY (each call): the kernel's features were found when the tables were built
         // for it; with `TWO` unset no step's second read is a real cell's (`Tables::new`)
-        match *live {
-            // every lane: they are slots 0-3 in order
-            [_, _, _, _] => unsafe { K::drive::<4, TWO, _>(t, lanes) },
-            [a, b, c] => {
-                let l = lanes.get_disjoint_mut([a, b, c]).expect("distinct lanes");
-                unsafe { K::drive::<3, TWO, _>(t, l) }
-            }
-            [a, b] => {
-                let l = lanes.get_disjoint_mut([a, b]).expect("distinct lanes");
-                unsafe { K::drive::<2, TWO, _>(t, l) }
-            }
-            [a] => unsafe { K::drive::<1, TWO, _>(t, [&mut lanes[a]]) },
-            _ => unreachable!("one to four lanes of four"),
+        // some of the lanes, through references
+        macro_rules! some {
+            ($n:literal) => {{
+                let at: [usize; $n] = live.try_into().expect("as many lanes");
+                let l = lanes.get_disjoint_mut(at).expect("distinct lanes");
+                unsafe { K::drive::<$n, TWO, _>(t, l) }
+            }};
+        }
+        match live.len() {
+            // every lane: they are the slots in order
+            n if n == LANES => unsafe { K::drive::<LANES, TWO, _>(t, lanes) },
+            1 => some!(1),
+            2 => some!(2),
+            3 => some!(3),
+            4 => some!(4),
+            5 => some!(5),
+            6 => some!(6),
+            7 => some!(7),
+            _ => unreachable!("one lane or more, and at most every lane"),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! The lane engine against the reference engine, to the digit, in both its forms (the
-//! narrow one, two lanes, and the wide one, four lanes, with each kernel this processor
+//! narrow one, two lanes, and the wide one, six lanes, with each kernel this processor
 //! runs: SSSE3, and AVX-512 where it has it): low-colour boards under budgets
 //! and down continuation chains, random puzzles in every fill-order kind, whole small
 //! trees, units walked several at a time through a feed, requested stops, the hard 16x16
@@ -84,7 +84,7 @@ fn lanes_in(plan: &Arc<SearchPlan>, form: Form) -> Result<LaneEngine, NotEligibl
     assert_eq!(
         tables.lanes(),
         if tables.form() == LaneForm::Wide {
-            4
+            6
         } else {
             2
         }
@@ -355,7 +355,7 @@ fn lanes_match_reference_on_random_puzzles() {
 }
 
 /// The hard 16x16 boards, which only the wide form takes: budget slices down a
-/// continuation chain, and the units of a split under budgets walked four at a time,
+/// continuation chain, and the units of a split under budgets walked six at a time,
 /// agree with the reference walker to the digit.
 #[test]
 #[cfg(target_arch = "x86_64")]
