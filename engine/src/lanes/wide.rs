@@ -55,11 +55,30 @@ const BUCKETS: usize = 4096;
 /// Room for candidates, and 16 past the last bucket's (a mask's bit never goes past its
 /// bucket's candidates, but the room makes that not a matter of trust).
 const CANDS: usize = 16 * 1024 + 16;
-/// Where a candidate's top bits hold its piece's offset in [`Hot::oh`] (the plan's
-/// candidates leave bits 50-63 clear: colours in bits 0-31, the piece in 32-47, the
-/// rotation in 48-49; the key's rotations never bring bits past 31 into the colour it
-/// masks).
-const OH_AT: u32 = 50;
+/// Where a lane candidate's colours start (bits 16-47, a byte each side as in the plan's
+/// candidates). Its low 16 bits hold its piece's byte offset in [`Hot::oh`], so the step
+/// takes it with one zero-extending move; its piece is in bits 48-55 and its rotation
+/// in 56-57 ([`lane_candidate`]).
+const COLOURS_AT: u32 = 16;
+
+/// The plan's candidate `x` as the lane tables hold it (see [`COLOURS_AT`]).
+fn lane_candidate(x: u64) -> u64 {
+    let piece = candidate_piece(x);
+    (piece * size_of::<[__m128i; 2]>()) as u64
+        | (x & 0xFFFF_FFFF) << COLOURS_AT
+        | (piece as u64) << 48
+        | u64::from(candidate_rot(x)) << 56
+}
+
+/// A lane candidate's piece.
+fn piece_of(c: u64) -> usize {
+    (c >> 48) as u8 as usize
+}
+
+/// A lane candidate's rotation.
+fn rot_of(c: u64) -> u8 {
+    ((c >> 56) & 3) as u8
+}
 /// What a bucket's byte offset is stored over in [`Hot::keyb`]: the largest scale of an
 /// x86 address, so offsets up to `BUCKETS * 64` fit 16 bits.
 const BUCKET_SCALE: usize = 8;
@@ -312,9 +331,7 @@ fn fill_buckets(
                         len: list.len() as u32,
                         _p: [0; 2],
                     });
-                    cands.extend(list.iter().map(|&x| {
-                        x | ((candidate_piece(x) * size_of::<[__m128i; 2]>()) as u64) << OH_AT
-                    }));
+                    cands.extend(list.iter().map(|&x| lane_candidate(x)));
                     buckets.len() - 1
                 });
                 hot.keyb[key_of(tables, t) + (a << 5) + b] =
@@ -349,7 +366,7 @@ fn fill_steps(hot: &mut Hot, plan: &SearchPlan, tables: &[usize]) {
             // bit of the colour in the key: 5 for the first, 0 for the second
             let bit = if k == 0 { 5 } else { 0 };
             let byte = if Some(read.cell) == prev && s.m == 0 {
-                s.rot = (read.shift + 64 - bit) % 64;
+                s.rot = (read.shift + COLOURS_AT + 64 - bit) % 64;
                 s.m = 0xFF << bit;
                 board_byte(DUMMY, 0)
             } else {
@@ -360,7 +377,7 @@ fn fill_steps(hot: &mut Hot, plan: &SearchPlan, tables: &[usize]) {
                     slot == DUMMY || slot < e,
                     "a plan's key reads a cell filled at an earlier depth"
                 );
-                board_byte(slot, read.shift as usize / 8)
+                board_byte(slot, (read.shift + COLOURS_AT) as usize / 8)
             };
             if k == 0 {
                 s.a = byte as u16;
@@ -413,7 +430,7 @@ impl Tables {
         };
         let two_reads = hot.steps[..=plan.len()]
             .iter()
-            .any(|s| s.b as usize != board_byte(DUMMY, 0));
+            .any(|s| s.b as usize / size_of::<Frame>() != DUMMY);
         for p in 0..256 {
             let mut b = [0u8; 32];
             b[p >> 3] = 1 << (p & 7);
@@ -448,7 +465,7 @@ impl Tables {
         list.iter()
             .enumerate()
             .filter(|(_, x)| {
-                let p = candidate_piece(**x);
+                let p = piece_of(**x);
                 free[p >> 3] & (1 << (p & 7)) != 0
             })
             .fold(0, |m, (i, _)| m | 1 << i)
@@ -578,7 +595,7 @@ unsafe fn step<const TWO: bool, K: Child>(t: &Hot, l: &mut Lane, pos: usize) -> 
     // SAFETY (every read below): `pos` is a real depth's (the caller's), `pos + 16` at most
     // the plan's depths' < D's; a bucket's mask has bits only for its candidates, so
     // `base + i` is in `cands`; keys are below KEYS (`Hot::key`, `Tables::new`); `keyb`
-    // holds ids of built buckets; a candidate's `c >> OH_AT` is its piece (below 256)
+    // holds offsets of built buckets; a candidate's low 16 bits are its piece (below 256)
     // times the size of an `oh` entry (`Tables::new`), inside `oh`
     unsafe {
         // the frame (four times the position) and its child (the next frame)
@@ -596,7 +613,7 @@ unsafe fn step<const TWO: bool, K: Child>(t: &Hot, l: &mut Lane, pos: usize) -> 
             .oh
             .as_ptr()
             .cast::<u8>()
-            .add((c >> OH_AT) as usize)
+            .add(c as u16 as usize)
             .cast::<[__m128i; 2]>();
         let next = pos + at(1);
         let key = t.key::<TWO>(&l.frames, next, c);
@@ -785,7 +802,7 @@ impl Form for Tables {
             let i = (0..b.len as usize)
                 .find(|&i| {
                     let x = t.cands[b.base as usize + i];
-                    candidate_piece(x) == p.piece as usize && candidate_rot(x) == p.rot
+                    piece_of(x) == p.piece as usize && rot_of(x) == p.rot
                 })
                 .expect("a checked path's placement is in its bucket");
             // the candidates after this one
@@ -793,7 +810,7 @@ impl Form for Tables {
             frame(lane, depth, &free, rem, b.base, up);
             let c = t.cands[b.base as usize + i];
             lane.frames[depth].board = c;
-            let piece = candidate_piece(c);
+            let piece = piece_of(c);
             free[piece >> 3] &= !(1 << (piece & 7));
             prev = c;
             if depth >= floor && rem != 0 {
@@ -821,7 +838,7 @@ impl Form for Tables {
 
     fn placement(&self, lanes: &[Lane; LANES], slot: usize, depth: usize) -> Placement {
         let c = lanes[slot].frames[depth % D].board;
-        Placement::new(self.plan_pos[depth], candidate_piece(c), candidate_rot(c))
+        Placement::new(self.plan_pos[depth], piece_of(c), rot_of(c))
     }
 
     fn nodes(&self, lanes: &[Lane; LANES], slot: usize) -> Vec<u64> {
