@@ -50,11 +50,13 @@ const STOP: usize = D - 1;
 const DUMMY: usize = STOP;
 /// Keys: 1,024 a table, table 0 the empty bucket's (the step past the last depth).
 const KEYS: usize = 1 << 16;
-/// Room for buckets (0 is the empty one).
-const BUCKETS: usize = 4096;
-/// Room for candidates, and 16 past the last bucket's (a mask's bit never goes past its
-/// bucket's candidates, but the room makes that not a matter of trust).
-const CANDS: usize = 16 * 1024 + 16;
+/// Room for buckets, in 8-byte words: each bucket a [`Bucket`] and its candidates after
+/// it (the empty one at 0), and 16 words past the last one's (a mask's bit never goes
+/// past its bucket's candidates, but the room makes that not a matter of trust). Offsets
+/// of words fit 16 bits ([`Hot::keyb`]).
+const RECORDS: usize = 1 << 16;
+/// A [`Bucket`]'s words: its candidates start this many words after it.
+const HEAD: usize = size_of::<Bucket>() / 8;
 /// Where a lane candidate's colours start (bits 16-47, a byte each side as in the plan's
 /// candidates). Its low 16 bits hold its piece's byte offset in [`Hot::oh`], so the step
 /// takes it with one zero-extending move; its piece is in bits 48-55 and its rotation
@@ -79,10 +81,6 @@ fn piece_of(c: u64) -> usize {
 fn rot_of(c: u64) -> u8 {
     ((c >> 56) & 3) as u8
 }
-/// What a bucket's byte offset is stored over in [`Hot::keyb`]: the largest scale of an
-/// x86 address, so offsets up to `BUCKETS * 64` fit 16 bits.
-const BUCKET_SCALE: usize = 8;
-const _: () = assert!(BUCKETS * size_of::<Bucket>() / BUCKET_SCALE <= 1 << 16);
 
 /// Lanes a thread walks at once.
 const LANES: usize = 6;
@@ -102,18 +100,24 @@ const MAX_BUCKET: usize = 16;
 /// holds it). For the AVX-512 kernel `ia[i]` is the byte, 0-31, for one `vpermb` over
 /// the whole set, `ib` is unused, and `bits[i]` is 0 past the end (no byte tests
 /// non-zero against it).
-#[repr(C, align(64))]
+///
+/// Its candidates follow it in [`Hot::records`] (at [`HEAD`] words on), so a frame names
+/// its bucket by one offset, which both the bucket's vectors and its candidates are read
+/// from.
+#[repr(C, align(16))]
 #[derive(Clone, Copy)]
 struct Bucket {
     ia: __m128i,
     ib: __m128i,
     bits: __m128i,
-    /// Where its candidate 0 is in [`Hot::cands`].
-    base: u32,
     /// Its candidates.
     len: u32,
-    _p: [u32; 2],
+    _p: [u32; 3],
 }
+
+/// The buckets with their candidates, in words (see [`RECORDS`]), 64-byte aligned.
+#[repr(C, align(64))]
+struct Records([u64; RECORDS]);
 
 /// Per-depth reads of a key: the board bytes of its two colours (their byte offsets in a
 /// lane's frames, [`board_byte`]) and
@@ -136,16 +140,29 @@ struct Step {
 #[repr(C)]
 struct Hot {
     steps: [Step; D],
-    /// Each key's bucket, as its byte offset in [`Hot::buckets`] over 8 ([`BUCKET_SCALE`]:
-    /// the step's load scales it in its address, with no shift of its own).
+    /// Each key's bucket, as its offset in words in [`Hot::records`] (the step's loads
+    /// scale it by 8 in their addresses, with no shift of their own).
     keyb: [u16; KEYS],
-    buckets: [Bucket; BUCKETS],
-    cands: [u64; CANDS],
+    records: Records,
     /// Each piece as a bit of the 256-bit free set.
     oh: [[__m128i; 2]; 256],
 }
 
 impl Hot {
+    /// The bucket at offset `at` (a key's [`Hot::keyb`]).
+    fn head(&self, at: usize) -> &Bucket {
+        let words = &self.records.0[at..at + HEAD];
+        // SAFETY: HEAD words in range, at an offset `fill_buckets` wrote a bucket to
+        // (16-byte aligned: every offset is even and the records 64-byte aligned)
+        unsafe { &*words.as_ptr().cast::<Bucket>() }
+    }
+
+    /// The candidates of the bucket at offset `at`.
+    fn cands(&self, at: usize) -> &[u64] {
+        let len = self.head(at).len as usize;
+        &self.records.0[at + HEAD..at + HEAD + len]
+    }
+
     /// The key of the bucket at position `at` (depth `e`'s: `e * 16`) on a lane's
     /// `frames`, where `prev` is the candidate of the depth before (0 at depth 0). `TWO`:
     /// read the step's second colour from the board (without it, where
@@ -187,7 +204,7 @@ struct Frame {
     free: [__m128i; 2],
     /// Untaken candidates, as bits of the bucket's list.
     rem: u32,
-    /// The bucket's candidate 0 in [`Hot::cands`].
+    /// The bucket's offset in [`Hot::records`], in words.
     base: u32,
     /// The position of the deepest shallower depth with candidates left (or [`STOP`]'s).
     up: u32,
@@ -284,12 +301,21 @@ fn fill_buckets(
         ia: m128([pad_index; 16]),
         ib: m128([0x80; 16]),
         bits: m128([pad_bit; 16]),
-        base: 0,
         len: 0,
-        _p: [0; 2],
+        _p: [0; 3],
     };
-    let mut buckets = vec![empty];
-    let mut cands: Vec<u64> = Vec::new();
+    let mut records: Vec<u64> = Vec::new();
+    let push = |records: &mut Vec<u64>, head: Bucket, cands: &[u64]| {
+        let at = records.len();
+        // SAFETY: a `Bucket` is plain bytes (vectors and integers), HEAD words of them
+        let words = unsafe { std::mem::transmute::<Bucket, [u64; HEAD]>(head) };
+        records.extend_from_slice(&words);
+        records.extend_from_slice(cands);
+        // the next bucket's vectors 16-byte aligned
+        records.resize(records.len().next_multiple_of(2), 0);
+        at
+    };
+    push(&mut records, empty, &[]);
     // buckets are shared by keys with the same candidate list
     let mut seen = std::collections::HashMap::new();
     for &t in tables {
@@ -307,7 +333,7 @@ fn fill_buckets(
                 if list.len() > MAX_BUCKET {
                     return Err(NotEligible::LongBucket(list.len()));
                 }
-                let id = *seen.entry(start).or_insert_with(|| {
+                let at = *seen.entry(start).or_insert_with(|| {
                     let mut ia = [pad_index; 16];
                     let mut ib = [0x80u8; 16];
                     let mut bits = [pad_bit; 16];
@@ -323,27 +349,24 @@ fn fill_buckets(
                         }
                         bits[i] = 1 << (p & 7);
                     }
-                    buckets.push(Bucket {
+                    let head = Bucket {
                         ia: m128(ia),
                         ib: m128(ib),
                         bits: m128(bits),
-                        base: cands.len() as u32,
                         len: list.len() as u32,
-                        _p: [0; 2],
-                    });
-                    cands.extend(list.iter().map(|&x| lane_candidate(x)));
-                    buckets.len() - 1
+                        _p: [0; 3],
+                    };
+                    let cands: Vec<u64> = list.iter().map(|&x| lane_candidate(x)).collect();
+                    push(&mut records, head, &cands)
                 });
-                hot.keyb[key_of(tables, t) + (a << 5) + b] =
-                    (id * size_of::<Bucket>() / BUCKET_SCALE) as u16;
+                hot.keyb[key_of(tables, t) + (a << 5) + b] = at as u16;
             }
         }
     }
-    if buckets.len() > BUCKETS || cands.len() + MAX_BUCKET > CANDS {
+    if records.len() + MAX_BUCKET > RECORDS {
         return Err(NotEligible::TooLarge);
     }
-    hot.buckets[..buckets.len()].copy_from_slice(&buckets);
-    hot.cands[..cands.len()].copy_from_slice(&cands);
+    hot.records.0[..records.len()].copy_from_slice(&records);
     Ok(())
 }
 
@@ -452,17 +475,17 @@ impl Tables {
         })
     }
 
-    /// The id of the bucket of `key`.
+    /// The offset of the bucket of `key`.
     fn bucket(&self, key: usize) -> usize {
-        self.hot.keyb[key] as usize * BUCKET_SCALE / size_of::<Bucket>()
+        self.hot.keyb[key] as usize
     }
 
     /// The mask of `bucket`'s candidates whose pieces are free in `free`, worked out
     /// without SSSE3 (a lane's start).
     fn mask(&self, bucket: usize, free: &[u8; 32]) -> u32 {
-        let b = &self.hot.buckets[bucket];
-        let list = &self.hot.cands[b.base as usize..(b.base + b.len) as usize];
-        list.iter()
+        self.hot
+            .cands(bucket)
+            .iter()
             .enumerate()
             .filter(|(_, x)| {
                 let p = piece_of(**x);
@@ -594,9 +617,10 @@ impl Child for Avx512 {
 unsafe fn step<const TWO: bool, K: Child>(t: &Hot, l: &mut Lane, pos: usize) -> usize {
     // SAFETY (every read below): `pos` is a real depth's (the caller's), `pos + 16` at most
     // the plan's depths' < D's; a bucket's mask has bits only for its candidates, so
-    // `base + i` is in `cands`; keys are below KEYS (`Hot::key`, `Tables::new`); `keyb`
-    // holds offsets of built buckets; a candidate's low 16 bits are its piece (below 256)
-    // times the size of an `oh` entry (`Tables::new`), inside `oh`
+    // `base + HEAD + i` is one of its candidates in `records`; keys are below KEYS
+    // (`Hot::key`, `Tables::new`); `keyb` holds offsets of built buckets; a candidate's
+    // low 16 bits are its piece (below 256) times the size of an `oh` entry
+    // (`Tables::new`), inside `oh`
     unsafe {
         // the frame (four times the position) and its child (the next frame)
         let fp = l.frames.as_mut_ptr().cast::<u8>().add(pos * 4).cast::<Frame>();
@@ -606,7 +630,8 @@ unsafe fn step<const TWO: bool, K: Child>(t: &Hot, l: &mut Lane, pos: usize) -> 
         let (rest, up) = take(rem, pos as u32, fr.up);
         fr.rem = rest;
         fr.nodes += 1;
-        let c = *t.cands.get_unchecked(fr.base as usize + i);
+        let words = t.records.0.as_ptr();
+        let c = *words.add(fr.base as usize + HEAD + i);
         fr.board = c;
         // the piece's bits, at the byte offset the candidate's top bits hold
         let oh = t
@@ -617,17 +642,13 @@ unsafe fn step<const TWO: bool, K: Child>(t: &Hot, l: &mut Lane, pos: usize) -> 
             .cast::<[__m128i; 2]>();
         let next = pos + at(1);
         let key = t.key::<TWO>(&l.frames, next, c);
-        let bucket = &*t
-            .buckets
-            .as_ptr()
-            .cast::<u8>()
-            .add(*t.keyb.get_unchecked(key) as usize * BUCKET_SCALE)
-            .cast::<Bucket>();
+        let base = *t.keyb.get_unchecked(key) as u32;
+        let bucket = &*words.add(base as usize).cast::<Bucket>();
         let child = fp.add(1);
         let mask = K::child(&raw const fr.free, oh, bucket, &raw mut (*child).free);
         let child = &mut *child;
         child.rem = mask;
-        child.base = bucket.base;
+        child.base = base;
         child.up = up;
         pick(mask, next as u32, up) as usize
     }
@@ -798,17 +819,15 @@ impl Form for Tables {
         for (depth, p) in path.iter().enumerate() {
             // SAFETY: a path is no longer than the plan's depths
             let bucket = self.bucket(unsafe { t.key::<true>(&lane.frames, at(depth), prev) });
-            let b = &t.buckets[bucket];
-            let i = (0..b.len as usize)
-                .find(|&i| {
-                    let x = t.cands[b.base as usize + i];
-                    piece_of(x) == p.piece as usize && rot_of(x) == p.rot
-                })
+            let cands = t.cands(bucket);
+            let i = cands
+                .iter()
+                .position(|&x| piece_of(x) == p.piece as usize && rot_of(x) == p.rot)
                 .expect("a checked path's placement is in its bucket");
             // the candidates after this one
             let rem = self.mask(bucket, &free) & !((2u32 << i) - 1);
-            frame(lane, depth, &free, rem, b.base, up);
-            let c = t.cands[b.base as usize + i];
+            frame(lane, depth, &free, rem, bucket as u32, up);
+            let c = cands[i];
             lane.frames[depth].board = c;
             let piece = piece_of(c);
             free[piece >> 3] &= !(1 << (piece & 7));
@@ -821,7 +840,7 @@ impl Form for Tables {
         // SAFETY: as above
         let bucket = self.bucket(unsafe { t.key::<true>(&lane.frames, at(depth), prev) });
         let rem = self.mask(bucket, &free);
-        frame(lane, depth, &free, rem, t.buckets[bucket].base, up);
+        frame(lane, depth, &free, rem, bucket as u32, up);
         lane.h.d = if rem != 0 { depth } else { up as usize / at(1) };
     }
 
