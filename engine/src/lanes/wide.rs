@@ -340,9 +340,8 @@ fn fill_buckets(
                     for (i, &x) in list.iter().enumerate() {
                         let p = candidate_piece(x);
                         let byte = (p >> 3) as u8;
-                        if wide {
-                            ia[i] = byte;
-                        } else if byte < 16 {
+                        // the AVX-512 kernel's index spans the whole set
+                        if wide || byte < 16 {
                             ia[i] = byte;
                         } else {
                             ib[i] = byte - 16;
@@ -623,7 +622,12 @@ unsafe fn step<const TWO: bool, K: Child>(t: &Hot, l: &mut Lane, pos: usize) -> 
     // (`Tables::new`), inside `oh`
     unsafe {
         // the frame (four times the position) and its child (the next frame)
-        let fp = l.frames.as_mut_ptr().cast::<u8>().add(pos * 4).cast::<Frame>();
+        let fp = l
+            .frames
+            .as_mut_ptr()
+            .cast::<u8>()
+            .add(pos * 4)
+            .cast::<Frame>();
         let fr = &mut *fp;
         let rem = fr.rem;
         let i = rem.trailing_zeros() as usize;
@@ -634,12 +638,11 @@ unsafe fn step<const TWO: bool, K: Child>(t: &Hot, l: &mut Lane, pos: usize) -> 
         let c = *words.add(fr.base as usize + HEAD + i);
         fr.board = c;
         // the piece's bits, at the byte offset the candidate's top bits hold
-        let oh = t
-            .oh
-            .as_ptr()
-            .cast::<u8>()
-            .add(c as u16 as usize)
-            .cast::<[__m128i; 2]>();
+        let oh =
+            t.oh.as_ptr()
+                .cast::<u8>()
+                .add(c as u16 as usize)
+                .cast::<[__m128i; 2]>();
         let next = pos + at(1);
         let key = t.key::<TWO>(&l.frames, next, c);
         let base = *t.keyb.get_unchecked(key) as u32;

@@ -190,9 +190,7 @@ fn low_colour_boards_agree_under_budgets() {
             let (mut reference, mut lanes) = match lanes_in(&plan, form) {
                 Ok(l) => (ReferenceEngine::new(plan.clone()), l),
                 // low colours: buckets past the wide form's 16 candidates
-                Err(NotEligible::LongBucket(_) | NotEligible::Processor(_))
-                    if form.is_wide() =>
-                {
+                Err(NotEligible::LongBucket(_) | NotEligible::Processor(_)) if form.is_wide() => {
                     continue;
                 }
                 Err(e) => panic!("{rel} {form:?}: {e}"),
@@ -235,9 +233,7 @@ fn whole_trees_agree_walked_in_pairs() {
         for form in FORMS {
             let mut lanes = match lanes_in(&plan, form) {
                 Ok(l) => l,
-                Err(NotEligible::LongBucket(_) | NotEligible::Processor(_))
-                    if form.is_wide() =>
-                {
+                Err(NotEligible::LongBucket(_) | NotEligible::Processor(_)) if form.is_wide() => {
                     continue;
                 }
                 Err(e) => panic!("{rel} {form:?}: {e}"),
@@ -306,9 +302,7 @@ fn lanes_match_reference_on_random_puzzles() {
             let (mut reference, mut lanes) = match lanes_in(&plan, form) {
                 Ok(l) => (ReferenceEngine::new(plan.clone()), l),
                 Err(NotEligible::ExtraSides) => continue,
-                Err(NotEligible::LongBucket(_) | NotEligible::Processor(_))
-                    if form.is_wide() =>
-                {
+                Err(NotEligible::LongBucket(_) | NotEligible::Processor(_)) if form.is_wide() => {
                     continue;
                 }
                 Err(e) => panic!("round {round} {form:?}: {e}"),
