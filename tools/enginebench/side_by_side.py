@@ -19,8 +19,9 @@ compiled engines (a lone unit, the default, always walks compiled). The public e
 no units; it walks from the root as always, so that comparison is of the same board and
 the same depths (the nodes of a hard 16x16 board are 150-180 deep either way), not of the
 same nodes.
-Boards in Brendan's text format (a `W H` line, then `u r d l` per piece) are written as
-site JSON for the public engine next to a temporary copy; site JSON boards go as they are.
+Boards in Brendan's text format (a `W H` line, then `u r d l` per piece) and site JSON of
+schema C (`size`, `num_colors`: the planted boards) are written as site JSON of schema A
+for the public engine next to a temporary copy; schema A boards go as they are.
 Don't compile or run anything else while it runs: both cores are the measurement.
 """
 import argparse, json, os, re, statistics as st, subprocess, sys, tempfile
@@ -28,7 +29,17 @@ import argparse, json, os, re, statistics as st, subprocess, sys, tempfile
 
 def site_json(board, tmp):
     if board.endswith('.json'):
-        return board
+        j = json.load(open(board))
+        if 'width' in j:
+            return board
+        # schema C (`size`, `num_colors`: the planted boards): the public engine reads
+        # schema A, so the same board is written as that next to a temporary copy
+        out = os.path.join(tmp, os.path.basename(board))
+        with open(out, 'w') as f:
+            json.dump({'name': j.get('name', os.path.basename(board)), 'width': j['size'],
+                       'height': j['size'], 'numColors': j['num_colors'],
+                       'pieces': j['pieces'], 'hints': j.get('hints', [])}, f)
+        return out
     rows = [l.split() for l in open(board) if l.strip()]
     if len(rows[0]) != 2:
         sys.exit(f'{board}: not a "W H" text board; give the public engine site JSON')

@@ -148,13 +148,16 @@ impl WideKernel {
     }
 
     /// The fastest kernel this processor runs, or the one `E2FLEET_WIDE_KERNEL` names
-    /// (`ssse3` or `avx512`, to measure one against the other) where it runs here.
+    /// (`ssse3` or `avx512`, to measure one against the other) where it runs here; any
+    /// other value, or a kernel this processor lacks, changes nothing.
     pub fn best() -> Option<WideKernel> {
         let asked = std::env::var("E2FLEET_WIDE_KERNEL").ok();
+        let runs = |k: &WideKernel| k.here();
         WideKernel::ALL
             .into_iter()
-            .filter(|k| asked.as_deref().is_none_or(|a| a == k.to_string()))
-            .find(|k| k.here())
+            .filter(runs)
+            .find(|k| asked.as_deref() == Some(&*k.to_string()))
+            .or_else(|| WideKernel::ALL.into_iter().find(runs))
     }
 }
 
