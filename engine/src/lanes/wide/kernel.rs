@@ -277,26 +277,6 @@ unsafe fn drive_n<const N: usize, const TWO: bool, K: Child, L: LaneRefs<N>>(
     }
 }
 
-/// [`drive_n`] with SSSE3's child masks.
-///
-/// # Safety
-/// SSSE3 and BMI1 are available; the tables were filled for [`WideKernel::Ssse3`].
-#[target_feature(enable = "ssse3,bmi1")]
-unsafe fn drive_ssse3<const N: usize, const TWO: bool, L: LaneRefs<N>>(t: &Hot, lanes: L) {
-    // SAFETY: the caller's
-    unsafe { drive_n::<N, TWO, Ssse3, L>(t, lanes) }
-}
-
-/// [`drive_n`] with AVX-512's child masks.
-///
-/// # Safety
-/// The features of [`WideKernel::Avx512`] are available; the tables were filled for it.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,bmi1,bmi2")]
-unsafe fn drive_avx512<const N: usize, const TWO: bool, L: LaneRefs<N>>(t: &Hot, lanes: L) {
-    // SAFETY: the caller's
-    unsafe { drive_n::<N, TWO, Avx512, L>(t, lanes) }
-}
-
 /// A kernel's entry points, with its features enabled.
 pub(super) trait Kernel: Child {
     /// [`drive_n`] with this kernel.
@@ -311,54 +291,53 @@ pub(super) trait Kernel: Child {
     unsafe fn step_alone(t: &Hot, l: &mut Lane);
 }
 
-impl Kernel for Ssse3 {
-    #[inline(always)]
-    unsafe fn drive<const N: usize, const TWO: bool, L: LaneRefs<N>>(t: &Hot, lanes: L) {
-        // SAFETY: the caller's
-        unsafe { drive_ssse3::<N, TWO, L>(t, lanes) }
-    }
-    #[inline(always)]
-    unsafe fn step_alone(t: &Hot, l: &mut Lane) {
-        // SAFETY: the caller's
-        unsafe { step_alone_ssse3(t, l) }
-    }
+/// `$k`'s entry points with `$features` enabled, behind [`Kernel`]: [`drive_n`] as
+/// `$drive` and one lone step as `$alone` (a `#[target_feature]` function must be a free
+/// function, and each kernel needs its own).
+macro_rules! entries {
+    ($k:ty, $features:literal, $drive:ident, $alone:ident) => {
+        /// [`drive_n`] with this kernel's child masks.
+        ///
+        /// # Safety
+        /// The kernel's features are available; the tables were filled for it.
+        #[target_feature(enable = $features)]
+        unsafe fn $drive<const N: usize, const TWO: bool, L: LaneRefs<N>>(t: &Hot, lanes: L) {
+            // SAFETY: the caller's
+            unsafe { drive_n::<N, TWO, $k, L>(t, lanes) }
+        }
+
+        /// One step of one lane alone (the cold path's) with this kernel's child masks.
+        ///
+        /// # Safety
+        /// The kernel's features are available; the tables were filled for it; the lane
+        /// is at a real depth.
+        #[target_feature(enable = $features)]
+        unsafe fn $alone(t: &Hot, l: &mut Lane) {
+            let d = l.h.d;
+            l.h.last = d;
+            // SAFETY: the caller's
+            l.h.d = unsafe { step::<true, $k>(t, l, at(d)) } / at(1);
+        }
+
+        impl Kernel for $k {
+            #[inline(always)]
+            unsafe fn drive<const N: usize, const TWO: bool, L: LaneRefs<N>>(t: &Hot, lanes: L) {
+                // SAFETY: the caller's
+                unsafe { $drive::<N, TWO, L>(t, lanes) }
+            }
+            #[inline(always)]
+            unsafe fn step_alone(t: &Hot, l: &mut Lane) {
+                // SAFETY: the caller's
+                unsafe { $alone(t, l) }
+            }
+        }
+    };
 }
 
-impl Kernel for Avx512 {
-    #[inline(always)]
-    unsafe fn drive<const N: usize, const TWO: bool, L: LaneRefs<N>>(t: &Hot, lanes: L) {
-        // SAFETY: the caller's
-        unsafe { drive_avx512::<N, TWO, L>(t, lanes) }
-    }
-    #[inline(always)]
-    unsafe fn step_alone(t: &Hot, l: &mut Lane) {
-        // SAFETY: the caller's
-        unsafe { step_alone_avx512(t, l) }
-    }
-}
-
-/// One step of one lane alone (the cold path's), with SSSE3's child masks.
-///
-/// # Safety
-/// SSSE3 and BMI1 are available; the tables were filled for [`WideKernel::Ssse3`]; the
-/// lane is at a real depth.
-#[target_feature(enable = "ssse3,bmi1")]
-unsafe fn step_alone_ssse3(t: &Hot, l: &mut Lane) {
-    let d = l.h.d;
-    l.h.last = d;
-    // SAFETY: the caller's
-    l.h.d = unsafe { step::<true, Ssse3>(t, l, at(d)) } / at(1);
-}
-
-/// One step of one lane alone (the cold path's), with AVX-512's child masks.
-///
-/// # Safety
-/// The features of [`WideKernel::Avx512`] are available; the tables were filled for it;
-/// the lane is at a real depth.
-#[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vbmi,bmi1,bmi2")]
-unsafe fn step_alone_avx512(t: &Hot, l: &mut Lane) {
-    let d = l.h.d;
-    l.h.last = d;
-    // SAFETY: the caller's
-    l.h.d = unsafe { step::<true, Avx512>(t, l, at(d)) } / at(1);
-}
+entries!(Ssse3, "ssse3,bmi1", drive_ssse3, step_alone_ssse3);
+entries!(
+    Avx512,
+    "avx512f,avx512bw,avx512vl,avx512vbmi,bmi1,bmi2",
+    drive_avx512,
+    step_alone_avx512
+);
