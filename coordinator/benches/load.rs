@@ -37,7 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use e2fleet_coordinator::fleet::{Fleet, FleetConfig, system_clock};
+use e2fleet_coordinator::fleet::{BatchTotals, Fleet, FleetConfig, system_clock};
 use e2fleet_coordinator::store::{Database, Store, TrafficTotals, WriterTotals};
 use e2fleet_engine::formats::{LoadOptions, load_file, to_site_json};
 use e2fleet_engine::plan::SearchPlan;
@@ -271,6 +271,13 @@ async fn run() {
             .fold(Default::default(), add_totals)
     };
     let w0 = writers(&fleets);
+    let batches = |fleets: &[Arc<Fleet>]| {
+        fleets.iter().map(|f| f.batch_totals()).fold(
+            (BatchTotals::default(), BatchTotals::default()),
+            |(a, b), (c, d)| (add_batches(a, c), add_batches(b, d)),
+        )
+    };
+    let b0 = batches(&fleets);
     let traffic = |fleets: &[Arc<Fleet>]| {
         fleets
             .iter()
@@ -287,6 +294,7 @@ async fn run() {
     let completed = done.load(Ordering::Relaxed) - start_done;
     measuring.store(false, Ordering::Relaxed);
     let w1 = writers(&fleets);
+    let b1 = batches(&fleets);
     let (t1, cpu1) = (traffic(&fleets), server_cpu_s());
     let elapsed = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
@@ -315,6 +323,7 @@ async fn run() {
         doc.units.done,
     );
     print_writers(&w0, &w1, elapsed);
+    print_batches(b0, b1);
     if fleet.db_traffic().is_some() {
         print_database(t1 - t0, cpu0.zip(cpu1).map(|(a, b)| b - a), completed);
     }
@@ -576,7 +585,29 @@ async fn sim_worker(
     report_lat.lock().unwrap().extend(rl);
 }
 
-/// The writer threads' figures over the measured window (`w0` to `w1`).
+fn add_batches(a: BatchTotals, b: BatchTotals) -> BatchTotals {
+    BatchTotals {
+        batches: a.batches + b.batches,
+        requests: a.requests + b.requests,
+    }
+}
+
+/// The lease-request and report batches of the measured window (`b0` to `b1`).
+fn print_batches(b0: (BatchTotals, BatchTotals), b1: (BatchTotals, BatchTotals)) {
+    let line = |a: BatchTotals, b: BatchTotals| {
+        let n = b.batches - a.batches;
+        format!(
+            "{n} of {:.1} requests",
+            (b.requests - a.requests) as f64 / n.max(1) as f64
+        )
+    };
+    println!(
+        "batches: leases {}, reports {}",
+        line(b0.0, b1.0),
+        line(b0.1, b1.1)
+    );
+}
+
 /// What the database server was asked and spent per completed unit.
 fn print_database(t: TrafficTotals, server_cpu_s: Option<f64>, completed: u64) {
     let per = |n: u64| n as f64 / completed.max(1) as f64;
@@ -627,6 +658,7 @@ fn server_cpu_s() -> Option<f64> {
     found.then(|| ticks as f64 / tick)
 }
 
+/// The writer threads' figures over the measured window (`w0` to `w1`).
 fn print_writers(w0: &WriterTotals, w1: &WriterTotals, elapsed: f64) {
     let jobs = (w1.jobs - w0.jobs).max(1);
     let batches = (w1.batches - w0.batches).max(1);

@@ -7,17 +7,18 @@ use std::sync::atomic::Ordering;
 
 use e2fleet_engine::engine::EngineKind;
 use e2fleet_engine::search::Walker;
-use e2fleet_proto::api::{Heartbeat, JobId, Lease, LeaseId, Probe};
+use e2fleet_proto::api::{Heartbeat, JobId, Lease, LeaseId, Probe, UnitId};
 use tracing::{info, instrument, warn};
 
+use super::batches;
 use super::policy::{
     MAX_LEASES_PER_CALL, MAX_LEASES_PER_REQUEST, MAX_PAUSED_CHARS, MAX_SPLIT_LEVELS,
     YIELD_AFTER_MS, YIELD_LOOK_EVERY_MS, YIELD_PATIENCE_MS, lease_cap,
 };
 use super::{Fleet, FleetError, LeasedUnit};
 use crate::store::{
-    LeaseRecord, LeaseState, Leasing, NewUnit, Seen, StoreError, Tx, UnitKind, UnitRecord,
-    WorkerRecord,
+    AccountRecord, LeaseRecord, LeaseState, LeaseView, Leasing, NewUnit, Seen, StoreError, Tx,
+    UnitKind, UnitRecord, WorkerRecord,
 };
 
 /// What a heartbeat answers.
@@ -61,16 +62,31 @@ impl Fleet {
                 worker.class_id
             )));
         }
-        let now = self.now();
-        let (fleet, worker_c) = (self.clone(), worker.clone());
-        let engine = engine.map(|(kind, build)| (kind, build.to_string()));
-        let leases = self
-            .store
-            .write(move |tx| {
-                let engine = engine.as_ref().map(|(k, b)| (*k, b.as_str()));
-                fleet.lease_tx(tx, &worker_c, max, (engine, probes), now)
-            })
-            .await?;
+        let queued = QueuedLease {
+            worker: worker.clone(),
+            max,
+            engine: engine.map(|(kind, build)| (kind, build.to_string())),
+            probes,
+            now: self.now(),
+        };
+        let (start, answer) = self.lease_requests.push(queued);
+        if start {
+            let fleet = self.clone();
+            tokio::spawn(async move {
+                batches::drain(&fleet.lease_requests, |items| {
+                    let fleet = fleet.clone();
+                    async move {
+                        let f = fleet.clone();
+                        fleet
+                            .store
+                            .write(move |tx| f.lease_batch_tx(tx, items))
+                            .await
+                    }
+                })
+                .await;
+            });
+        }
+        let leases = batches::answer(answer).await?;
         if leases.is_empty() {
             self.lease_limits.found_nothing(worker.id);
         }
@@ -97,28 +113,10 @@ impl Fleet {
             ..Seen::default()
         };
         tx.worker_seen(worker.id, now, &seen)?;
-        let Some(view) = tx.lease_view(worker.id, &worker.account_id)? else {
+        let view = tx.lease_view(worker.id, &worker.account_id)?;
+        let Some((max, account)) = self.room(worker, view, max) else {
             return Ok(Vec::new());
         };
-        let Some(account) = view.account.filter(|a| a.active() && !view.quarantined) else {
-            return Ok(Vec::new());
-        };
-        // at most about five units per engine thread out at once, whatever it asks for
-        let cap = lease_cap(worker.threads, worker.host.cores);
-        let mut max = max.min(cap.saturating_sub(view.worker_leases) as usize);
-        // and a volunteer account's identities together at most its share, however many
-        // it registers
-        if !account.id.is_operator() {
-            max = max.min(
-                self.config
-                    .accounts
-                    .leases
-                    .saturating_sub(view.account_leases) as usize,
-            );
-        }
-        if max == 0 {
-            return Ok(Vec::new());
-        }
         let who = Leasing {
             worker: worker.id,
             account: &worker.account_id,
@@ -162,47 +160,250 @@ impl Fleet {
         }
         let mut grants = Vec::with_capacity(rows.len());
         for row in rows {
-            self.shares_granted(row.job_id, 1);
-            // a job's budget never changes: read from the cached job context
-            let ctx = self.context_tx(tx, row.job_id)?;
-            let budget = ctx.budget;
-            let probe = ctx.probe_particles.map(|particles| Probe {
-                particles,
-                seed: super::studies::probe_seed(row.job_id, row.id),
-            });
-            let lease = LeaseRecord {
-                id: LeaseId::random(),
-                unit_id: row.id,
-                worker_id: worker.id,
-                account_id: worker.account_id.clone(),
-                hostname: worker.host.hostname.clone(),
-                budget,
-                created_ms: now,
-                deadline_ms: now + self.config.lease.as_millis() as i64,
-                state: LeaseState::Active,
-            };
+            let (lease, grant) = self.grant(tx, worker, row, now)?;
             tx.insert_lease(&lease)?;
-            tx.lease_taken(row.id)?;
-            self.remember_lease(
-                lease.id,
-                LeasedUnit {
-                    job_id: row.job_id,
-                    budget,
-                    unit: row.unit.clone(),
-                },
-            );
-            info!(lease_id = %lease.id, unit_id = %row.id, job_id = %row.job_id, "unit leased");
-            grants.push(Lease {
-                lease_id: lease.id,
-                unit_id: row.id,
-                job_id: row.job_id,
-                unit: row.unit,
-                budget,
-                deadline_ms: lease.deadline_ms,
-                probe,
-            });
+            tx.lease_taken(lease.unit_id)?;
+            grants.push(grant);
         }
         Ok(grants)
+    }
+
+    /// A batch of lease requests (see [`super::batches`]), each decided in order by the
+    /// same rules as [`Fleet::lease_tx`]. With one job running (else each request is
+    /// written alone), a part of the batch (up to a second request of a worker or of a
+    /// volunteer account) reads its views and each request's candidate units in one
+    /// statement each, as if each asked alone for its own units and those of the
+    /// requests before it; each takes its own from what those before it left, and the
+    /// part's leases are written together. A request that finds fewer units than it may
+    /// take (a continuation is then split for it) is written alone, after its part.
+    pub(super) fn lease_batch_tx(
+        &self,
+        tx: &mut dyn Tx,
+        items: Vec<QueuedLease>,
+    ) -> Result<Vec<Result<Vec<Lease>, FleetError>>, FleetError> {
+        let mut answers: Vec<Option<Result<Vec<Lease>, FleetError>>> =
+            (0..items.len()).map(|_| None).collect();
+        let Some(now) = items.iter().map(|q| q.now).max() else {
+            return Ok(Vec::new());
+        };
+        let alone = |fleet: &Fleet, tx: &mut dyn Tx, q: &QueuedLease| {
+            let engine = q.engine.as_ref().map(|(k, b)| (*k, b.as_str()));
+            match fleet.lease_tx(tx, &q.worker, q.max, (engine, q.probes), q.now) {
+                // a store failure fails the batch (the writer rolls it back)
+                Err(FleetError::Store(e)) => Err(FleetError::Store(e)),
+                answer => Ok(answer),
+            }
+        };
+        if self.lease_plan(tx, now, 1)?.is_some() {
+            // several jobs share the fleet: each request takes its own plan's parts
+            for (i, q) in items.iter().enumerate() {
+                answers[i] = Some(alone(self, tx, q)?);
+            }
+            return Ok(answers.into_iter().map(|a| a.expect("answered")).collect());
+        }
+        let last = self.last_expiry_ms.load(Ordering::Relaxed);
+        if now - last >= 1000 || now < last {
+            expire(tx, now)?;
+            self.last_expiry_ms.store(now, Ordering::Relaxed);
+        }
+        let mut next = 0;
+        while next < items.len() {
+            // the part: no worker twice, no volunteer account twice
+            let mut end = next;
+            while end < items.len() {
+                let q = &items[end];
+                let repeated = items[next..end].iter().any(|p| {
+                    p.worker.id == q.worker.id
+                        || (!q.worker.account_id.is_operator()
+                            && p.worker.account_id == q.worker.account_id)
+                });
+                if repeated {
+                    break;
+                }
+                end += 1;
+            }
+            let part = &items[next..end];
+            let seen: Vec<_> = part
+                .iter()
+                .map(|q| {
+                    let engine = q.engine.as_ref().map(|(k, b)| (*k, b.as_str()));
+                    (q.worker.id, engine)
+                })
+                .collect();
+            tx.workers_seen_leasing(&seen, now)?;
+            let who: Vec<_> = part
+                .iter()
+                .map(|q| (q.worker.id, &q.worker.account_id))
+                .collect();
+            let views = tx.lease_views(&who)?;
+            let rooms: Vec<Option<(usize, AccountRecord)>> = part
+                .iter()
+                .zip(views)
+                .map(|(q, view)| self.room(&q.worker, view, q.max))
+                .collect();
+            let live_parties = if rooms.iter().any(Option::is_some) {
+                self.live_parties(tx, now)?
+            } else {
+                0
+            };
+            // enough of the oldest open units for every request of the part (twice: a
+            // few may be barred to some), and the disputed ones if a trusted worker asks
+            let wanted: usize = rooms.iter().flatten().map(|(max, _)| max).sum();
+            let trusted: Vec<bool> = rooms
+                .iter()
+                .map(|room| room.as_ref().is_some_and(|(_, a)| self.trusted(a)))
+                .collect();
+            let disputed = if trusted.contains(&true) { wanted } else { 0 };
+            let open = if wanted > 0 {
+                tx.open_units_with_runs(2 * wanted + 16, disputed)?
+            } else {
+                Vec::new()
+            };
+            let mut taken: Vec<UnitId> = Vec::new();
+            let mut leases: Vec<LeaseRecord> = Vec::new();
+            let mut short = None;
+            let mut idle = false;
+            for (k, (q, room)) in part.iter().zip(&rooms).enumerate() {
+                let Some((max, _)) = room else {
+                    answers[next + k] = Some(Ok(Vec::new()));
+                    continue;
+                };
+                let who = Leasing {
+                    worker: q.worker.id,
+                    account: &q.worker.account_id,
+                    trusted: trusted[k],
+                    live_parties,
+                };
+                // as `Units::leasable_units` would answer it now: disputed units first to a
+                // trusted worker, then the oldest, each once, none another request took
+                let mut rows: Vec<UnitRecord> = Vec::with_capacity(*max);
+                for c in &open {
+                    if rows.len() == *max {
+                        break;
+                    }
+                    if (!c.disputed || who.trusted)
+                        && !taken.contains(&c.unit.id)
+                        && !rows.iter().any(|r| r.id == c.unit.id)
+                        && c.open_to(&who)
+                    {
+                        rows.push(c.unit.clone());
+                    }
+                }
+                if rows.len() < *max {
+                    short = Some(next + k);
+                    break;
+                }
+                taken.extend(rows.iter().map(|u| u.id));
+                if !q.probes {
+                    // (see `lease_tx`: never a probe to a worker that does not run them)
+                    let mut kept = Vec::with_capacity(rows.len());
+                    for row in rows {
+                        if self.context_tx(tx, row.job_id)?.probe_particles.is_none() {
+                            kept.push(row);
+                        }
+                    }
+                    rows = kept;
+                }
+                idle |= rows.is_empty();
+                let mut grants = Vec::with_capacity(rows.len());
+                for row in rows {
+                    let (lease, grant) = self.grant(tx, &q.worker, row, q.now)?;
+                    leases.push(lease);
+                    grants.push(grant);
+                }
+                answers[next + k] = Some(Ok(grants));
+            }
+            tx.insert_leases(&leases)?;
+            if idle {
+                self.ask_running_unit_to_yield(tx, now)?;
+            }
+            match short {
+                Some(i) => {
+                    answers[i] = Some(alone(self, tx, &items[i])?);
+                    next = i + 1;
+                }
+                None => next = end,
+            }
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| a.expect("every request answered"))
+            .collect())
+    }
+
+    /// How many units `worker` may be leased now of the `max` it asks for, with its
+    /// account (`None`: none; the worker or account is quarantined, revoked or gone, or
+    /// its share is out).
+    fn room(
+        &self,
+        worker: &WorkerRecord,
+        view: Option<LeaseView>,
+        max: usize,
+    ) -> Option<(usize, AccountRecord)> {
+        let view = view?;
+        let account = view.account.filter(|a| a.active() && !view.quarantined)?;
+        // at most about five units per engine thread out at once, whatever it asks for
+        let cap = lease_cap(worker.threads, worker.host.cores);
+        let mut max = max.min(cap.saturating_sub(view.worker_leases) as usize);
+        // and a volunteer account's identities together at most its share, however many
+        // it registers
+        if !account.id.is_operator() {
+            max = max.min(
+                self.config
+                    .accounts
+                    .leases
+                    .saturating_sub(view.account_leases) as usize,
+            );
+        }
+        (max > 0).then_some((max, account))
+    }
+
+    /// A lease of `row` for `worker`, as stored and as told (remembered for its report).
+    fn grant(
+        &self,
+        tx: &mut dyn Tx,
+        worker: &WorkerRecord,
+        row: UnitRecord,
+        now: i64,
+    ) -> Result<(LeaseRecord, Lease), FleetError> {
+        self.shares_granted(row.job_id, 1);
+        // a job's budget never changes: read from the cached job context
+        let ctx = self.context_tx(tx, row.job_id)?;
+        let budget = ctx.budget;
+        let probe = ctx.probe_particles.map(|particles| Probe {
+            particles,
+            seed: super::studies::probe_seed(row.job_id, row.id),
+        });
+        let lease = LeaseRecord {
+            id: LeaseId::random(),
+            unit_id: row.id,
+            worker_id: worker.id,
+            account_id: worker.account_id.clone(),
+            hostname: worker.host.hostname.clone(),
+            budget,
+            created_ms: now,
+            deadline_ms: now + self.config.lease.as_millis() as i64,
+            state: LeaseState::Active,
+        };
+        self.remember_lease(
+            lease.id,
+            LeasedUnit {
+                job_id: row.job_id,
+                budget,
+                unit: row.unit.clone(),
+            },
+        );
+        info!(lease_id = %lease.id, unit_id = %row.id, job_id = %row.job_id, "unit leased");
+        let grant = Lease {
+            lease_id: lease.id,
+            unit_id: row.id,
+            job_id: row.job_id,
+            unit: row.unit,
+            budget,
+            deadline_ms: lease.deadline_ms,
+            probe,
+        };
+        Ok((lease, grant))
     }
 
     /// Up to `max` units `who` may run: any job's when `plan` is `None` (one job running),
@@ -411,6 +612,15 @@ impl Fleet {
         info!(worker_id = %worker.id, released = n, "leases released");
         Ok(n)
     }
+}
+
+/// A lease request waiting for its batch ([`super::batches`]).
+pub(super) struct QueuedLease {
+    worker: WorkerRecord,
+    max: usize,
+    engine: Option<(EngineKind, String)>,
+    probes: bool,
+    now: i64,
 }
 
 fn expire(tx: &mut dyn Tx, now: i64) -> Result<usize, FleetError> {

@@ -48,6 +48,8 @@ mod accounts;
 mod archiving;
 mod audits;
 pub mod auth_limits;
+mod batches;
+pub use batches::BatchTotals;
 mod checks;
 mod leasing;
 pub mod policy;
@@ -302,6 +304,10 @@ pub struct Fleet {
     /// Studies' rankings as last merged, kept a while ([`studies::RUNNING_TTL`],
     /// [`studies::ENDED_TTL`]).
     merged_studies: studies::MergedStudies,
+    /// Reports waiting for their batch ([`batches`]).
+    reports: batches::Queue<reports::QueuedReport, e2fleet_proto::api::ReportOutcome>,
+    /// Lease requests waiting for their batch ([`batches`]).
+    lease_requests: batches::Queue<leasing::QueuedLease, Vec<e2fleet_proto::api::Lease>>,
 }
 
 impl Fleet {
@@ -333,6 +339,8 @@ impl Fleet {
             shares: sharing::Shares::default(),
             archive_walk: archiving::ArchiveWalk::default(),
             merged_studies: studies::MergedStudies::default(),
+            reports: Default::default(),
+            lease_requests: Default::default(),
             releases: None,
             download_slots: Default::default(),
         }
@@ -405,6 +413,11 @@ impl Fleet {
     /// The store (for the read models).
     pub fn store(&self) -> &Store {
         &self.store
+    }
+
+    /// The lease-request and report batches written so far ([`batches`]).
+    pub fn batch_totals(&self) -> (BatchTotals, BatchTotals) {
+        (self.lease_requests.totals(), self.reports.totals())
     }
 
     /// The store's writer totals (see [`crate::store::writer`]).

@@ -7,16 +7,19 @@ use std::sync::Arc;
 
 use e2fleet_engine::Unit;
 use e2fleet_engine::unit::{StopReason, result_digest};
-use e2fleet_proto::api::{JobState, Report, ReportOutcome, ReportStatus, ResultVerdict};
+use e2fleet_proto::api::{
+    JobId, JobState, LeaseId, Report, ReportOutcome, ReportStatus, ResultVerdict, UnitId, WorkerId,
+};
 use tracing::{instrument, warn};
 
+use super::batches;
 use super::checks::check_result;
-use super::policy::BEST_BOARDS;
+use super::policy::{BEST_BOARDS, quorum_for};
 use super::quorum::decides_alone;
 use super::{Fleet, FleetError, LeasedUnit, finish_if_done};
 use crate::store::{
-    LeaseState, NewResult, ReportView, ResultBody, ResultCore, ResultId, ResultRecord, Standing,
-    Tx, UnitRecord, UnitState, WorkerRecord,
+    LeaseState, NewResult, NewUnit, ReportView, ResultBody, ResultCore, ResultId, ResultRecord,
+    Standing, Tx, UnitKind, UnitRecord, UnitState, ViewAsk, WorkerRecord,
 };
 
 /// A report verified before its write, with what it was verified against.
@@ -42,20 +45,31 @@ impl Fleet {
         // drawn here, from the CSPRNG: whether a trusted volunteer's result is run again
         // by another account (nobody can tell in advance which ones are)
         let recheck = rand::random::<f64>() < self.config.trust.recheck;
-        let (fleet, worker) = (self.clone(), worker.clone());
-        let outcome = self
-            .store
-            .write(move |tx| {
-                fleet.report_tx(
-                    tx,
-                    &worker,
-                    report,
-                    (digest, body, folded),
-                    (pre, recheck),
-                    now,
-                )
-            })
-            .await?;
+        let queued = QueuedReport {
+            worker: worker.clone(),
+            report,
+            prepared: (digest, body, folded),
+            pre: (pre, recheck),
+            now,
+        };
+        let (start, answer) = self.reports.push(queued);
+        if start {
+            let fleet = self.clone();
+            tokio::spawn(async move {
+                batches::drain(&fleet.reports, |items| {
+                    let fleet = fleet.clone();
+                    async move {
+                        let f = fleet.clone();
+                        fleet
+                            .store
+                            .write(move |tx| f.report_batch_tx(tx, items))
+                            .await
+                    }
+                })
+                .await;
+            });
+        }
+        let outcome = batches::answer(answer).await?;
         tracing::info!(status = %outcome.status, "result reported");
         Ok(outcome)
     }
@@ -172,34 +186,13 @@ impl Fleet {
                 "this lease expired and its unit is covered by another run; a stopped run is not compared"
             }));
         }
-        let record = ResultRecord {
-            id: ResultId(0),
-            job_id: unit.job_id,
-            unit_id: unit.id,
-            lease_id: lease.id,
-            worker_id: worker.id,
-            account_id: worker.account_id.clone(),
-            standing,
-            hostname: worker.host.hostname.clone(),
-            cpu_model: worker.host.cpu_model.clone(),
-            engine_kind: report.engine_kind,
-            engine_build: report.engine_build.clone(),
-            digest,
-            committed: report.result.committed,
-            solutions: report.result.solutions_count,
-            max_depth: report.result.max_depth,
-            engine_seconds: if report.engine_seconds.is_finite() {
-                report.engine_seconds.max(0.0)
-            } else {
-                0.0
-            },
-            verdict: if check.is_ok() {
-                ResultVerdict::Pending
-            } else {
-                ResultVerdict::Wrong
-            },
-            received_ms: now,
-        };
+        let record = new_record(
+            worker,
+            &report,
+            (&unit, lease.id),
+            (standing, digest, check.is_ok()),
+            now,
+        );
         let new = NewResult {
             record,
             body,
@@ -287,6 +280,299 @@ impl Fleet {
     }
 }
 
+/// A report waiting for its batch ([`super::batches`]): what [`Fleet::report_tx`] takes.
+pub(super) struct QueuedReport {
+    worker: WorkerRecord,
+    report: Report,
+    prepared: (String, ResultBody, ResultCore),
+    pre: (Option<Prechecked>, bool),
+    now: i64,
+}
+
+/// Reports of a batch accepted on their own (each its unit's first valid result, as
+/// [`Fleet::accept_alone`] decides it), written together by [`Fleet::write_accepted`].
+#[derive(Default)]
+struct AcceptedPart {
+    results: Vec<NewResult>,
+    /// (unit, lease, whether the lease was active, when)
+    units: Vec<(UnitId, LeaseId, bool, i64)>,
+    jobs: Vec<JobPart>,
+    workers: Vec<(WorkerId, u64)>,
+}
+
+/// What a part adds to one job.
+struct JobPart {
+    id: JobId,
+    /// Nodes by depth and solutions of its accepted results, summed.
+    nodes: Vec<u64>,
+    solutions: u64,
+    /// Continuations of results stopped at their budget.
+    continuations: Vec<NewUnit>,
+    /// The latest report's time.
+    now: i64,
+}
+
+impl AcceptedPart {
+    fn has_unit(&self, id: UnitId) -> bool {
+        self.units.iter().any(|u| u.0 == id)
+    }
+}
+
+impl Fleet {
+    /// A batch of reports (see [`super::batches`]): each decided in order by the same
+    /// rules as [`Fleet::report_tx`]. The views of the reports are read in one statement;
+    /// the run of reports from the first on that [`Fleet::accept_in_part`] accepts on
+    /// their own is written together; the first report it does not take is written the
+    /// single way, after that run, and the views of the rest are read again.
+    pub(super) fn report_batch_tx(
+        &self,
+        tx: &mut dyn Tx,
+        items: Vec<QueuedReport>,
+    ) -> Result<Vec<Result<ReportOutcome, FleetError>>, FleetError> {
+        let mut items: Vec<Option<QueuedReport>> = items.into_iter().map(Some).collect();
+        let mut answers: Vec<Option<Result<ReportOutcome, FleetError>>> =
+            (0..items.len()).map(|_| None).collect();
+        let mut next = 0;
+        while next < items.len() {
+            let views = {
+                let asks: Vec<ViewAsk<'_>> = items[next..]
+                    .iter()
+                    .map(|q| {
+                        let q = q.as_ref().expect("not yet answered");
+                        ViewAsk {
+                            lease: q.report.lease_id,
+                            account: &q.worker.account_id,
+                            boards: boards_asked(&q.report),
+                        }
+                    })
+                    .collect();
+                tx.report_views(&asks)?
+            };
+            let mut part = AcceptedPart::default();
+            let mut alone = None;
+            for (k, view) in views.into_iter().enumerate() {
+                let i = next + k;
+                match self.accept_in_part(&mut items[i], view, &mut part) {
+                    Some(outcome) => answers[i] = Some(Ok(outcome)),
+                    None => {
+                        alone = Some(i);
+                        break;
+                    }
+                }
+            }
+            self.write_accepted(tx, part)?;
+            let Some(i) = alone else { break };
+            let q = items[i].take().expect("not yet answered");
+            let answer = self.report_tx(tx, &q.worker, q.report, q.prepared, q.pre, q.now);
+            if let Err(FleetError::Store(e)) = answer {
+                // a store failure fails the batch (the writer rolls it back); any other
+                // refusal is decided before the report's first write, and is its answer
+                return Err(e.into());
+            }
+            answers[i] = Some(answer);
+            next = i + 1;
+        }
+        Ok(answers
+            .into_iter()
+            .map(|a| a.expect("every report answered"))
+            .collect())
+    }
+
+    /// Takes a report into `part` when the single write would accept it on its own
+    /// ([`Fleet::accept_alone`], the common path of a trusted fleet) and nothing before
+    /// it in the part touched its unit (taking it from `slot`); else leaves it there (it
+    /// is then written alone).
+    /// Only an operator's report whose result keeps no board: a volunteer's earns
+    /// credit and trust, and a kept board changes what the next report counts.
+    fn accept_in_part(
+        &self,
+        slot: &mut Option<QueuedReport>,
+        view: Option<ReportView>,
+        part: &mut AcceptedPart,
+    ) -> Option<ReportOutcome> {
+        let (q, view) = (slot.as_ref()?, view?);
+        if !self.accept_alone.load(std::sync::atomic::Ordering::Relaxed)
+            || !q.worker.account_id.is_operator()
+            || part.has_unit(view.unit.id)
+        {
+            return None;
+        }
+        let ReportView {
+            lease,
+            existing,
+            unit,
+            job,
+            account,
+            kept_boards,
+            others_valid,
+        } = view;
+        // what `report_lease` answers without counting, and what `report_tx` refuses or
+        // compares, goes the single way
+        let checked = matches!(&q.pre.0, Some(p) if p.budget == lease.budget && p.unit == unit.unit && p.check.is_ok());
+        let counted = lease.worker_id == q.worker.id
+            && lease.unit_id == q.report.unit_id
+            && existing.is_none()
+            && lease.state != LeaseState::Superseded
+            && checked
+            && account
+                .as_ref()
+                .is_some_and(|a| a.active() && self.trusted(a))
+            && unit.state != UnitState::Cancelled
+            && job.state != JobState::Cancelled
+            && q.report.result.stop != Some(StopReason::Requested)
+            && !others_valid;
+        if !counted {
+            return None;
+        }
+        let mut record = new_record(
+            &q.worker,
+            &q.report,
+            (&unit, lease.id),
+            (Standing::Trusted, q.prepared.0.clone(), true),
+            q.now,
+        );
+        let keeps_board =
+            record.solutions > 0 || (record.max_depth > 0 && kept_boards < BEST_BOARDS);
+        if keeps_board || !decides_alone(&unit, &record, q.pre.1) {
+            return None;
+        }
+        let QueuedReport {
+            worker,
+            report,
+            prepared: (_, body, core),
+            now,
+            ..
+        } = slot.take()?;
+        record.verdict = ResultVerdict::Accepted;
+        part.results.push(NewResult { record, body, core });
+        part.units
+            .push((unit.id, lease.id, lease.state == LeaseState::Active, now));
+        let result = &report.result;
+        let at = match part.jobs.iter().position(|j| j.id == job.id) {
+            Some(at) => at,
+            None => {
+                part.jobs.push(JobPart {
+                    id: job.id,
+                    nodes: Vec::new(),
+                    solutions: 0,
+                    continuations: Vec::new(),
+                    now,
+                });
+                part.jobs.len() - 1
+            }
+        };
+        let totals = &mut part.jobs[at];
+        e2fleet_engine::unit::add_counts(&mut totals.nodes, &result.nodes_by_depth);
+        totals.solutions += result.solutions_count;
+        totals.now = totals.now.max(now);
+        if let Some(cursor) = &result.cursor {
+            // as `add_to_totals` makes it
+            totals.continuations.push(NewUnit {
+                unit: Unit {
+                    prefix: unit.unit.prefix.clone(),
+                    cursor: cursor.clone(),
+                },
+                parent: Some(unit.id),
+                kind: UnitKind::Continuation,
+                quorum: quorum_for(
+                    job.id,
+                    unit.id.0 as u64 ^ 0x5bd1_e995,
+                    job.replicas,
+                    job.spot_check,
+                ),
+            });
+        }
+        match part.workers.iter_mut().find(|w| w.0 == worker.id) {
+            Some(w) => w.1 += 1,
+            None => part.workers.push((worker.id, 1)),
+        }
+        Some(ReportOutcome {
+            status: ReportStatus::Accepted,
+            detail: format!(
+                "1 agreeing of quorum {}, 1 independent parties",
+                unit.quorum
+            ),
+        })
+    }
+
+    /// Writes what [`Fleet::accept_alone`] writes for each report of `part`, each kind
+    /// of change in one statement; then a job with no continuation made may be complete.
+    fn write_accepted(&self, tx: &mut dyn Tx, part: AcceptedPart) -> Result<(), FleetError> {
+        if part.results.is_empty() {
+            return Ok(());
+        }
+        let leases: Vec<LeaseId> = part.units.iter().map(|u| u.1).collect();
+        tx.set_leases_state(&leases, LeaseState::Reported)?;
+        tx.insert_decided_results(&part.results)?;
+        tx.units_decided_by_leases(&part.units)?;
+        for job in &part.jobs {
+            tx.add_accepted(job.id, &job.nodes, job.solutions)?;
+            tx.insert_units(job.id, &job.continuations, job.now)?;
+        }
+        tx.workers_units_done(&part.workers)?;
+        for job in &part.jobs {
+            if job.continuations.is_empty() {
+                finish_if_done(tx, job.id, job.now)?;
+            }
+        }
+        // (counted before the commit: a batch rolled back overcounts, for a test only)
+        self.accepted_alone.fetch_add(
+            part.results.len() as u64,
+            std::sync::atomic::Ordering::Relaxed,
+        );
+        Ok(())
+    }
+}
+
+/// The kept boards a report's view counts: only for a result that could become one of
+/// its job's best boards (its depth, and up to [`BEST_BOARDS`]).
+fn boards_asked(report: &Report) -> (usize, usize) {
+    let boards = if report.result.solutions_count == 0 && report.result.max_depth > 0 {
+        BEST_BOARDS
+    } else {
+        0
+    };
+    (report.result.max_depth, boards)
+}
+
+/// A report's result as recorded (pending when its check passed, wrong when not).
+fn new_record(
+    worker: &WorkerRecord,
+    report: &Report,
+    (unit, lease): (&UnitRecord, LeaseId),
+    (standing, digest, check_ok): (Standing, String, bool),
+    now: i64,
+) -> ResultRecord {
+    ResultRecord {
+        id: ResultId(0),
+        job_id: unit.job_id,
+        unit_id: unit.id,
+        lease_id: lease,
+        worker_id: worker.id,
+        account_id: worker.account_id.clone(),
+        standing,
+        hostname: worker.host.hostname.clone(),
+        cpu_model: worker.host.cpu_model.clone(),
+        engine_kind: report.engine_kind,
+        engine_build: report.engine_build.clone(),
+        digest,
+        committed: report.result.committed,
+        solutions: report.result.solutions_count,
+        max_depth: report.result.max_depth,
+        engine_seconds: if report.engine_seconds.is_finite() {
+            report.engine_seconds.max(0.0)
+        } else {
+            0.0
+        },
+        verdict: if check_ok {
+            ResultVerdict::Pending
+        } else {
+            ResultVerdict::Wrong
+        },
+        received_ms: now,
+    }
+}
+
 /// The answer to a report that is too late to count (no fault of its worker's).
 fn late(why: &str) -> ReportOutcome {
     ReportOutcome {
@@ -319,17 +605,7 @@ fn report_lease(
     report: &Report,
     digest: &str,
 ) -> Result<Result<ReportView, ReportOutcome>, FleetError> {
-    // the job's best boards are counted only for a result that could become one
-    let boards = if report.result.solutions_count == 0 && report.result.max_depth > 0 {
-        BEST_BOARDS
-    } else {
-        0
-    };
-    let Some(view) = tx.report_view(
-        report.lease_id,
-        &worker.account_id,
-        (report.result.max_depth, boards),
-    )?
+    let Some(view) = tx.report_view(report.lease_id, &worker.account_id, boards_asked(report))?
     else {
         // a unit leaves its leases behind when it is archived, which waits until its
         // expired leases are older than the detail window: a result later than that

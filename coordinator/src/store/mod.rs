@@ -39,8 +39,8 @@ use std::str::FromStr;
 pub use records::*;
 pub use traffic::TrafficTotals;
 pub use tx::{
-    Accounts, Archive, Jobs, Leases, Leasing, MoreRuns, Results, StoreResult, Studies, Tx, Units,
-    Verifications, Workers,
+    Accounts, Archive, Batches, Jobs, Leases, Leasing, MoreRuns, OpenUnit, Results, StoreResult,
+    Studies, Tx, Units, Verifications, ViewAsk, Workers,
 };
 pub use writer::WriterTotals;
 

@@ -424,6 +424,35 @@ pub struct Leasing<'a> {
     pub live_parties: u32,
 }
 
+/// An open unit as a batch of lease requests sees it ([`Batches::open_units_with_runs`]).
+#[derive(Clone, Debug)]
+pub struct OpenUnit {
+    /// The unit.
+    pub unit: UnitRecord,
+    /// Whether it came as a disputed unit (for trusted workers first).
+    pub disputed: bool,
+    /// Its `needs_new_account` (0: any party; 1: another account preferred; 2: required).
+    pub needs_new_account: i64,
+    /// The worker identity and account of each active lease and valid result on it.
+    pub runs: Vec<(WorkerId, AccountId)>,
+}
+
+impl OpenUnit {
+    /// Whether `who` may run it: the rule of [`Units::leasable_units`] (its `ELIGIBLE`
+    /// condition in `sql/units.rs`), on the runs read with it. The
+    /// identity never runs a unit twice; a volunteer account not either when the unit
+    /// requires another party's run, or prefers one and the fleet has another party.
+    pub fn open_to(&self, who: &Leasing<'_>) -> bool {
+        let account_barred = !who.account.is_operator()
+            && (self.needs_new_account == 2
+                || (self.needs_new_account == 1 && who.live_parties > 1));
+        !self
+            .runs
+            .iter()
+            .any(|(w, a)| *w == who.worker || (account_barred && a == who.account))
+    }
+}
+
 /// What a unit needs next, for [`Units::request_run`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct MoreRuns {
@@ -477,13 +506,75 @@ pub trait Studies {
     fn accepted_probes(&mut self, job: JobId) -> StoreResult<Vec<AcceptedProbe>>;
 }
 
+/// What a batch of lease requests or reports reads and writes in one statement each
+/// (see `crate::fleet::batches`): on PostgreSQL each is one set-based statement, so a
+/// batch of reports costs a few statements, not a few per report; on SQLite each is the
+/// per-row statement run per row (a statement there costs microseconds). Rows named twice
+/// in one call are the caller's to avoid: a set-based update changes each row once.
+pub trait Batches {
+    /// [`Results::report_view`] for each report, in order (`None` where its lease is not
+    /// stored). Unlike it, remembers nothing for later statements.
+    fn report_views(&mut self, asks: &[ViewAsk<'_>]) -> StoreResult<Vec<Option<ReportView>>>;
+    /// [`Results::insert_decided_result`] for each, none keeping its body.
+    fn insert_decided_results(&mut self, results: &[NewResult]) -> StoreResult<()>;
+    /// [`Units::unit_decided_by_lease`] for each `(unit, lease, lease_was_active, now_ms)`;
+    /// the units are distinct.
+    fn units_decided_by_leases(
+        &mut self,
+        decided: &[(UnitId, LeaseId, bool, i64)],
+    ) -> StoreResult<()>;
+    /// [`Leases::set_lease_state`] for each lease.
+    fn set_leases_state(&mut self, ids: &[LeaseId], state: LeaseState) -> StoreResult<()>;
+    /// Adds `n` to each worker's units done; the workers are distinct.
+    fn workers_units_done(&mut self, done: &[(WorkerId, u64)]) -> StoreResult<()>;
+    /// [`Leases::lease_view`] for each `(worker, account)`, in order.
+    fn lease_views(
+        &mut self,
+        who: &[(WorkerId, &AccountId)],
+    ) -> StoreResult<Vec<Option<LeaseView>>>;
+    /// The oldest open units of running, unpaused jobs (at most `open`), after the
+    /// disputed ones (at most `disputed`; a disputed unit is open too, so it may come
+    /// twice), each with the runs that bar a worker from it ([`OpenUnit::open_to`]).
+    fn open_units_with_runs(&mut self, open: usize, disputed: usize) -> StoreResult<Vec<OpenUnit>>;
+    /// [`Leases::insert_lease`] for each, with [`Units::lease_taken`] for its unit; the
+    /// units are distinct.
+    fn insert_leases(&mut self, leases: &[LeaseRecord]) -> StoreResult<()>;
+    /// [`Workers::worker_seen`] at `now_ms` with what a lease request tells (the engine
+    /// it runs) for each worker; the workers are distinct.
+    fn workers_seen_leasing(
+        &mut self,
+        seen: &[(WorkerId, Option<(e2fleet_engine::engine::EngineKind, &str)>)],
+        now_ms: i64,
+    ) -> StoreResult<()>;
+}
+
+/// One report's [`Results::report_view`] arguments.
+#[derive(Clone, Copy, Debug)]
+pub struct ViewAsk<'a> {
+    /// The lease the report names.
+    pub lease: LeaseId,
+    /// The reporting worker's account.
+    pub account: &'a AccountId,
+    /// The result's deepest depth and the most kept boards to count there.
+    pub boards: (usize, usize),
+}
+
 /// Every operation, in one transaction.
 pub trait Tx:
-    Jobs + Units + Leases + Results + Workers + Accounts + Verifications + Archive + Studies
+    Jobs + Units + Leases + Results + Workers + Accounts + Verifications + Archive + Studies + Batches
 {
 }
 
 impl<T> Tx for T where
-    T: Jobs + Units + Leases + Results + Workers + Accounts + Verifications + Archive + Studies
+    T: Jobs
+        + Units
+        + Leases
+        + Results
+        + Workers
+        + Accounts
+        + Verifications
+        + Archive
+        + Studies
+        + Batches
 {
 }

@@ -27,6 +27,32 @@ pub(super) fn from_row_at(r: &Row, at: usize) -> StoreResult<LeaseRecord> {
     })
 }
 
+/// What [`Leases::lease_view`] reads (workers `w`, accounts `a`), for the worker, its
+/// account and whether that is a volunteer's (1 or 0) given as SQL expressions.
+pub(super) fn view_columns(worker: &str, account: &str, volunteer: &str) -> String {
+    // (the operator's identities are not counted together: thousands of leases)
+    format!(
+        "w.quarantined, \
+           (SELECT COUNT(*) FROM leases WHERE worker_id = {worker} AND state = 'active'), \
+           CASE WHEN {volunteer} = 1 THEN (SELECT COUNT(*) FROM leases WHERE account_id = {account} AND state = 'active') ELSE 0 END, \
+           {}",
+        super::accounts::COLUMNS
+    )
+}
+
+/// Reads the columns of [`view_columns`] starting at column `at`.
+pub(super) fn view_at(r: &Row, at: usize) -> StoreResult<LeaseView> {
+    Ok(LeaseView {
+        quarantined: r.get(at)?,
+        worker_leases: r.get::<i64>(at + 1)? as u64,
+        account_leases: r.get::<i64>(at + 2)? as u64,
+        account: match r.get::<Option<String>>(at + 3)? {
+            Some(_) => Some(super::accounts::from_row_at(r, at + 3, false)?),
+            None => None,
+        },
+    })
+}
+
 impl Leases for SqlTx<'_> {
     fn insert_lease(&mut self, l: &LeaseRecord) -> StoreResult<()> {
         self.c.execute_deferred("INSERT INTO leases (id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state, account_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
@@ -48,14 +74,9 @@ impl Leases for SqlTx<'_> {
         worker: WorkerId,
         account: &AccountId,
     ) -> StoreResult<Option<LeaseView>> {
-        // (the operator's identities are not counted together: thousands of leases)
         let sql = format!(
-            "SELECT w.quarantined, \
-               (SELECT COUNT(*) FROM leases WHERE worker_id = ?1 AND state = 'active'), \
-               CASE WHEN ?3 = 1 THEN (SELECT COUNT(*) FROM leases WHERE account_id = ?2 AND state = 'active') ELSE 0 END, \
-               {} \
-             FROM workers w LEFT JOIN accounts a ON a.id = ?2 WHERE w.id = ?1",
-            super::accounts::COLUMNS
+            "SELECT {} FROM workers w LEFT JOIN accounts a ON a.id = ?2 WHERE w.id = ?1",
+            view_columns("?1", "?2", "?3")
         );
         self.c.map_row(
             &sql,
@@ -64,17 +85,7 @@ impl Leases for SqlTx<'_> {
                 account.as_str(),
                 i64::from(!account.is_operator())
             ],
-            |r| {
-                Ok(LeaseView {
-                    quarantined: r.get(0)?,
-                    worker_leases: r.get::<i64>(1)? as u64,
-                    account_leases: r.get::<i64>(2)? as u64,
-                    account: match r.get::<Option<String>>(3)? {
-                        Some(_) => Some(super::accounts::from_row_at(r, 3, false)?),
-                        None => None,
-                    },
-                })
-            },
+            |r| view_at(r, 0),
         )
     }
 

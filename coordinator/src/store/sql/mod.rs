@@ -16,6 +16,7 @@
 
 mod accounts;
 mod archive;
+mod batch;
 pub mod codec;
 mod jobs;
 mod leases;

@@ -29,6 +29,107 @@ fn kept_boards(job: &str, depth: &str, other_than: Option<&str>, limit: &str) ->
     )
 }
 
+/// What [`Results::report_view`] reads: its columns, and the joins that follow `leases l`
+/// (units `u`, jobs `j`, results `r`, accounts `a`), for the account, deepest depth and
+/// board limit given as SQL expressions; which lease is the caller's. `unfinished`: on
+/// which backend whether the job has another unfinished unit is read (`None`: it is
+/// not, and reads as false). The lease, its result (NULLs when
+/// none), unit, job head and account, then the job's kept boards; and kept for the
+/// decision: the job's accepted totals and whether it has an unfinished unit besides this
+/// one, and whether the unit has another valid result. Read by [`view_at`].
+pub(super) fn view_select(
+    unfinished: Option<bool>,
+    account: &str,
+    depth: &str,
+    limit: &str,
+) -> (String, String) {
+    let columns = format!(
+        "{}, {R_COLUMNS}, {U_COLUMNS}, j.id, j.state, j.replicas, j.spot_check, {}, \
+           {}, j.accepted_json, {}, \
+           EXISTS (SELECT 1 FROM results o WHERE o.unit_id = u.id AND o.lease_id <> l.id \
+                     AND o.verdict NOT IN ('wrong', 'void'))",
+        super::leases::L_COLUMNS,
+        super::accounts::COLUMNS,
+        kept_boards("j.id", depth, None, limit),
+        unfinished.map_or("0 = 1".to_string(), |postgres| {
+            super::units::has_unfinished(postgres, "j.id", Some("u.id"))
+        }),
+    );
+    let joins = format!(
+        "JOIN units u ON u.id = l.unit_id JOIN jobs j ON j.id = u.job_id \
+         LEFT JOIN results r ON r.lease_id = l.id LEFT JOIN accounts a ON a.id = {account}"
+    );
+    (columns, joins)
+}
+
+/// Reads the columns of [`view_select`] starting at column `at`: the view, the job's
+/// accepted totals (encoded) and whether the job has an unfinished unit besides this one.
+pub(super) fn view_at(r: &Row, at: usize) -> StoreResult<(ReportView, String, bool)> {
+    const RESULT: usize = width(super::leases::L_COLUMNS);
+    const UNIT: usize = RESULT + width(R_COLUMNS);
+    const JOB: usize = UNIT + width(U_COLUMNS);
+    const ACCOUNT: usize = JOB + 4;
+    const KEPT: usize = ACCOUNT + width(super::accounts::COLUMNS);
+    let view = ReportView {
+        lease: super::leases::from_row_at(r, at)?,
+        existing: match r.get::<Option<i64>>(at + RESULT)? {
+            Some(_) => Some(from_row_at(r, at + RESULT)?),
+            None => None,
+        },
+        unit: super::units::from_row_at(r, at + UNIT)?,
+        job: JobHead {
+            id: r.parsed(at + JOB)?,
+            state: r.parsed(at + JOB + 1)?,
+            replicas: r.get::<i64>(at + JOB + 2)? as u32,
+            spot_check: r.get(at + JOB + 3)?,
+        },
+        account: match r.get::<Option<String>>(at + ACCOUNT)? {
+            Some(_) => Some(super::accounts::from_row_at(r, at + ACCOUNT, false)?),
+            None => None,
+        },
+        kept_boards: r.get::<i64>(at + KEPT)? as usize,
+        others_valid: r.get::<bool>(at + KEPT + 3)?,
+    };
+    Ok((
+        view,
+        r.get::<String>(at + KEPT + 1)?,
+        r.get::<bool>(at + KEPT + 2)?,
+    ))
+}
+
+/// The columns a new result is inserted with, in the order of [`inserted`].
+pub(super) const INSERTED: &str = "job_id, unit_id, lease_id, worker_id, hostname, cpu_model, \
+     engine_kind, engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, \
+     received_ms, account_id, standing, counts, stop, body_kept";
+
+/// A new result's values for [`INSERTED`].
+pub(super) fn inserted(n: &NewResult, keep_body: bool) -> Vec<super::Value> {
+    let r = &n.record;
+    args![
+        r.job_id.to_string(),
+        r.unit_id.0,
+        r.lease_id.to_string(),
+        r.worker_id.to_string(),
+        r.hostname,
+        r.cpu_model,
+        r.engine_kind.as_str(),
+        r.engine_build,
+        r.digest,
+        r.committed as i64,
+        r.solutions as i64,
+        r.max_depth as i64,
+        r.engine_seconds,
+        r.verdict.as_str(),
+        r.received_ms,
+        r.account_id.as_str(),
+        r.standing.as_str(),
+        n.core.counts,
+        n.core.stop,
+        i64::from(keep_body)
+    ]
+    .to_vec()
+}
+
 /// [`COLUMNS`] for queries that alias results `r`.
 pub(super) const R_COLUMNS: &str = "r.id, r.job_id, r.unit_id, r.lease_id, r.worker_id, r.hostname, \
      r.cpu_model, r.engine_kind, r.engine_build, r.digest, r.committed, r.solutions, r.max_depth, \
@@ -136,30 +237,13 @@ impl SqlTx<'_> {
     /// A result as its record says (its verdict), with its body if `keep_body`; held
     /// changes both, its id not read back (its lease names it, once).
     fn insert(&mut self, n: &NewResult, keep_body: bool) -> StoreResult<()> {
+        self.c.execute_deferred(
+            &format!(
+                "INSERT INTO results ({INSERTED}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+            ),
+            &inserted(n, keep_body),
+        )?;
         let r = &n.record;
-        self.c.execute_deferred("INSERT INTO results (job_id, unit_id, lease_id, worker_id, hostname, cpu_model, engine_kind, engine_build, digest, committed, solutions, max_depth, engine_seconds, verdict, received_ms, account_id, standing, counts, stop, body_kept) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
-            r.job_id.to_string(),
-            r.unit_id.0,
-            r.lease_id.to_string(),
-            r.worker_id.to_string(),
-            r.hostname,
-            r.cpu_model,
-            r.engine_kind.as_str(),
-            r.engine_build,
-            r.digest,
-            r.committed as i64,
-            r.solutions as i64,
-            r.max_depth as i64,
-            r.engine_seconds,
-            r.verdict.as_str(),
-            r.received_ms,
-            r.account_id.as_str(),
-            r.standing.as_str(),
-            n.core.counts,
-            n.core.stop,
-            i64::from(keep_body)
-        ])?;
         if keep_body {
             self.c.execute_deferred(
                 "INSERT INTO result_bodies (result_id, json) SELECT id, ? FROM results WHERE lease_id = ?",
@@ -194,53 +278,12 @@ impl Results for SqlTx<'_> {
         account: &AccountId,
         (depth, limit): (usize, usize),
     ) -> StoreResult<Option<ReportView>> {
-        // the lease, its result (NULLs when none), unit, job head and account, then the
-        // job's kept boards; and kept for the decision: the job's accepted totals and
-        // whether it has an unfinished unit besides this one
-        const RESULT: usize = width(super::leases::L_COLUMNS);
-        const UNIT: usize = RESULT + width(R_COLUMNS);
-        const JOB: usize = UNIT + width(U_COLUMNS);
-        const ACCOUNT: usize = JOB + 4;
-        const KEPT: usize = ACCOUNT + width(super::accounts::COLUMNS);
-        let sql = format!(
-            "SELECT {}, {R_COLUMNS}, {U_COLUMNS}, j.id, j.state, j.replicas, j.spot_check, {}, \
-               {}, j.accepted_json, {}, \
-               EXISTS (SELECT 1 FROM results o WHERE o.unit_id = u.id AND o.lease_id <> l.id \
-                         AND o.verdict NOT IN ('wrong', 'void')) \
-             FROM leases l JOIN units u ON u.id = l.unit_id JOIN jobs j ON j.id = u.job_id \
-               LEFT JOIN results r ON r.lease_id = l.id LEFT JOIN accounts a ON a.id = ?2 \
-             WHERE l.id = ?1",
-            super::leases::L_COLUMNS,
-            super::accounts::COLUMNS,
-            kept_boards("j.id", "?3", None, "?4"),
-            super::units::has_unfinished(self.c.is_postgres(), "j.id", Some("u.id")),
-        );
+        let (columns, joins) = view_select(Some(self.c.is_postgres()), "?2", "?3", "?4");
+        let sql = format!("SELECT {columns} FROM leases l {joins} WHERE l.id = ?1");
         let row = self.c.map_row(
             &sql,
             args![lease.to_string(), account.as_str(), depth, limit],
-            |r| {
-                let view = ReportView {
-                    lease: super::leases::from_row_at(r, 0)?,
-                    existing: match r.get::<Option<i64>>(RESULT)? {
-                        Some(_) => Some(from_row_at(r, RESULT)?),
-                        None => None,
-                    },
-                    unit: super::units::from_row_at(r, UNIT)?,
-                    job: JobHead {
-                        id: r.parsed(JOB)?,
-                        state: r.parsed(JOB + 1)?,
-                        replicas: r.get::<i64>(JOB + 2)? as u32,
-                        spot_check: r.get(JOB + 3)?,
-                    },
-                    account: match r.get::<Option<String>>(ACCOUNT)? {
-                        Some(_) => Some(super::accounts::from_row_at(r, ACCOUNT, false)?),
-                        None => None,
-                    },
-                    kept_boards: r.get::<i64>(KEPT)? as usize,
-                    others_valid: r.get::<bool>(KEPT + 3)?,
-                };
-                Ok((view, r.get::<String>(KEPT + 1)?, r.get::<bool>(KEPT + 2)?))
-            },
+            |r| view_at(r, 0),
         )?;
         Ok(row.map(|(view, accepted, others)| {
             self.accepted = Some((view.job.id, accepted));

@@ -1,0 +1,245 @@
+//! Lease requests and reports, written in batches: each call queues its request here and
+//! waits; one task at a time takes everything queued and runs it as one store write, in
+//! which the fleet logic reads what the whole batch needs with one statement and writes
+//! each kind of change with one more ([`crate::store::Batches`]). While a batch is being
+//! written the next one gathers, so under load batches grow by themselves, and a lone
+//! request goes at once (no timer).
+//!
+//! # Why
+//! On PostgreSQL a small statement costs the server about the same whatever its rows
+//! (messages, relation locks, executor start), and a lease and its report were ~13 of
+//! them; a batch of a few dozen now costs a dozen or so in all. On SQLite the same
+//! batches run the per-row statements (in process they cost microseconds), so both
+//! backends run one logic.
+//!
+//! # The rules stay the request's own
+//! A batch decides each request in order, as if alone, with the same rules as the
+//! single write (`leasing.rs`, `reports.rs`); what it reads for many requests at once is
+//! what each would have read, because requests whose answers could depend on each other
+//! are not decided together: a batch's part ends before a second request of the same
+//! worker (or the same volunteer account's share), before a second report on the same
+//! unit, and before anything the set-based path does not cover (a dispute, a recheck, a
+//! kept board, a volunteer's credit, a split), which then runs as its own single write
+//! inside the batch after the part before it is written. The no-double-grant property
+//! and the exact-total drills run through these batches.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use tokio::sync::oneshot;
+
+use super::FleetError;
+use crate::store::StoreError;
+
+/// Most requests written together (a batch's statements carry each request's row).
+pub(super) const MAX_BATCH: usize = 256;
+
+/// Requests waiting for the next batch, with their answers' channels.
+pub(super) struct Queue<T, R> {
+    state: Mutex<QueueState<T, R>>,
+    /// Batches taken, and requests in them.
+    batches: AtomicU64,
+    requests: AtomicU64,
+}
+
+/// How many batches a queue wrote, and how many requests they carried.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BatchTotals {
+    /// Batches written.
+    pub batches: u64,
+    /// Requests in them.
+    pub requests: u64,
+}
+
+struct QueueState<T, R> {
+    waiting: Vec<(T, oneshot::Sender<Result<R, FleetError>>)>,
+    /// Whether a task is taking batches from this queue.
+    draining: bool,
+}
+
+impl<T, R> Default for Queue<T, R> {
+    fn default() -> Self {
+        Queue {
+            state: Mutex::new(QueueState {
+                waiting: Vec::new(),
+                draining: false,
+            }),
+            batches: AtomicU64::new(0),
+            requests: AtomicU64::new(0),
+        }
+    }
+}
+
+/// A batch taken from a [`Queue`]: the requests, and where each answer goes.
+pub(super) struct Batch<T, R> {
+    pub items: Vec<T>,
+    replies: Vec<oneshot::Sender<Result<R, FleetError>>>,
+}
+
+impl<T, R> Batch<T, R> {
+    /// Sends each request its answer, in order (`Err`: the whole batch failed, and every
+    /// request is told so).
+    pub fn answer(self, answers: Result<Vec<Result<R, FleetError>>, FleetError>) {
+        match answers {
+            Ok(answers) => {
+                debug_assert_eq!(answers.len(), self.replies.len());
+                for (reply, answer) in self.replies.into_iter().zip(answers) {
+                    // (a caller that gave up no longer listens)
+                    let _ = reply.send(answer);
+                }
+            }
+            Err(e) => {
+                for reply in self.replies {
+                    let _ = reply.send(Err(copy(&e)));
+                }
+            }
+        }
+    }
+}
+
+impl<T, R> Queue<T, R> {
+    /// Queues a request; `true` when no task is taking batches, so the caller must start
+    /// one (which then takes batches until the queue is empty).
+    pub fn push(&self, item: T) -> (bool, oneshot::Receiver<Result<R, FleetError>>) {
+        let (tx, rx) = oneshot::channel();
+        let mut state = self.state.lock().expect("batch queue");
+        state.waiting.push((item, tx));
+        let start = !state.draining;
+        state.draining = true;
+        (start, rx)
+    }
+
+    /// The next batch (at most [`MAX_BATCH`] requests, oldest first); `None` when nothing
+    /// is waiting, and then the taking task ends (the next push starts another).
+    pub fn take(&self) -> Option<Batch<T, R>> {
+        let mut state = self.state.lock().expect("batch queue");
+        if state.waiting.is_empty() {
+            state.draining = false;
+            return None;
+        }
+        let n = state.waiting.len().min(MAX_BATCH);
+        let (items, replies) = state.waiting.drain(..n).unzip();
+        self.batches.fetch_add(1, Relaxed);
+        self.requests.fetch_add(n as u64, Relaxed);
+        Some(Batch { items, replies })
+    }
+
+    /// Batches taken so far, and the requests they carried.
+    pub fn totals(&self) -> BatchTotals {
+        BatchTotals {
+            batches: self.batches.load(Relaxed),
+            requests: self.requests.load(Relaxed),
+        }
+    }
+}
+
+impl<T, R> Queue<T, R> {
+    /// Ends taking after a failure outside the store (a bug): every waiting request is
+    /// told, and the next push starts a new task.
+    fn abandon(&self) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.draining = false;
+        for (_, reply) in state.waiting.drain(..) {
+            let _ = reply.send(Err(FleetError::Store(StoreError::Writer(
+                "the batch writer failed; retry".into(),
+            ))));
+        }
+    }
+}
+
+/// Takes batches from `queue` until it is empty, each written by `run` (one store write)
+/// and answered. Started by the push that found no task taking (see [`Queue::push`]).
+pub(super) async fn drain<T, R, F, Fut>(queue: &Queue<T, R>, mut run: F)
+where
+    F: FnMut(Vec<T>) -> Fut,
+    Fut: std::future::Future<Output = Result<Vec<Result<R, FleetError>>, FleetError>>,
+{
+    /// Lets the queue go if this task ends before it is empty (a panic, or a runtime
+    /// shutting down): otherwise no task would ever take from it again.
+    struct Abandon<'a, T, R>(&'a Queue<T, R>, bool);
+    impl<T, R> Drop for Abandon<'_, T, R> {
+        fn drop(&mut self) {
+            if !self.1 {
+                self.0.abandon();
+            }
+        }
+    }
+    let mut guard = Abandon(queue, false);
+    while let Some(mut batch) = queue.take() {
+        let items = std::mem::take(&mut batch.items);
+        batch.answer(run(items).await);
+    }
+    guard.1 = true;
+}
+
+/// Waits for a queued request's answer.
+pub(super) async fn answer<R>(
+    rx: oneshot::Receiver<Result<R, FleetError>>,
+) -> Result<R, FleetError> {
+    rx.await.unwrap_or_else(|_| {
+        Err(FleetError::Store(StoreError::Writer(
+            "the batch carrying this request ended without an answer".into(),
+        )))
+    })
+}
+
+/// The same failure for each request of a failed batch (a store failure: overload keeps
+/// its kind, so callers still answer it with UNAVAILABLE).
+fn copy(e: &FleetError) -> FleetError {
+    match e {
+        FleetError::Store(StoreError::Busy) => FleetError::Store(StoreError::Busy),
+        FleetError::TooMany(m) => FleetError::TooMany(m.clone()),
+        FleetError::Unauthenticated(m) => FleetError::Unauthenticated(m.clone()),
+        FleetError::PermissionDenied(m) => FleetError::PermissionDenied(m.clone()),
+        FleetError::NotFound(m) => FleetError::NotFound(m.clone()),
+        FleetError::InvalidArgument(m) => FleetError::InvalidArgument(m.clone()),
+        FleetError::FailedPrecondition(m) => FleetError::FailedPrecondition(m.clone()),
+        FleetError::Store(e) => FleetError::Store(StoreError::Writer(e.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_queue_hands_out_what_waits_in_order_and_says_when_to_start_taking() {
+        let q: Queue<u32, u32> = Queue::default();
+        let (start, a) = q.push(1);
+        assert!(start, "the first push starts the taking task");
+        let (start, b) = q.push(2);
+        assert!(!start, "one task at a time");
+        let batch = q.take().expect("two waiting");
+        assert_eq!(batch.items, vec![1, 2]);
+        batch.answer(Ok(vec![Ok(10), Err(FleetError::NotFound("x".into()))]));
+        assert_eq!(answer(a).await.unwrap(), 10);
+        assert!(matches!(answer(b).await, Err(FleetError::NotFound(_))));
+        assert!(q.take().is_none(), "empty: the task ends");
+        assert_eq!(
+            q.totals(),
+            BatchTotals {
+                batches: 1,
+                requests: 2
+            }
+        );
+        let (start, c) = q.push(3);
+        assert!(start, "and the next push starts another");
+        let batch = q.take().unwrap();
+        batch.answer(Err(FleetError::Store(StoreError::Busy)));
+        assert!(matches!(
+            answer(c).await,
+            Err(FleetError::Store(StoreError::Busy))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_batch_dropped_unanswered_tells_its_callers() {
+        let q: Queue<u32, u32> = Queue::default();
+        let (_, a) = q.push(1);
+        drop(q.take());
+        assert!(matches!(
+            answer(a).await,
+            Err(FleetError::Store(StoreError::Writer(_)))
+        ));
+    }
+}
