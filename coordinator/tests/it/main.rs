@@ -6,6 +6,7 @@
 //! coordinators on one database.
 
 mod archive;
+mod batches;
 mod bounds;
 mod certificates;
 mod dashboard;

@@ -1,0 +1,125 @@
+//! Lease requests and reports are written in batches (`fleet/batches.rs`): many workers
+//! at once through one coordinator must leave the same exact job as one at a time. Run
+//! on SQLite here, and on PostgreSQL by `postgres::the_whole_suite_passes_on_postgresql`
+//! (where a batch's reads and changes are set-based statements).
+
+use std::collections::HashMap;
+
+use crate::harness::*;
+
+const FIVE: &str = "brendan/set1/pieces_05x05.txt";
+
+/// Every worker leases `batch` units at a time and reports each, all at once (one task
+/// each), until no work is left; every unit each lease was granted on.
+async fn work_concurrently(workers: Vec<SimWorker>, batch: u32) -> Vec<i64> {
+    let tasks: Vec<_> = workers
+        .into_iter()
+        .map(|mut w| {
+            tokio::spawn(async move {
+                let mut granted = Vec::new();
+                // an idle worker asks again a few times: others' results may still open
+                // continuations
+                let mut idle = 0;
+                while idle < 20 {
+                    let leases = w.lease(batch).await.unwrap();
+                    if leases.is_empty() {
+                        idle += 1;
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                        continue;
+                    }
+                    idle = 0;
+                    for l in &leases {
+                        granted.push(l.unit_id);
+                        let r = w.compute(l).await;
+                        w.report(l, &r).await.unwrap();
+                    }
+                }
+                granted
+            })
+        })
+        .collect();
+    let mut granted = Vec::new();
+    for t in tasks {
+        granted.extend(t.await.unwrap());
+    }
+    granted
+}
+
+async fn workers(c: &Coordinator, n: usize, behaviour: Behaviour, name: &str) -> Vec<SimWorker> {
+    let mut all = Vec::new();
+    for i in 0..n {
+        all.push(SimWorker::register(&c.url, &format!("{name}-{i}"), behaviour).await);
+    }
+    all
+}
+
+/// Thirty workers at once on a job whose units stop at 300 nodes (continuations appear
+/// while they lease): requests go in batches of several, every unit is granted once,
+/// and the totals are exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_workers_at_once_are_written_in_batches_and_add_up_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let job = c.submit(FIVE, 3, 300, 1).await;
+    let before = c.fleet.batch_totals();
+    let granted = work_concurrently(workers(&c, 30, Behaviour::Honest, "w").await, 2).await;
+    let mut per_unit: HashMap<i64, usize> = HashMap::new();
+    for u in &granted {
+        *per_unit.entry(*u).or_default() += 1;
+    }
+    let twice: Vec<_> = per_unit.iter().filter(|(_, n)| **n > 1).collect();
+    assert!(twice.is_empty(), "units granted more than once: {twice:?}");
+    let doc = c.job(&job).await;
+    assert_eq!(doc["state"], "complete", "{}", doc["units"]);
+    assert_eq!(doc["nodes_total"], 113_211);
+    assert_eq!(doc["solutions_count"], 16);
+    assert_eq!(doc["conservation_ok"], true);
+    assert_eq!(
+        doc["units"]["done"].as_u64().unwrap() as usize,
+        per_unit.len()
+    );
+    let (leases, reports) = c.fleet.batch_totals();
+    let (leases, reports) = (
+        (
+            leases.batches - before.0.batches,
+            leases.requests - before.0.requests,
+        ),
+        (
+            reports.batches - before.1.batches,
+            reports.requests - before.1.requests,
+        ),
+    );
+    assert!(
+        leases.1 > leases.0,
+        "lease requests went one a batch: {leases:?}"
+    );
+    assert!(
+        reports.1 > reports.0,
+        "reports went one a batch: {reports:?}"
+    );
+    assert_eq!(reports.1 as usize, granted.len(), "one report a lease");
+    c.stop().await;
+}
+
+/// Two runs a unit, with a liar among the workers: its results disagree, units are
+/// disputed and run again, inside batches of agreeing reports (each such report is
+/// written alone, between the parts of its batch). The job still adds up exactly. (One
+/// liar: two would tell the same lie, and two identities of the operator agreeing are a
+/// quorum.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn disputes_inside_batches_are_decided_as_alone_and_the_job_adds_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 1_000).await;
+    let job = c.submit(FIVE, 3, 0, 2).await;
+    let mut all = workers(&c, 16, Behaviour::Honest, "honest").await;
+    all.extend(workers(&c, 1, Behaviour::Liar, "liar").await);
+    work_concurrently(all, 2).await;
+    let doc = c.job(&job).await;
+    assert_eq!(doc["state"], "complete", "{}", doc["units"]);
+    assert_eq!(doc["nodes_total"], 113_211);
+    assert_eq!(doc["solutions_count"], 16);
+    assert_eq!(doc["conservation_ok"], true);
+    let (_, reports) = c.fleet.batch_totals();
+    assert!(reports.requests > reports.batches, "{reports:?}");
+    c.stop().await;
+}
