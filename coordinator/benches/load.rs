@@ -284,7 +284,7 @@ async fn run() {
             .filter_map(|f| f.db_traffic())
             .fold(TrafficTotals::default(), |a, b| a + b)
     };
-    let (t0, cpu0) = (traffic(&fleets), server_cpu_s());
+    let (t0, cpu0, own0) = (traffic(&fleets), server_cpu_s(), own_cpu_s());
     let started = Instant::now();
     if campaign > 0 {
         run_campaign(&done, campaign, &measured, &fleet).await;
@@ -295,7 +295,7 @@ async fn run() {
     measuring.store(false, Ordering::Relaxed);
     let w1 = writers(&fleets);
     let b1 = batches(&fleets);
-    let (t1, cpu1) = (traffic(&fleets), server_cpu_s());
+    let (t1, cpu1, own1) = (traffic(&fleets), server_cpu_s(), own_cpu_s());
     let elapsed = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
     for t in tasks {
@@ -324,6 +324,10 @@ async fn run() {
     );
     print_writers(&w0, &w1, elapsed);
     print_batches(b0, b1);
+    println!(
+        "this process (coordinators and simulated workers): CPU {:.0} us per completed unit",
+        (own1 - own0) * 1e6 / completed.max(1) as f64
+    );
     if fleet.db_traffic().is_some() {
         print_database(t1 - t0, cpu0.zip(cpu1).map(|(a, b)| b - a), completed);
     }
@@ -625,15 +629,41 @@ fn print_database(t: TrafficTotals, server_cpu_s: Option<f64>, completed: u64) {
     );
 }
 
-/// CPU seconds this machine's PostgreSQL server processes have used (those that exited
-/// are in the postmaster's children's times); `None` when none runs here.
-fn server_cpu_s() -> Option<f64> {
-    let tick = std::process::Command::new("getconf")
+/// CPU seconds this process has used (user and system).
+fn own_cpu_s() -> f64 {
+    let tick = clock_ticks();
+    std::fs::read_to_string("/proc/self/stat")
+        .ok()
+        .and_then(|stat| {
+            let (_, rest) = stat.rsplit_once(')')?;
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            // utime, stime: fields 14-15 of proc(5), 11-12 here
+            Some(
+                fields
+                    .get(11..13)?
+                    .iter()
+                    .filter_map(|v| v.parse::<u64>().ok())
+                    .sum::<u64>() as f64
+                    / tick,
+            )
+        })
+        .unwrap_or(0.0)
+}
+
+/// The kernel's clock ticks a second (`getconf CLK_TCK`).
+fn clock_ticks() -> f64 {
+    std::process::Command::new("getconf")
         .arg("CLK_TCK")
         .output()
         .ok()
         .and_then(|o| String::from_utf8(o.stdout).ok()?.trim().parse::<f64>().ok())
-        .unwrap_or(100.0);
+        .unwrap_or(100.0)
+}
+
+/// CPU seconds this machine's PostgreSQL server processes have used (those that exited
+/// are in the postmaster's children's times); `None` when none runs here.
+fn server_cpu_s() -> Option<f64> {
+    let tick = clock_ticks();
     let mut ticks = 0u64;
     let mut found = false;
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
