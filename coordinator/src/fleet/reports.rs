@@ -280,6 +280,9 @@ impl Fleet {
     }
 }
 
+/// Most report views a batch reads in one statement.
+const VIEWS_AT_ONCE: usize = 64;
+
 /// A report waiting for its batch ([`super::batches`]): what [`Fleet::report_tx`] takes.
 pub(super) struct QueuedReport {
     worker: WorkerRecord,
@@ -321,82 +324,124 @@ impl AcceptedPart {
 impl Fleet {
     /// A batch of reports (see [`super::batches`]): each decided in order by the same
     /// rules as [`Fleet::report_tx`]. The views of the reports are read in one statement;
-    /// the run of reports from the first on that [`Fleet::accept_in_part`] accepts on
-    /// their own is written together; the first report it does not take is written the
-    /// single way, after that run, and the views of the rest are read again.
+    /// reports that [`Fleet::fits_part`] takes on their view (accepted on their own) are
+    /// gathered into a part written together; any other report is written the single
+    /// way, after the part before it. After such a report the views read before may be
+    /// stale: a report is still sent the single way on a stale view (always correct),
+    /// but one that would join a part is only taken on a view read again (the next
+    /// [`VIEWS_AT_ONCE`] reports at a time, so a batch that mixes the two ways reads each
+    /// report's view at most a few times).
     pub(super) fn report_batch_tx(
         &self,
         tx: &mut dyn Tx,
         items: Vec<QueuedReport>,
     ) -> Result<Vec<Result<ReportOutcome, FleetError>>, FleetError> {
+        let n = items.len();
         let mut items: Vec<Option<QueuedReport>> = items.into_iter().map(Some).collect();
         let mut answers: Vec<Option<Result<ReportOutcome, FleetError>>> =
-            (0..items.len()).map(|_| None).collect();
-        let mut next = 0;
-        while next < items.len() {
-            let views = {
-                let asks: Vec<ViewAsk<'_>> = items[next..]
-                    .iter()
-                    .map(|q| {
-                        let q = q.as_ref().expect("not yet answered");
-                        ViewAsk {
-                            lease: q.report.lease_id,
-                            account: &q.worker.account_id,
-                            boards: boards_asked(&q.report),
-                        }
-                    })
-                    .collect();
-                tx.report_views(&asks)?
-            };
-            let mut part = AcceptedPart::default();
-            let mut alone = None;
-            for (k, view) in views.into_iter().enumerate() {
-                let i = next + k;
-                match self.accept_in_part(&mut items[i], view, &mut part) {
-                    Some(outcome) => answers[i] = Some(Ok(outcome)),
-                    None => {
-                        alone = Some(i);
-                        break;
-                    }
+            (0..n).map(|_| None).collect();
+        let mut views: Vec<Option<ReportView>> = (0..n).map(|_| None).collect();
+        let mut fresh = vec![false; n];
+        self.read_views(tx, &items, 0, (&mut views, &mut fresh))?;
+        let mut part = AcceptedPart::default();
+        for i in 0..n {
+            let q = items[i].as_ref().expect("not yet answered");
+            let mut record = None;
+            if self.may_join_part(q) {
+                if !fresh[i] && views[i].is_none() {
+                    // past the views read so far
+                    self.write_accepted(tx, std::mem::take(&mut part))?;
+                    self.read_views(tx, &items, i, (&mut views, &mut fresh))?;
+                }
+                let q = items[i].as_ref().expect("not yet answered");
+                record = views[i].as_ref().and_then(|v| self.fits_part(q, v, &part));
+                if record.is_some() && !fresh[i] {
+                    // what it fits is as it was: write the part, read again, decide again
+                    self.write_accepted(tx, std::mem::take(&mut part))?;
+                    self.read_views(tx, &items, i, (&mut views, &mut fresh))?;
+                    let q = items[i].as_ref().expect("not yet answered");
+                    record = views[i].as_ref().and_then(|v| self.fits_part(q, v, &part));
                 }
             }
-            self.write_accepted(tx, part)?;
-            let Some(i) = alone else { break };
-            let q = items[i].take().expect("not yet answered");
-            let answer = self.report_tx(tx, &q.worker, q.report, q.prepared, q.pre, q.now);
-            if let Err(FleetError::Store(e)) = answer {
-                // a store failure fails the batch (the writer rolls it back); any other
-                // refusal is decided before the report's first write, and is its answer
-                return Err(e.into());
+            match (record, views[i].take()) {
+                (Some(record), Some(view)) => {
+                    let q = items[i].take().expect("not yet answered");
+                    answers[i] = Some(Ok(self.take_into_part(q, view, record, &mut part)));
+                }
+                _ => {
+                    self.write_accepted(tx, std::mem::take(&mut part))?;
+                    let q = items[i].take().expect("not yet answered");
+                    let answer = self.report_tx(tx, &q.worker, q.report, q.prepared, q.pre, q.now);
+                    if let Err(FleetError::Store(e)) = answer {
+                        // a store failure fails the batch (the writer rolls it back); any
+                        // other refusal is decided before the report's first write, and
+                        // is its answer
+                        return Err(e.into());
+                    }
+                    answers[i] = Some(answer);
+                    fresh.fill(false);
+                }
             }
-            answers[i] = Some(answer);
-            next = i + 1;
         }
+        self.write_accepted(tx, part)?;
         Ok(answers
             .into_iter()
             .map(|a| a.expect("every report answered"))
             .collect())
     }
 
-    /// Takes a report into `part` when the single write would accept it on its own
-    /// ([`Fleet::accept_alone`], the common path of a trusted fleet) and nothing before
-    /// it in the part touched its unit (taking it from `slot`); else leaves it there (it
-    /// is then written alone).
-    /// Only an operator's report whose result keeps no board: a volunteer's earns
-    /// credit and trust, and a kept board changes what the next report counts.
-    fn accept_in_part(
+    /// Reads the views of the next [`VIEWS_AT_ONCE`] reports from `from` on that may
+    /// join a part, in one statement.
+    fn read_views(
         &self,
-        slot: &mut Option<QueuedReport>,
-        view: Option<ReportView>,
-        part: &mut AcceptedPart,
-    ) -> Option<ReportOutcome> {
-        let (q, view) = (slot.as_ref()?, view?);
-        if !self.accept_alone.load(std::sync::atomic::Ordering::Relaxed)
-            || !q.worker.account_id.is_operator()
-            || part.has_unit(view.unit.id)
-        {
-            return None;
+        tx: &mut dyn Tx,
+        items: &[Option<QueuedReport>],
+        from: usize,
+        (views, fresh): (&mut [Option<ReportView>], &mut [bool]),
+    ) -> Result<(), FleetError> {
+        let mut at = Vec::new();
+        let mut asks = Vec::new();
+        for (i, q) in items.iter().enumerate().skip(from) {
+            if asks.len() == VIEWS_AT_ONCE {
+                break;
+            }
+            if let Some(q) = q.as_ref().filter(|q| self.may_join_part(q)) {
+                at.push(i);
+                asks.push(ViewAsk {
+                    lease: q.report.lease_id,
+                    account: &q.worker.account_id,
+                    boards: boards_asked(&q.report),
+                });
+            }
         }
+        if asks.is_empty() {
+            return Ok(());
+        }
+        for (i, view) in at.into_iter().zip(tx.report_views(&asks)?) {
+            views[i] = view;
+            fresh[i] = true;
+        }
+        Ok(())
+    }
+
+    /// Whether a report may be accepted in a part at all, whatever its view says: only
+    /// an operator's (a volunteer's earns credit and trust, written the single way).
+    fn may_join_part(&self, q: &QueuedReport) -> bool {
+        self.accept_alone.load(std::sync::atomic::Ordering::Relaxed)
+            && q.worker.account_id.is_operator()
+    }
+
+    /// The result a report would be accepted with in `part` (as [`Fleet::accept_alone`]
+    /// accepts a unit's first valid result on its own, the common path of a trusted
+    /// fleet), judged on `view`, when nothing before it in the part touched its unit and
+    /// its result keeps no board (a kept board changes what the next report counts);
+    /// `None`: it is written the single way.
+    fn fits_part(
+        &self,
+        q: &QueuedReport,
+        view: &ReportView,
+        part: &AcceptedPart,
+    ) -> Option<ResultRecord> {
         let ReportView {
             lease,
             existing,
@@ -409,7 +454,8 @@ impl Fleet {
         // what `report_lease` answers without counting, and what `report_tx` refuses or
         // compares, goes the single way
         let checked = matches!(&q.pre.0, Some(p) if p.budget == lease.budget && p.unit == unit.unit && p.check.is_ok());
-        let counted = lease.worker_id == q.worker.id
+        let counted = !part.has_unit(unit.id)
+            && lease.worker_id == q.worker.id
             && lease.unit_id == q.report.unit_id
             && existing.is_none()
             && lease.state != LeaseState::Superseded
@@ -424,25 +470,37 @@ impl Fleet {
         if !counted {
             return None;
         }
-        let mut record = new_record(
+        let record = new_record(
             &q.worker,
             &q.report,
-            (&unit, lease.id),
+            (unit, lease.id),
             (Standing::Trusted, q.prepared.0.clone(), true),
             q.now,
         );
         let keeps_board =
-            record.solutions > 0 || (record.max_depth > 0 && kept_boards < BEST_BOARDS);
-        if keeps_board || !decides_alone(&unit, &record, q.pre.1) {
-            return None;
-        }
+            record.solutions > 0 || (record.max_depth > 0 && *kept_boards < BEST_BOARDS);
+        (!keeps_board && decides_alone(unit, &record, q.pre.1)).then_some(record)
+    }
+
+    /// Adds a report [`Fleet::fits_part`] took to `part`: what [`Fleet::accept_alone`]
+    /// writes for it, to be written with the rest of the part.
+    fn take_into_part(
+        &self,
+        q: QueuedReport,
+        view: ReportView,
+        mut record: ResultRecord,
+        part: &mut AcceptedPart,
+    ) -> ReportOutcome {
+        let ReportView {
+            lease, unit, job, ..
+        } = view;
         let QueuedReport {
             worker,
             report,
             prepared: (_, body, core),
             now,
             ..
-        } = slot.take()?;
+        } = q;
         record.verdict = ResultVerdict::Accepted;
         part.results.push(NewResult { record, body, core });
         part.units
@@ -486,13 +544,13 @@ impl Fleet {
             Some(w) => w.1 += 1,
             None => part.workers.push((worker.id, 1)),
         }
-        Some(ReportOutcome {
+        ReportOutcome {
             status: ReportStatus::Accepted,
             detail: format!(
                 "1 agreeing of quorum {}, 1 independent parties",
                 unit.quorum
             ),
-        })
+        }
     }
 
     /// Writes what [`Fleet::accept_alone`] writes for each report of `part`, each kind
