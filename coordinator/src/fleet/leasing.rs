@@ -69,6 +69,33 @@ impl Fleet {
             probes,
             now: self.now(),
         };
+        let answer = if worker.account_id.is_operator() {
+            self.lease_in_batch(queued).await
+        } else {
+            // a volunteer's request is written on its own: its account's share is
+            // counted across its identities, so a batch would split at each repeat
+            let fleet = self.clone();
+            self.store
+                .write(move |tx| {
+                    let q = queued;
+                    let engine = q.engine.as_ref().map(|(k, b)| (*k, b.as_str()));
+                    fleet.lease_tx(tx, &q.worker, q.max, (engine, q.probes), q.now)
+                })
+                .await
+        };
+        let leases = answer?;
+        if leases.is_empty() {
+            self.lease_limits.found_nothing(worker.id);
+        }
+        Ok(leases)
+    }
+
+    /// Queues a lease request for the next batch ([`super::batches`]) and waits for its
+    /// answer.
+    async fn lease_in_batch(
+        self: &Arc<Self>,
+        queued: QueuedLease,
+    ) -> Result<Vec<Lease>, FleetError> {
         let (start, answer) = self.lease_requests.push(queued);
         if start {
             let fleet = self.clone();
@@ -86,11 +113,7 @@ impl Fleet {
                 .await;
             });
         }
-        let leases = batches::answer(answer).await?;
-        if leases.is_empty() {
-            self.lease_limits.found_nothing(worker.id);
-        }
-        Ok(leases)
+        batches::answer(answer).await
     }
 
     fn lease_tx(

@@ -52,6 +52,20 @@ impl Fleet {
             pre: (pre, recheck),
             now,
         };
+        if !self.may_join_part(&queued) {
+            // a volunteer's report is written the single way, on its own (it earns
+            // credit and trust; in a batch it would only hold the batch up)
+            let fleet = self.clone();
+            let outcome = self
+                .store
+                .write(move |tx| {
+                    let q = queued;
+                    fleet.report_tx(tx, &q.worker, q.report, q.prepared, q.pre, q.now)
+                })
+                .await?;
+            tracing::info!(status = %outcome.status, "result reported");
+            return Ok(outcome);
+        }
         let (start, answer) = self.reports.push(queued);
         if start {
             let fleet = self.clone();
