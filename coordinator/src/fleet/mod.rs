@@ -415,7 +415,7 @@ impl Fleet {
         &self.store
     }
 
-    /// The lease-request and report batches written so far ([`batches`]).
+    /// The lease-request and report batches written so far (see `fleet/batches.rs`).
     pub fn batch_totals(&self) -> (BatchTotals, BatchTotals) {
         (self.lease_requests.totals(), self.reports.totals())
     }
