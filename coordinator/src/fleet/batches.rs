@@ -33,6 +33,11 @@ use crate::store::StoreError;
 
 /// Most requests written together (a batch's statements carry each request's row).
 pub(super) const MAX_BATCH: usize = 256;
+/// Most requests waiting in a queue; beyond it a request is refused at once with
+/// [`StoreError::Busy`] (UNAVAILABLE: the worker backs off), as the writer's own queue
+/// refuses jobs ([`crate::store::writer::MAX_QUEUED`]): a flood of calls is never
+/// held in memory without bound.
+pub(super) const MAX_WAITING: usize = crate::store::writer::MAX_QUEUED;
 
 /// Requests waiting for the next batch, with their answers' channels.
 pub(super) struct Queue<T, R> {
@@ -99,14 +104,22 @@ impl<T, R> Batch<T, R> {
 
 impl<T, R> Queue<T, R> {
     /// Queues a request; `true` when no task is taking batches, so the caller must start
-    /// one (which then takes batches until the queue is empty).
-    pub fn push(&self, item: T) -> (bool, oneshot::Receiver<Result<R, FleetError>>) {
+    /// one (which then takes batches until the queue is empty). Refused when
+    /// [`MAX_WAITING`] requests wait already.
+    #[allow(clippy::type_complexity)]
+    pub fn push(
+        &self,
+        item: T,
+    ) -> Result<(bool, oneshot::Receiver<Result<R, FleetError>>), FleetError> {
         let (tx, rx) = oneshot::channel();
         let mut state = self.state.lock().expect("batch queue");
+        if state.waiting.len() >= MAX_WAITING {
+            return Err(FleetError::Store(StoreError::Busy));
+        }
         state.waiting.push((item, tx));
         let start = !state.draining;
         state.draining = true;
-        (start, rx)
+        Ok((start, rx))
     }
 
     /// The next batch (at most [`MAX_BATCH`] requests, oldest first); `None` when nothing
@@ -205,9 +218,9 @@ mod tests {
     #[tokio::test]
     async fn a_queue_hands_out_what_waits_in_order_and_says_when_to_start_taking() {
         let q: Queue<u32, u32> = Queue::default();
-        let (start, a) = q.push(1);
+        let (start, a) = q.push(1).unwrap();
         assert!(start, "the first push starts the taking task");
-        let (start, b) = q.push(2);
+        let (start, b) = q.push(2).unwrap();
         assert!(!start, "one task at a time");
         let batch = q.take().expect("two waiting");
         assert_eq!(batch.items, vec![1, 2]);
@@ -222,7 +235,7 @@ mod tests {
                 requests: 2
             }
         );
-        let (start, c) = q.push(3);
+        let (start, c) = q.push(3).unwrap();
         assert!(start, "and the next push starts another");
         let batch = q.take().unwrap();
         batch.answer(Err(FleetError::Store(StoreError::Busy)));
@@ -233,9 +246,25 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_full_queue_refuses_at_once_and_takes_again_once_a_batch_is_taken() {
+        let q: Queue<usize, u32> = Queue::default();
+        let mut waiting = Vec::new();
+        for i in 0..MAX_WAITING {
+            waiting.push(q.push(i).unwrap().1);
+        }
+        assert!(matches!(
+            q.push(MAX_WAITING),
+            Err(FleetError::Store(StoreError::Busy))
+        ));
+        let batch = q.take().unwrap();
+        assert_eq!(batch.items.len(), MAX_BATCH);
+        assert!(q.push(0).is_ok(), "room again");
+    }
+
+    #[tokio::test]
     async fn a_batch_dropped_unanswered_tells_its_callers() {
         let q: Queue<u32, u32> = Queue::default();
-        let (_, a) = q.push(1);
+        let (_, a) = q.push(1).unwrap();
         drop(q.take());
         assert!(matches!(
             answer(a).await,

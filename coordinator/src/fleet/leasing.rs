@@ -96,7 +96,7 @@ impl Fleet {
         self: &Arc<Self>,
         queued: QueuedLease,
     ) -> Result<Vec<Lease>, FleetError> {
-        let (start, answer) = self.lease_requests.push(queued);
+        let (start, answer) = self.lease_requests.push(queued)?;
         if start {
             let fleet = self.clone();
             tokio::spawn(async move {

@@ -66,7 +66,7 @@ impl Fleet {
             tracing::info!(status = %outcome.status, "result reported");
             return Ok(outcome);
         }
-        let (start, answer) = self.reports.push(queued);
+        let (start, answer) = self.reports.push(queued)?;
         if start {
             let fleet = self.clone();
             tokio::spawn(async move {
