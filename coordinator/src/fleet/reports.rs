@@ -294,7 +294,8 @@ impl Fleet {
     }
 }
 
-/// Most report views a batch reads in one statement.
+/// Most report views a batch reads again in one statement, after a report written the
+/// single way.
 const VIEWS_AT_ONCE: usize = 64;
 
 /// A report waiting for its batch ([`super::batches`]): what [`Fleet::report_tx`] takes.
@@ -344,7 +345,7 @@ impl Fleet {
     /// stale: a report is still sent the single way on a stale view (always correct),
     /// but one that would join a part is only taken on a view read again (the next
     /// [`VIEWS_AT_ONCE`] reports at a time, so a batch that mixes the two ways reads each
-    /// report's view at most a few times).
+    /// report's view at most a few times). The first read covers the whole batch.
     pub(super) fn report_batch_tx(
         &self,
         tx: &mut dyn Tx,
@@ -356,7 +357,7 @@ impl Fleet {
             (0..n).map(|_| None).collect();
         let mut views: Vec<Option<ReportView>> = (0..n).map(|_| None).collect();
         let mut fresh = vec![false; n];
-        self.read_views(tx, &items, 0, (&mut views, &mut fresh))?;
+        self.read_views(tx, &items, (0, n), (&mut views, &mut fresh))?;
         let mut part = AcceptedPart::default();
         for i in 0..n {
             let q = items[i].as_ref().expect("not yet answered");
@@ -365,14 +366,14 @@ impl Fleet {
                 if !fresh[i] && views[i].is_none() {
                     // past the views read so far
                     self.write_accepted(tx, std::mem::take(&mut part))?;
-                    self.read_views(tx, &items, i, (&mut views, &mut fresh))?;
+                    self.read_views(tx, &items, (i, VIEWS_AT_ONCE), (&mut views, &mut fresh))?;
                 }
                 let q = items[i].as_ref().expect("not yet answered");
                 record = views[i].as_ref().and_then(|v| self.fits_part(q, v, &part));
                 if record.is_some() && !fresh[i] {
                     // what it fits is as it was: write the part, read again, decide again
                     self.write_accepted(tx, std::mem::take(&mut part))?;
-                    self.read_views(tx, &items, i, (&mut views, &mut fresh))?;
+                    self.read_views(tx, &items, (i, VIEWS_AT_ONCE), (&mut views, &mut fresh))?;
                     let q = items[i].as_ref().expect("not yet answered");
                     record = views[i].as_ref().and_then(|v| self.fits_part(q, v, &part));
                 }
@@ -404,19 +405,19 @@ impl Fleet {
             .collect())
     }
 
-    /// Reads the views of the next [`VIEWS_AT_ONCE`] reports from `from` on that may
-    /// join a part, in one statement.
+    /// Reads the views of the next `most` reports from `from` on that may join a part,
+    /// in one statement.
     fn read_views(
         &self,
         tx: &mut dyn Tx,
         items: &[Option<QueuedReport>],
-        from: usize,
+        (from, most): (usize, usize),
         (views, fresh): (&mut [Option<ReportView>], &mut [bool]),
     ) -> Result<(), FleetError> {
         let mut at = Vec::new();
         let mut asks = Vec::new();
         for (i, q) in items.iter().enumerate().skip(from) {
-            if asks.len() == VIEWS_AT_ONCE {
+            if asks.len() == most {
                 break;
             }
             if let Some(q) = q.as_ref().filter(|q| self.may_join_part(q)) {
