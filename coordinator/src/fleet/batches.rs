@@ -23,13 +23,13 @@
 //! inside the batch after the part before it is written. The no-double-grant property
 //! and the exact-total drills run through these batches.
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use super::FleetError;
-use crate::store::StoreError;
+use super::{Fleet, FleetError};
+use crate::store::{StoreError, Tx};
 
 /// Most requests written together (a batch's statements carry each request's row).
 pub(super) const MAX_BATCH: usize = 256;
@@ -183,6 +183,40 @@ where
         batch.answer(run(items).await);
     }
     guard.1 = true;
+}
+
+/// What a batch is written with: the fleet logic of one queue, run inside one store write.
+pub(super) type WriteBatch<T, R> =
+    fn(&Fleet, &mut dyn Tx, Vec<T>) -> Result<Vec<Result<R, FleetError>>, FleetError>;
+
+/// Queues `item` on the queue `queue` picks out of `fleet`, starts the task that takes its
+/// batches (each written by `write` as one store write) if none runs, and waits for the
+/// answer.
+pub(super) async fn submit<T, R>(
+    fleet: &Arc<Fleet>,
+    queue: fn(&Fleet) -> &Queue<T, R>,
+    write: WriteBatch<T, R>,
+    item: T,
+) -> Result<R, FleetError>
+where
+    T: Send + 'static,
+    R: Send + 'static,
+{
+    let (start, rx) = queue(fleet).push(item)?;
+    if start {
+        let fleet = fleet.clone();
+        tokio::spawn(async move {
+            drain(queue(&fleet), |items| {
+                let fleet = fleet.clone();
+                async move {
+                    let f = fleet.clone();
+                    fleet.store.write(move |tx| write(&f, tx, items)).await
+                }
+            })
+            .await;
+        });
+    }
+    answer(rx).await
 }
 
 /// Waits for a queued request's answer.

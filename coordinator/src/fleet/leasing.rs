@@ -96,24 +96,13 @@ impl Fleet {
         self: &Arc<Self>,
         queued: QueuedLease,
     ) -> Result<Vec<Lease>, FleetError> {
-        let (start, answer) = self.lease_requests.push(queued)?;
-        if start {
-            let fleet = self.clone();
-            tokio::spawn(async move {
-                batches::drain(&fleet.lease_requests, |items| {
-                    let fleet = fleet.clone();
-                    async move {
-                        let f = fleet.clone();
-                        fleet
-                            .store
-                            .write(move |tx| f.lease_batch_tx(tx, items))
-                            .await
-                    }
-                })
-                .await;
-            });
-        }
-        batches::answer(answer).await
+        batches::submit(
+            self,
+            |f| &f.lease_requests,
+            |f, tx, items| f.lease_batch_tx(tx, items),
+            queued,
+        )
+        .await
     }
 
     fn lease_tx(

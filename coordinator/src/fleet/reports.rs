@@ -66,24 +66,13 @@ impl Fleet {
             tracing::info!(status = %outcome.status, "result reported");
             return Ok(outcome);
         }
-        let (start, answer) = self.reports.push(queued)?;
-        if start {
-            let fleet = self.clone();
-            tokio::spawn(async move {
-                batches::drain(&fleet.reports, |items| {
-                    let fleet = fleet.clone();
-                    async move {
-                        let f = fleet.clone();
-                        fleet
-                            .store
-                            .write(move |tx| f.report_batch_tx(tx, items))
-                            .await
-                    }
-                })
-                .await;
-            });
-        }
-        let outcome = batches::answer(answer).await?;
+        let outcome = batches::submit(
+            self,
+            |f| &f.reports,
+            |f, tx, items| f.report_batch_tx(tx, items),
+            queued,
+        )
+        .await?;
         tracing::info!(status = %outcome.status, "result reported");
         Ok(outcome)
     }
