@@ -271,12 +271,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let puzzle = load_board(&board)?;
         let plan = e2fleet_engine::SearchSpec::new(puzzle, &args.order)?.plan;
         let started = Instant::now();
-        // the root is one unit: fastest compiled (the lane engine walks a split's units)
-        let engine = match args.split_depth {
-            0 => args.engine.one_unit(),
-            _ => args.engine.clone(),
-        };
-        let factory = engine.factory(&plan, false)?;
+        let factory = args.engine.factory(&plan, false)?;
         let build_wall = started.elapsed();
         let (compile_s, compile_cached) = match factory.program() {
             Some(p) => (p.compile_time.as_secs_f64(), p.cached),
@@ -349,8 +344,15 @@ fn timed_runs(
             over: false,
             error: None,
         };
-        if let Some(first) = feed.next() {
-            engine.run_feed(first, &mut feed);
+        match feed.next() {
+            // the root alone: the engine's walk of one unit (the lane engine cuts it into
+            // pieces for its lanes)
+            Some(mut root) if units.len() == 1 => {
+                let result = engine.run(&root.unit, root.options, root.control.as_mut());
+                feed.done(root, result, 0.0);
+            }
+            Some(first) => engine.run_feed(first, &mut feed),
+            None => {}
         }
         if let Some(e) = feed.error {
             return Err(e.into());

@@ -84,9 +84,6 @@ pub struct EngineArgs {
     /// to prove self-tests and cross-checks catch a broken build).
     #[arg(long, hide = true)]
     pub fault_depth: Option<usize>,
-    /// The work is one unit at a time ([`EngineArgs::one_unit`]).
-    #[arg(skip)]
-    one_unit: bool,
     /// The lane engine only in its narrow form ([`EngineArgs::unraced`]).
     #[arg(skip)]
     narrow_lanes_only: bool,
@@ -121,18 +118,6 @@ impl EngineArgs {
         self.engine == EngineChoice::Lanes
             && LaneTables::new(plan)
                 .is_ok_and(|t| !self.narrow_lanes_only || t.form() == LaneForm::Narrow)
-    }
-
-    /// The same flags for work that is one unit (`solve` without a split, `bench` from
-    /// the root): the lane engine walks a lone unit in one lane, where it is slower than
-    /// the compiled engine (one lane is one chain of loads), so `auto` takes the compiled
-    /// engine without a race, then the lane engine (without rustc), then the reference
-    /// engine.
-    pub fn one_unit(&self) -> EngineArgs {
-        EngineArgs {
-            one_unit: true,
-            ..self.clone()
-        }
     }
 
     /// The build options these flags describe.
@@ -296,11 +281,11 @@ impl EngineArgs {
                 }
             },
         };
-        // `auto` on a split's units, both engines at hand: the faster on this puzzle and
-        // machine, raced (remembered in the cache); a lone unit walks compiled
+        // `auto`, both engines at hand: the faster on this puzzle and machine, raced
+        // (remembered in the cache); a split's units and a lone unit alike (the lane
+        // engine walks a lone unit in all its lanes, cut into pieces)
         let mut race = None;
         if self.engine == EngineChoice::Auto
-            && !self.one_unit
             && let (Ok(Some(b)), Some(t)) = (&built, &tables)
         {
             let r = lanes_race::race(plan, &b.program, t, &self.build_options())

@@ -127,12 +127,7 @@ pub fn run(args: SolveArgs) -> Result<()> {
     let puzzle = loaded.puzzle;
     let spec = e2fleet_engine::SearchSpec::new(puzzle, &args.order).context("bad fill order")?;
     let (puzzle, plan) = (&spec.puzzle, spec.plan.clone());
-    // a lone unit walks fastest compiled; a split's units two at a time on the lane engine
-    let engine = match args.split_depth {
-        None => args.engine.one_unit(),
-        Some(_) => args.engine.clone(),
-    };
-    let factory = engine.factory(&plan, !args.json)?;
+    let factory = args.engine.factory(&plan, !args.json)?;
     let unit = match &args.resume {
         Some(text) => parse_resume(text)?,
         None => Unit::root(),

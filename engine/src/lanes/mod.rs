@@ -44,6 +44,7 @@ use crate::plan::SearchPlan;
 use crate::search::{Control, POLL_INTERVAL, RunOptions, UnitError, Walker};
 use crate::unit::{StopReason, Unit, UnitResult};
 
+mod lone;
 mod narrow;
 #[cfg(target_arch = "x86_64")]
 mod wide;
@@ -559,18 +560,33 @@ impl LaneTables {
 pub struct LaneEngine {
     plan: Arc<SearchPlan>,
     tables: Arc<LaneTables>,
+    /// Nodes of a lone unit's piece a lane walks before the piece is cut again.
+    slice: u64,
 }
 
 impl LaneEngine {
     /// The engine for `plan`, or why its board cannot be walked this way.
     pub fn new(plan: Arc<SearchPlan>) -> Result<LaneEngine, NotEligible> {
         let tables = Arc::new(LaneTables::new(&plan)?);
-        Ok(LaneEngine { plan, tables })
+        Ok(LaneEngine::with_tables(plan, tables))
     }
 
     /// The engine over tables built before (one set per plan, shared by threads).
     pub fn with_tables(plan: Arc<SearchPlan>, tables: Arc<LaneTables>) -> LaneEngine {
-        LaneEngine { plan, tables }
+        LaneEngine {
+            plan,
+            tables,
+            slice: lone::SLICE,
+        }
+    }
+
+    /// The same engine cutting a lone unit's pieces every `nodes` nodes instead of every
+    /// ~million: for tests, which walk small trees and want them cut many times. Counts
+    /// are the same whatever the slice.
+    #[doc(hidden)]
+    pub fn with_slice(mut self, nodes: u64) -> LaneEngine {
+        self.slice = nodes.max(1);
+        self
     }
 
     /// The tables, to share with other threads' engines.
@@ -610,48 +626,24 @@ impl Engine for LaneEngine {
         lanes_release()
     }
 
+    /// Walks `unit` in every lane: it cuts itself into pieces in depth-first order and
+    /// adds their results up in order ([`lone`]), to the same result as one walk.
     fn run(
         &mut self,
         unit: &Unit,
         options: RunOptions,
         control: &mut dyn Control,
     ) -> Result<UnitResult, EngineError> {
-        struct One<'c> {
-            result: Option<Result<UnitResult, EngineError>>,
-            _c: std::marker::PhantomData<&'c ()>,
-        }
-        impl<'a> Feed<'a> for One<'_> {
-            fn next(&mut self) -> Option<Work<'a>> {
-                None
+        let plan = &*self.plan;
+        match &self.tables.form {
+            Tables::Narrow(form) => {
+                Driver { plan, form }.run_lone(self.slice, unit, options, control)
             }
-            fn done(&mut self, _: Work<'a>, result: Result<UnitResult, EngineError>, _: f64) {
-                self.result = Some(result);
+            #[cfg(target_arch = "x86_64")]
+            Tables::Wide(form) => {
+                Driver { plan, form }.run_lone(self.slice, unit, options, control)
             }
         }
-        struct Borrowed<'c>(&'c mut dyn Control);
-        impl Control for Borrowed<'_> {
-            fn poll(&mut self, committed: u64) -> bool {
-                self.0.poll(committed)
-            }
-            fn paused(&mut self) -> bool {
-                self.0.paused()
-            }
-            fn held(&self) -> std::time::Duration {
-                self.0.held()
-            }
-        }
-        let mut one = One {
-            result: None,
-            _c: std::marker::PhantomData,
-        };
-        let work = Work {
-            tag: 0,
-            unit: unit.clone(),
-            options,
-            control: Box::new(Borrowed(control)),
-        };
-        self.walk(work, &mut one);
-        one.result.expect("the walk gives its one result")
     }
 
     fn units_in_hand(&self) -> usize {

@@ -146,6 +146,26 @@ impl Walker<'_> {
         }
     }
 
+    /// For each depth of `path` from `floor` down (index 0 = depth `floor + 1`): how
+    /// many untried siblings its placement has (candidates after it in canonical order
+    /// that are legal on the board above it) and the first of them. A continuation with
+    /// cursor `path[floor..]` walks exactly these after the cursor's own subtree, the
+    /// deepest first; [`crate::lanes`] cuts a lone unit into pieces along them.
+    pub fn siblings_along(
+        &mut self,
+        path: &[Placement],
+        floor: usize,
+    ) -> Result<Vec<(usize, Option<Placement>)>, UnitError> {
+        self.check_path(path)?;
+        let mut out = vec![(0, None); path.len().saturating_sub(floor)];
+        for depth in (floor..path.len()).rev() {
+            self.unplace(depth);
+            let siblings = self.untried_siblings(depth);
+            out[depth - floor] = (siblings.len(), siblings.first().copied());
+        }
+        Ok(out)
+    }
+
     /// Splits a continuation at its shallowest cursor level (COUNTING.md): the untried
     /// siblings of the first cursor placement become plain prefix units (their creator
     /// counts each last placement as one node at depth `d + 1`), and what is left is the

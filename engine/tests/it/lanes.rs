@@ -408,6 +408,94 @@ fn a_requested_stop_matches_a_budget_stop() {
     }
 }
 
+/// A lone unit walks in every lane, cut into pieces: with pieces cut every few nodes
+/// (so a small tree is cut hundreds of times, and budgets end inside pieces walked ahead
+/// of the order), whole trees, continuation chains under budgets, continuations of
+/// prefixes and requested stops all end exactly as the reference walker does.
+#[test]
+fn a_lone_unit_cut_into_pieces_agrees() {
+    let mut rng = Rng::new(4242);
+    let mut walked = 0;
+    for round in 0..24 {
+        let (_, puzzle, spec) = random_round(&mut rng, round);
+        let plan = plan(&puzzle, &spec);
+        for form in forms_here() {
+            let Ok(lanes) = lanes_in(&plan, form) else {
+                continue;
+            };
+            let mut reference = ReferenceEngine::new(plan.clone());
+            let whole = reference
+                .run(&Unit::root(), opts(None), &mut NoControl)
+                .unwrap();
+            // a few thousand pieces a tree at most (each cut costs a walk down its path)
+            let least = whole.committed / 4_000;
+            for slice in [1, 3, 17, 200].map(|s| s.max(least)) {
+                let what = format!("round {round} {spec} {form:?} slice {slice}");
+                let mut lanes =
+                    LaneEngine::with_tables(plan.clone(), lanes.tables()).with_slice(slice);
+                let l = lanes
+                    .run(&Unit::root(), opts(None), &mut NoControl)
+                    .unwrap();
+                assert_eq!(l, whole, "{what}");
+                let most = 1 + whole.committed / 3;
+                agree_down_a_chain(
+                    (&mut reference, &mut lanes as &mut dyn Engine),
+                    (0..12).map(|_| 1 + rng.below(most as usize) as u64),
+                    &what,
+                );
+                // a continuation below a prefix, and a stop asked for
+                if let Some(prefix) = whole.deepest.get(..plan.len() / 3) {
+                    let unit = Unit::prefix(prefix.to_vec());
+                    let r = reference.run(&unit, opts(Some(5)), &mut NoControl).unwrap();
+                    if let Some(cursor) = r.cursor {
+                        let next = unit.continuation(cursor);
+                        let budget = Some(1 + rng.below(most as usize) as u64);
+                        assert_eq!(
+                            lanes.run(&next, opts(budget), &mut NoControl).unwrap(),
+                            reference.run(&next, opts(budget), &mut NoControl).unwrap(),
+                            "{what}: a continuation"
+                        );
+                    }
+                }
+                walked += 1;
+            }
+        }
+    }
+    assert!(
+        walked >= 60,
+        "most random puzzles are lane boards ({walked})"
+    );
+    // the hard boards, where pieces are cut by the estimates: budgets across many
+    // pieces, and a stop asked for
+    #[cfg(target_arch = "x86_64")]
+    for rel in ["e2/official.json", "planted/inst_n16_c22_s1.json"] {
+        let plan = plan(&load(rel), &OrderSpec::default());
+        let (mut reference, lanes) = engines(&plan, best_wide());
+        let mut lanes = lanes.with_slice(5_000);
+        agree_down_a_chain(
+            (&mut reference, &mut lanes as &mut dyn Engine),
+            [1, 4_999, 5_001, 777_777, 2_000_003],
+            rel,
+        );
+        let mut polls = 0;
+        let stopped = lanes
+            .run(&Unit::root(), opts(None), &mut |_c: u64| {
+                polls += 1;
+                polls >= 2
+            })
+            .unwrap();
+        assert_eq!(stopped.stop, Some(StopReason::Requested), "{rel}");
+        let same = reference
+            .run(&Unit::root(), opts(Some(stopped.committed)), &mut NoControl)
+            .unwrap();
+        assert_eq!(
+            (&same.cursor, &same.nodes_by_depth),
+            (&stopped.cursor, &stopped.nodes_by_depth),
+            "{rel}"
+        );
+    }
+}
+
 /// Boards it does not walk say why: a fill order that gives a cell three placed
 /// neighbours, or (in the wide form) a bucket longer than a frame's mask; and a unit that
 /// does not fit the puzzle is an error in both forms.
