@@ -3,7 +3,8 @@
 
     tools/enginebench/side_by_side.py --peer PEER_BIN puzzles/bench/bench-hard.json \\
         [--worker target/release/e2fleet-worker] [--walk auto|list|slots ...] \\
-        [--old OLD_WORKER] [--rounds 5] [--seconds 4] [--split-depth D --unit-budget N]
+        [--engine auto|lanes|compiled ...] [--old OLD_WORKER] [--rounds 5] [--seconds 4] \\
+        [--split-depth D --unit-budget N]
 
 Each round runs, in turn (the order reversed every other round), `e2fleet-worker bench
 --board B --seconds S --runs 1 --walk W --json` for every walk asked for, the same for an
@@ -14,10 +15,11 @@ B.json` (built by peer.sh). It prints per-engine medians of M nodes/s and of cyc
 the same round), and the ratios of the medians and the median of the per-round ratios.
 With `--split-depth D --unit-budget N` our runs walk the units a job split at depth D
 would lease, each to at most N nodes (`bench --split-depth D --unit-budget N`): the
-per-core speed a fleet sees, with `--engine auto`'s race deciding between the lane and the
-compiled engines (a lone unit, the default, always walks compiled). The public engine has
-no units; it walks from the root as always, so that comparison is of the same board and
-the same depths (the nodes of a hard 16x16 board are 150-180 deep either way), not of the
+per-core speed a fleet sees; without, the root as one unit (which the lane engine walks
+in all its lanes, cut into pieces). Either way `--engine auto`'s race decides between
+the lane and the compiled engines unless `--engine` names engines to run side by side.
+The public engine has no units; it walks from the root as always, so that comparison is
+of the same board and the same depths (the nodes of a hard 16x16 board are 150-180 deep either way), not of the
 same nodes.
 Boards in Brendan's text format (a `W H` line, then `u r d l` per piece) and site JSON of
 schema C (`size`, `num_colors`: the planted boards) are written as site JSON of schema A
@@ -55,11 +57,13 @@ def site_json(board, tmp):
 SPLIT = []  # `--split-depth D --unit-budget N` for our runs, when asked for
 
 
-def ours(worker, board, seconds, walk):
+def ours(worker, board, seconds, walk, engine=None):
     cmd = [worker, 'bench', '--board', board, '--seconds', str(seconds), '--runs', '1', '--json']
     cmd += SPLIT
     if walk:
         cmd += ['--walk', walk]
+    if engine:
+        cmd += ['--engine', engine]
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         sys.exit(f'{" ".join(cmd)}: {out.stderr.strip()}')
@@ -82,6 +86,7 @@ def main():
     a.add_argument('--peer', help='run_dfs_codegen_jit (peer.sh prints its path)')
     a.add_argument('--worker', default='target/release/e2fleet-worker')
     a.add_argument('--walk', action='append', help='walks of ours to run (default: the worker\'s default)')
+    a.add_argument('--engine', action='append', help='engines of ours to run, each beside the walks (auto, lanes, compiled)')
     a.add_argument('--old', help='an older e2fleet-worker to run beside (its default walk)')
     a.add_argument('--rounds', type=int, default=5)
     a.add_argument('--seconds', type=float, default=4)
@@ -90,13 +95,17 @@ def main():
     args = a.parse_args()
     if args.split_depth is not None:
         SPLIT.extend(['--split-depth', str(args.split_depth), '--unit-budget', str(args.unit_budget)])
-    # (name, worker, walk) for ours; the first run of each compiles and caches its engine
-    mine = [(f'ours ({w})' if w else 'ours', args.worker, w) for w in (args.walk or [None])]
+    # (name, worker, walk, engine) for ours; the first run of each compiles and caches its
+    # engine (and runs `auto`'s race)
+    mine = [(f'ours ({w})' if w else 'ours', args.worker, w, None) for w in (args.walk or [None])]
+    if args.engine:
+        mine = [(f'ours ({e})', args.worker, None, e) for e in args.engine] + (mine if args.walk else [])
     if args.old:
-        mine.append(('old', args.old, None))
-    for _, worker, walk in mine:
-        ours(worker, args.board, 0.5, walk)
-    engines = [(n, lambda wk=wk, w=w: ours(wk, args.board, args.seconds, w)) for n, wk, w in mine]
+        mine.append(('old', args.old, None, None))
+    for _, worker, walk, engine in mine:
+        ours(worker, args.board, 0.5, walk, engine)
+    engines = [(n, lambda wk=wk, w=w, e=e: ours(wk, args.board, args.seconds, w, e))
+               for n, wk, w, e in mine]
     if args.peer:
         pj = site_json(args.board, tempfile.mkdtemp())
         engines.append(('public', lambda: peer(args.peer, pj, args.seconds)))
