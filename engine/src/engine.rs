@@ -18,7 +18,7 @@ pub enum EngineKind {
     Reference,
     /// Puzzle-specialised Rust compiled on the machine that runs it.
     Compiled,
-    /// The branch-free mask walk of two units at once ([`crate::lanes`]).
+    /// The branch-free mask walk of several units at once in one thread ([`crate::lanes`]).
     Lanes,
 }
 
@@ -94,10 +94,10 @@ pub trait Engine: Send {
     }
 
     /// How many units the engine holds at once through [`Engine::run_feed`]: the lane
-    /// engine walks two in one thread (four on boards past 128 pieces or 16 colours); the compiled engine walks one and has the next
-    /// waiting in its process. A caller with one unit in hand and more to come hands an
-    /// engine of more than one its units through a feed; one unit at a time is as fast
-    /// on the others. Default: 1.
+    /// engine walks two in one thread (six on boards past 128 pieces or 16 colours); the
+    /// compiled engine walks one and has the next waiting in its process. A caller with
+    /// one unit in hand and more to come hands an engine of more than one its units
+    /// through a feed; one unit at a time is as fast on the others. Default: 1.
     fn units_in_hand(&self) -> usize {
         1
     }

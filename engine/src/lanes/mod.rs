@@ -27,6 +27,13 @@
 //! candidates in canonical order (ascending piece id, then rotation) and count one node a
 //! step, so budgets, cursors and stops are exactly the reference walker's.
 //!
+//! # A lone unit
+//! [`Engine::run`] walks one unit in every lane all the same: the unit cuts itself into
+//! pieces in depth-first order as the lanes walk it, and the pieces' results are added up
+//! in order, to exactly the result of one walk (counts, cursor, budget and stop; the
+//! `lone` module). `solve` from the root and `bench` without a split walk so, at ~0.9x
+//! the speed of a split's units.
+//!
 //! # The driver
 //! What is common to both forms is here: a lane's [`Head`] (its depth, countdown, last
 //! depth and watch), the cold path (polls, budgets, new deepest boards, solutions), and the
@@ -555,8 +562,8 @@ impl LaneTables {
     }
 }
 
-/// The lane engine over a shared plan: [`Engine::run`] walks one unit alone (one lane,
-/// slower than the compiled walk), [`Engine::run_feed`] several at a time.
+/// The lane engine over a shared plan: [`Engine::run`] walks one unit in all its lanes
+/// (cut into pieces), [`Engine::run_feed`] several units at a time, one a lane.
 pub struct LaneEngine {
     plan: Arc<SearchPlan>,
     tables: Arc<LaneTables>,
