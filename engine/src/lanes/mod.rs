@@ -634,7 +634,8 @@ impl Engine for LaneEngine {
     }
 
     /// Walks `unit` in every lane: it cuts itself into pieces in depth-first order and
-    /// adds their results up in order (the `lone` module: `engine/src/lanes/lone.rs`), to the same result as one walk.
+    /// adds their results up in order (the `lone` module: `engine/src/lanes/lone.rs`),
+    /// to the same result as one walk.
     fn run(
         &mut self,
         unit: &Unit,
