@@ -124,7 +124,6 @@ struct Lone<'p, 'c> {
     total: UnitResult,
     /// Nodes per depth of every piece walked (the estimates').
     profile: Vec<u64>,
-    walking: usize,
     since_poll: u64,
     /// The caller asked to stop.
     stopped: bool,
@@ -160,7 +159,6 @@ impl<'a> Feed<'a> for Lone<'_, '_> {
                         };
                         let budget = p.exact.unwrap_or(slice.min(self.budget - known));
                         p.state = State::Walking;
-                        self.walking += 1;
                         return Some(Work {
                             tag: p.id,
                             unit: p.unit.clone(),
@@ -178,7 +176,6 @@ impl<'a> Feed<'a> for Lone<'_, '_> {
     }
 
     fn done(&mut self, work: Work<'a>, result: Result<UnitResult, EngineError>, _: f64) {
-        self.walking -= 1;
         let r = match result {
             Ok(r) => r,
             Err(e) => {
@@ -435,7 +432,6 @@ impl<F: Form> Driver<'_, F> {
                 ..UnitResult::default()
             },
             profile: vec![0; plan.len()],
-            walking: 0,
             since_poll: 0,
             stopped: false,
             end: None,
