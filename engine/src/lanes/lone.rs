@@ -265,7 +265,11 @@ impl Lone<'_, '_> {
                         self.segments.truncate(1);
                         return;
                     }
-                    add_piece(&mut self.total, r, self.cap);
+                    // a piece that committed nothing reports its prefix as its deepest
+                    // board, never deeper than a node added before it (the node the
+                    // split committed, or the cursor of the slice it continues), so
+                    // `absorb`'s "deeper replaces" keeps the unit's first deepest board
+                    self.total.absorb(r, self.cap);
                     if ends_here {
                         let mut path = p.unit.prefix.clone();
                         path.extend_from_slice(r.cursor.as_deref().unwrap_or_default());
@@ -379,24 +383,6 @@ impl Lone<'_, '_> {
             exact: None,
             state: State::Waiting,
         })
-    }
-}
-
-/// Adds a piece's result to the unit's, in order.
-fn add_piece(total: &mut UnitResult, r: &UnitResult, cap: usize) {
-    add_counts(&mut total.nodes_by_depth, &r.nodes_by_depth);
-    total.committed += r.committed;
-    total.solutions_count += r.solutions_count;
-    for board in &r.solutions {
-        if total.solutions.len() >= cap {
-            break;
-        }
-        total.solutions.push(board.clone());
-    }
-    // a piece that committed nothing reports its own prefix as its deepest board
-    if r.committed > 0 && r.max_depth > total.max_depth {
-        total.max_depth = r.max_depth;
-        total.deepest = r.deepest.clone();
     }
 }
 

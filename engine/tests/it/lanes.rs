@@ -392,20 +392,31 @@ fn a_requested_stop_matches_a_budget_stop() {
     {
         let plan = plan(&load(rel), &OrderSpec::default());
         let (mut reference, mut lanes) = engines(&plan, form);
-        let mut polls = 0;
-        let stopped = lanes
-            .run(&Unit::root(), opts(None), &mut |_c: u64| {
-                polls += 1;
-                polls >= 3
-            })
-            .unwrap();
-        assert_eq!(stopped.stop, Some(StopReason::Requested), "{rel}");
-        let same = reference
-            .run(&Unit::root(), opts(Some(stopped.committed)), &mut NoControl)
-            .unwrap();
-        assert_eq!(same.cursor, stopped.cursor, "{rel}");
-        assert_eq!(same.nodes_by_depth, stopped.nodes_by_depth, "{rel}");
+        stop_matches_budget(&mut reference, &mut lanes, 3, rel);
     }
+}
+
+/// Walks the root with a stop asked for at the `polls`-th poll, and checks it ends as the
+/// reference walker's budget stop at the same count: cursor and counts per depth.
+fn stop_matches_budget(
+    reference: &mut ReferenceEngine,
+    lanes: &mut LaneEngine,
+    polls: usize,
+    what: &str,
+) {
+    let mut asked = 0;
+    let stopped = lanes
+        .run(&Unit::root(), opts(None), &mut |_c: u64| {
+            asked += 1;
+            asked >= polls
+        })
+        .unwrap();
+    assert_eq!(stopped.stop, Some(StopReason::Requested), "{what}");
+    let same = reference
+        .run(&Unit::root(), opts(Some(stopped.committed)), &mut NoControl)
+        .unwrap();
+    assert_eq!(same.cursor, stopped.cursor, "{what}");
+    assert_eq!(same.nodes_by_depth, stopped.nodes_by_depth, "{what}");
 }
 
 /// A lone unit walks in every lane, cut into pieces: with pieces cut every few nodes
@@ -477,22 +488,7 @@ fn a_lone_unit_cut_into_pieces_agrees() {
             [1, 4_999, 5_001, 777_777, 2_000_003],
             rel,
         );
-        let mut polls = 0;
-        let stopped = lanes
-            .run(&Unit::root(), opts(None), &mut |_c: u64| {
-                polls += 1;
-                polls >= 2
-            })
-            .unwrap();
-        assert_eq!(stopped.stop, Some(StopReason::Requested), "{rel}");
-        let same = reference
-            .run(&Unit::root(), opts(Some(stopped.committed)), &mut NoControl)
-            .unwrap();
-        assert_eq!(
-            (&same.cursor, &same.nodes_by_depth),
-            (&stopped.cursor, &stopped.nodes_by_depth),
-            "{rel}"
-        );
+        stop_matches_budget(&mut reference, &mut lanes, 2, rel);
     }
 }
 
