@@ -279,9 +279,26 @@ impl PgStore {
     }
 }
 
+/// How the writer's connection plans: by key, whatever the statistics say.
+///
+/// Every statement a write batch runs finds its rows by key (a batch's ids joined to a
+/// table's primary key, a partial index over the live rows), and its plan is made once
+/// per connection and kept. Left to the statistics of that moment, the planner costed a
+/// batch of a hundred ids against a job's first few thousand leases or units as a hash
+/// join over a scan of the whole table, and kept that plan while the table grew: the
+/// report batch's read cost ~1 ms per report after 4,000 leases (275 us a row on a
+/// quarter of the load), and the server's CPU per completed unit was 560-700 us; with
+/// scans and hash or merge joins priced out, 350-370 us, and the load bench's
+/// units/s went from 1,220-1,450 to ~1,800 (docs/benchmarks.md). A statement with no
+/// index to use still scans; `jit=off` keeps such a plan's inflated cost from sending
+/// it to the JIT compiler (~75 ms to compile a one-row read of the jobs table).
+const WRITER_PLANNING: &str =
+    "-c jit=off -c enable_seqscan=off -c enable_hashjoin=off -c enable_mergejoin=off";
+
 /// The writer connection's settings: the same address, name and session limits as the
 /// read pool's (tokio-postgres reads the same URL forms: host, port, user, password,
-/// database, `?host=/run/postgresql` for a socket, `sslmode=disable|prefer`).
+/// database, `?host=/run/postgresql` for a socket, `sslmode=disable|prefer`), and
+/// [`WRITER_PLANNING`].
 pub(super) fn writer_config(url: &str) -> Result<tokio_postgres::Config, StoreError> {
     let mut config = tokio_postgres::Config::from_str(url)
         .map_err(|e| StoreError::Open(format!("bad PostgreSQL address: {e}")))?;
@@ -289,7 +306,7 @@ pub(super) fn writer_config(url: &str) -> Result<tokio_postgres::Config, StoreEr
         .application_name("e2fleet-coordinator")
         .connect_timeout(STATEMENT_LIMIT)
         .options(format!(
-            "-c idle_in_transaction_session_timeout={}",
+            "-c idle_in_transaction_session_timeout={} {WRITER_PLANNING}",
             IDLE_IN_TRANSACTION.as_millis()
         ));
     Ok(config)
