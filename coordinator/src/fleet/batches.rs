@@ -29,7 +29,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::oneshot;
 
 use super::{Fleet, FleetError};
-use crate::store::{StoreError, Tx};
+use crate::store::{StoreError, Tx, WriteLock};
 
 /// Most requests written together (a batch's statements carry each request's row).
 pub(super) const MAX_BATCH: usize = 256;
@@ -185,16 +185,19 @@ where
     guard.1 = true;
 }
 
+/// Picks a queue out of the fleet.
+pub(super) type QueueOf<T, R> = fn(&Fleet) -> &Queue<T, R>;
+
 /// What a batch is written with: the fleet logic of one queue, run inside one store write.
 pub(super) type WriteBatch<T, R> =
     fn(&Fleet, &mut dyn Tx, Vec<T>) -> Result<Vec<Result<R, FleetError>>, FleetError>;
 
 /// Queues `item` on the queue `queue` picks out of `fleet`, starts the task that takes its
-/// batches (each written by `write` as one store write) if none runs, and waits for the
-/// answer.
+/// batches (each written by `write` as one store write excluding what `lock` says) if
+/// none runs, and waits for the answer.
 pub(super) async fn submit<T, R>(
     fleet: &Arc<Fleet>,
-    queue: fn(&Fleet) -> &Queue<T, R>,
+    (queue, lock): (QueueOf<T, R>, WriteLock),
     write: WriteBatch<T, R>,
     item: T,
 ) -> Result<R, FleetError>
@@ -210,7 +213,10 @@ where
                 let fleet = fleet.clone();
                 async move {
                     let f = fleet.clone();
-                    fleet.store.write(move |tx| write(&f, tx, items)).await
+                    fleet
+                        .store
+                        .write_with(lock, move |tx| write(&f, tx, items))
+                        .await
                 }
             })
             .await;

@@ -18,7 +18,7 @@ use super::policy::{
 use super::{Fleet, FleetError, LeasedUnit};
 use crate::store::{
     AccountRecord, LeaseRecord, LeaseState, LeaseView, Leasing, NewUnit, Seen, StoreError, Tx,
-    UnitKind, UnitRecord, WorkerRecord,
+    UnitKind, UnitRecord, WorkerRecord, WriteLock,
 };
 
 /// What a heartbeat answers.
@@ -73,10 +73,11 @@ impl Fleet {
             self.lease_in_batch(queued).await
         } else {
             // a volunteer's request is written on its own: its account's share is
-            // counted across its identities, so a batch would split at each repeat
+            // counted across its identities, so a batch would split at each repeat),
+            // beside report batches as a lease batch is
             let fleet = self.clone();
             self.store
-                .write(move |tx| {
+                .write_with(WriteLock::Leases, move |tx| {
                     let q = queued;
                     let engine = q.engine.as_ref().map(|(k, b)| (*k, b.as_str()));
                     fleet.lease_tx(tx, &q.worker, q.max, (engine, q.probes), q.now)
@@ -98,7 +99,7 @@ impl Fleet {
     ) -> Result<Vec<Lease>, FleetError> {
         batches::submit(
             self,
-            |f| &f.lease_requests,
+            (|f| &f.lease_requests, WriteLock::Leases),
             |f, tx, items| f.lease_batch_tx(tx, items),
             queued,
         )
@@ -115,16 +116,8 @@ impl Fleet {
     ) -> Result<Vec<Lease>, FleetError> {
         // overdue leases go back to the queue before handing out work; the background
         // task does this too, so here it runs at most once a second
-        let last = self.last_expiry_ms.load(Ordering::Relaxed);
-        if now - last >= 1000 || now < last {
-            expire(tx, now)?;
-            self.last_expiry_ms.store(now, Ordering::Relaxed);
-        }
-        let seen = Seen {
-            engine,
-            ..Seen::default()
-        };
-        tx.worker_seen(worker.id, now, &seen)?;
+        self.expire_now_and_then(tx, now)?;
+        tx.workers_seen_leasing(&[(worker.id, engine)], now)?;
         let view = tx.lease_view(worker.id, &worker.account_id)?;
         let Some((max, account)) = self.room(worker, view, max) else {
             return Ok(Vec::new());
@@ -141,7 +134,13 @@ impl Fleet {
             // idle capacity: split a waiting continuation into sibling prefixes
             // (a unit that cannot be split is logged and left as it is: this path has
             // already written, and a failure here would roll back its whole batch)
-            if let Some(unit) = tx.splittable_unit()? {
+            // (a unit's split changes what a report on it counts: not beside a report
+            // batch; the next idle call splits it)
+            let unit = match tx.run_alone()? {
+                true => tx.splittable_unit()?,
+                false => None,
+            };
+            if let Some(unit) = unit {
                 match self.split_unit(tx, &unit, now) {
                     // read the units again even when no sibling was made: the split
                     // still moved the unit's first cursor step into its prefix, and a
@@ -155,6 +154,11 @@ impl Fleet {
                     Err(e) => warn!(unit_id = %unit.id, error = %e, "continuation not split"),
                 }
             }
+        }
+        if !rows.is_empty() {
+            let ids: Vec<UnitId> = rows.iter().map(|r| r.id).collect();
+            let claimed = tx.claim_open_units(&ids)?;
+            rows.retain(|r| claimed.contains(&r.id));
         }
         if !probes {
             // a worker that does not run probes is never handed one (it would walk the
@@ -213,11 +217,7 @@ impl Fleet {
             }
             return Ok(answers.into_iter().map(|a| a.expect("answered")).collect());
         }
-        let last = self.last_expiry_ms.load(Ordering::Relaxed);
-        if now - last >= 1000 || now < last {
-            expire(tx, now)?;
-            self.last_expiry_ms.store(now, Ordering::Relaxed);
-        }
+        self.expire_now_and_then(tx, now)?;
         let mut next = 0;
         while next < items.len() {
             // the part: no worker twice, no volunteer account twice
@@ -266,11 +266,16 @@ impl Fleet {
                 .map(|room| room.as_ref().is_some_and(|(_, a)| self.trusted(a)))
                 .collect();
             let disputed = if trusted.contains(&true) { wanted } else { 0 };
-            let open = if wanted > 0 {
+            let mut open = if wanted > 0 {
                 tx.open_units_with_runs(2 * wanted + 16, disputed)?
             } else {
                 Vec::new()
             };
+            if !open.is_empty() {
+                let ids: Vec<UnitId> = open.iter().map(|c| c.unit.id).collect();
+                let claimed = tx.claim_open_units(&ids)?;
+                open.retain(|c| claimed.contains(&c.unit.id));
+            }
             let mut taken: Vec<UnitId> = Vec::new();
             let mut leases: Vec<LeaseRecord> = Vec::new();
             let mut short = None;
@@ -515,7 +520,7 @@ impl Fleet {
     /// unit a job at a time.
     fn ask_running_unit_to_yield(&self, tx: &mut dyn Tx, now: i64) -> Result<(), FleetError> {
         let last = self.last_yield_ms.load(Ordering::Relaxed);
-        if now - last < YIELD_LOOK_EVERY_MS && now >= last {
+        if (now - last < YIELD_LOOK_EVERY_MS && now >= last) || !tx.run_alone()? {
             return Ok(());
         }
         self.last_yield_ms.store(now, Ordering::Relaxed);
@@ -633,6 +638,20 @@ pub(super) struct QueuedLease {
     engine: Option<(EngineKind, String)>,
     probes: bool,
     now: i64,
+}
+
+impl Fleet {
+    /// Expires overdue leases at most once a second, when this write excludes report
+    /// batches (a report is decided by whether its lease is still active); else the
+    /// next lease write tries, and the background task expires them in any case.
+    fn expire_now_and_then(&self, tx: &mut dyn Tx, now: i64) -> Result<(), FleetError> {
+        let last = self.last_expiry_ms.load(Ordering::Relaxed);
+        if (now - last >= 1000 || now < last) && tx.run_alone()? {
+            expire(tx, now)?;
+            self.last_expiry_ms.store(now, Ordering::Relaxed);
+        }
+        Ok(())
+    }
 }
 
 fn expire(tx: &mut dyn Tx, now: i64) -> Result<usize, FleetError> {

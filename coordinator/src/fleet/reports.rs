@@ -19,7 +19,7 @@ use super::quorum::decides_alone;
 use super::{Fleet, FleetError, LeasedUnit, finish_if_done};
 use crate::store::{
     LeaseState, NewResult, NewUnit, ReportView, ResultBody, ResultCore, ResultId, ResultRecord,
-    Standing, Tx, UnitKind, UnitRecord, UnitState, ViewAsk, WorkerRecord,
+    Standing, Tx, UnitKind, UnitRecord, UnitState, ViewAsk, WorkerRecord, WriteLock,
 };
 
 /// A report verified before its write, with what it was verified against.
@@ -54,11 +54,12 @@ impl Fleet {
         };
         if !self.may_join_part(&queued) {
             // a volunteer's report is written the single way, on its own (it earns
-            // credit and trust; in a batch it would only hold the batch up)
+            // credit and trust; in a batch it would only hold the batch up), beside lease
+            // batches as a report batch is
             let fleet = self.clone();
             let outcome = self
                 .store
-                .write(move |tx| {
+                .write_with(WriteLock::Reports, move |tx| {
                     let q = queued;
                     fleet.report_tx(tx, &q.worker, q.report, q.prepared, q.pre, q.now)
                 })
@@ -68,7 +69,7 @@ impl Fleet {
         }
         let outcome = batches::submit(
             self,
-            |f| &f.reports,
+            (|f| &f.reports, WriteLock::Reports),
             |f, tx, items| f.report_batch_tx(tx, items),
             queued,
         )
@@ -186,7 +187,7 @@ impl Fleet {
             return Ok(late(if lease_was_active {
                 "a stopped run counts alone only on an operator's unit that no other run shares; the unit is run whole"
             } else {
-                "this lease expired and its unit is covered by another run; a stopped run is not compared"
+                "this lease expired: a stopped run counts alone only on a live lease, and is compared with nothing; the unit is run whole"
             }));
         }
         let record = new_record(
@@ -646,11 +647,15 @@ fn late(why: &str) -> ReportOutcome {
 /// Whether a run stopped short at its worker's request (a shutdown, a unit given back)
 /// may decide its unit on its own and leave the rest as a continuation: only an operator
 /// machine's (the operator vouches for its machines; a volunteer's stopped run could not
-/// be rechecked, since a recheck would have to stop at the same node), on a unit that
-/// needs one run, has no result yet and no other lease out.
+/// be rechecked, since a recheck would have to stop at the same node), on a lease still
+/// active, on a unit that needs one run, has no result yet and no other lease out. (An
+/// expired lease's unit is open: a lease batch may grant it while this report is decided
+/// beside it, and a run granted so must never find its unit decided by a stopped run
+/// with the rest a continuation; see [`crate::store::WriteLock`].)
 fn counts_alone(worker: &WorkerRecord, unit: &UnitRecord, lease_was_active: bool) -> bool {
     let others_out = unit.active_leases - u32::from(lease_was_active && unit.active_leases > 0);
-    worker.account_id.is_operator()
+    lease_was_active
+        && worker.account_id.is_operator()
         && matches!(unit.state, UnitState::Open | UnitState::Busy)
         && unit.quorum == 1
         && unit.results == 0

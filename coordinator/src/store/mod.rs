@@ -42,7 +42,7 @@ pub use tx::{
     Accounts, Archive, Batches, Jobs, Leases, Leasing, MoreRuns, OpenUnit, Results, StoreResult,
     Studies, Tx, Units, Verifications, ViewAsk, Workers,
 };
-pub use writer::WriterTotals;
+pub use writer::{WriteLock, WriterTotals};
 
 /// A store failure. Details stay in logs; clients see an internal error.
 #[derive(Debug, thiserror::Error)]
@@ -223,9 +223,20 @@ impl Store {
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
+        self.write_with(WriteLock::All, f).await
+    }
+
+    /// [`Store::write`] in a transaction that excludes only the writes `lock` says (a
+    /// lease or report batch; see [`WriteLock`]).
+    pub async fn write_with<T, E, F>(&self, lock: WriteLock, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut dyn Tx) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
         match &self.backend {
-            Backend::Sqlite(s) => s.write(f).await,
-            Backend::Postgres(s) => s.write(f).await,
+            Backend::Sqlite(s) => s.write(lock, f).await,
+            Backend::Postgres(s) => s.write(lock, f).await,
         }
     }
 

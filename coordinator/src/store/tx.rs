@@ -116,6 +116,13 @@ pub trait Units {
 
 /// Leases: grants, expiry, extension, release.
 pub trait Leases {
+    /// Whether this write now excludes every other write, as expiring leases, splitting
+    /// a continuation or asking a run to yield need (they change what a report is
+    /// decided against). A lease batch runs beside report batches
+    /// ([`crate::store::WriteLock::Leases`]): it then tries to exclude them too, without
+    /// waiting, and `false` says a report batch is writing (leave that work to a later
+    /// write). Always `true` for any other write, and on SQLite (one writer).
+    fn run_alone(&mut self) -> StoreResult<bool>;
     /// Stores a new lease.
     fn insert_lease(&mut self, lease: &LeaseRecord) -> StoreResult<()>;
     /// What a lease request by `worker` of `account` is weighed against, in one read:
@@ -536,11 +543,19 @@ pub trait Batches {
     /// disputed ones (at most `disputed`; a disputed unit is open too, so it may come
     /// twice), each with the runs that bar a worker from it ([`OpenUnit::open_to`]).
     fn open_units_with_runs(&mut self, open: usize, disputed: usize) -> StoreResult<Vec<OpenUnit>>;
+    /// Of `units`, read open for a lease, those still open, each now held by this write
+    /// until its commit. On PostgreSQL a unit whose row a report batch beside this write
+    /// holds is left out (it waits for the next lease write), so a lease write never
+    /// waits for a report batch's row: the two never wait on each other
+    /// ([`crate::store::WriteLock`]). All of them where one writer runs at a time.
+    fn claim_open_units(&mut self, units: &[UnitId]) -> StoreResult<Vec<UnitId>>;
     /// [`Leases::insert_lease`] for each, with [`Units::lease_taken`] for its unit; the
     /// units are distinct.
     fn insert_leases(&mut self, leases: &[LeaseRecord]) -> StoreResult<()>;
     /// [`Workers::worker_seen`] at `now_ms` with what a lease request tells (the engine
-    /// it runs) for each worker; the workers are distinct.
+    /// it runs) for each worker; the workers are distinct. On PostgreSQL a worker whose
+    /// row a report batch beside this write holds is left as it is (its next lease
+    /// request tells the same): a lease batch never waits for a report batch's row here.
     fn workers_seen_leasing(
         &mut self,
         seen: &[(WorkerId, Option<(e2fleet_engine::engine::EngineKind, &str)>)],

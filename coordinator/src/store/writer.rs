@@ -47,8 +47,14 @@ use crate::store::sql::Conn;
 
 /// A backend's write connection, as the writer thread drives it.
 pub trait Session: Send + 'static {
-    /// Begins a batch's transaction.
-    fn begin(&mut self) -> Result<(), String>;
+    /// Begins a batch's transaction, excluding the writes `lock` says.
+    fn begin(&mut self, lock: WriteLock) -> Result<(), String>;
+    /// Whether a transaction begun with `held` may also run a job that needs `next`
+    /// (always, where one writer runs at a time).
+    fn covers(&self, held: WriteLock, next: WriteLock) -> bool {
+        let _ = (held, next);
+        true
+    }
     /// Commits it.
     fn commit(&mut self) -> Result<(), String>;
     /// Rolls it back.
@@ -78,10 +84,37 @@ pub const MAX_QUEUED: usize = 8_192;
 /// [`Session::batch_time`]).
 pub const MAX_BATCH_TIME: Duration = Duration::from_millis(2);
 
+/// Which other writes a write transaction excludes while it runs.
+///
+/// One writer at a time needs no more (SQLite). Where several write side by side
+/// (PostgreSQL: two writer threads on each of several coordinators), a lease batch and
+/// a report batch touch different rows of the hot tables, or the same rows only by
+/// relative changes (a unit's lease count), so they run beside each other: lease
+/// batches take turns among themselves, report batches among themselves, and every
+/// other write excludes both. What a lease batch does besides granting (expiring
+/// leases, splitting a continuation, asking a run to yield) changes what a report is
+/// decided against, so it runs only when the transaction also excludes reports
+/// ([`crate::store::Leases::run_alone`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteLock {
+    /// Every other write (the default).
+    All,
+    /// Other lease batches; runs beside report batches.
+    Leases,
+    /// Other report batches; runs beside lease batches.
+    Reports,
+}
+
 /// What a finished job does once its batch's commit succeeded or failed.
 type Reply = Box<dyn FnOnce(Result<(), String>) + Send>;
-/// A write job: runs on the connection, says whether it succeeded, and how to reply.
-type Job = Box<dyn FnOnce(&mut dyn Conn) -> (bool, Reply) + Send>;
+/// What a write job runs: on the connection, saying whether it succeeded, and how to
+/// reply.
+type Run = Box<dyn FnOnce(&mut dyn Conn) -> (bool, Reply) + Send>;
+/// A write job, with the writes it excludes.
+struct Job {
+    lock: WriteLock,
+    run: Run,
+}
 
 /// Handle to the writer thread. Cloning shares the thread; it ends when the last handle
 /// is dropped.
@@ -198,10 +231,20 @@ impl Writer {
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
+        self.write_with(WriteLock::All, f).await
+    }
+
+    /// [`Writer::write`] in a transaction that excludes only what `lock` says.
+    pub async fn write_with<T, E, F>(&self, lock: WriteLock, f: F) -> Result<T, E>
+    where
+        F: FnOnce(&mut dyn Conn) -> Result<T, E> + Send + 'static,
+        T: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
         let (reply_tx, reply_rx) = oneshot::channel::<Result<T, E>>();
         let queued = Instant::now();
         let stats = self.stats.clone();
-        let job: Job = Box::new(move |conn: &mut dyn Conn| {
+        let run = Box::new(move |conn: &mut dyn Conn| {
             let started = Instant::now();
             let out = f(conn);
             stats.record_job(started - queued, started.elapsed());
@@ -216,7 +259,7 @@ impl Writer {
             });
             (ok, reply)
         });
-        self.jobs.try_send(job).map_err(|e| match e {
+        self.jobs.try_send(Job { lock, run }).map_err(|e| match e {
             // shed load: the caller answers UNAVAILABLE and the worker backs off
             flume::TrySendError::Full(_) => E::from(StoreError::Busy),
             flume::TrySendError::Disconnected(_) => {
@@ -236,12 +279,15 @@ impl Writer {
 // while its transaction, and on PostgreSQL the write lock, is open)
 fn run(mut session: impl Session, jobs: &flume::Receiver<Job>, stats: Arc<WriterStats>) {
     let batch_time = session.batch_time();
-    while let Ok(first) = jobs.recv() {
+    // a job taken that the last batch's locks did not cover: it begins the next one
+    let mut carried: Option<Job> = None;
+    while let Some(first) = carried.take().or_else(|| jobs.recv().ok()) {
         if session.between_batches() {
             stats.wal_resets.fetch_add(1, Relaxed);
         }
         let batch = tracing::debug_span!("write batch", jobs = tracing::field::Empty).entered();
-        if let Err(e) = session.begin() {
+        let lock = first.lock;
+        if let Err(e) = session.begin(lock) {
             error!(error = %e, "writer: cannot begin a transaction");
             // dropping a job unrun drops its reply channel: its caller gets an error
             drop(first);
@@ -263,7 +309,11 @@ fn run(mut session: impl Session, jobs: &flume::Receiver<Job>, stats: Arc<Writer
                 break;
             }
             if replies.len() < MAX_BATCH && started.elapsed() < batch_time {
-                next = jobs.try_recv().ok();
+                match jobs.try_recv() {
+                    Ok(job) if session.covers(lock, job.lock) => next = Some(job),
+                    Ok(job) => carried = Some(job),
+                    Err(_) => {}
+                }
             }
         }
         let commit = match spoiled {
@@ -296,7 +346,7 @@ fn run(mut session: impl Session, jobs: &flume::Receiver<Job>, stats: Arc<Writer
 /// input before writing, so a failure after a change means a storage error or a bug.)
 fn run_one(session: &mut impl Session, job: Job) -> (Option<Reply>, bool) {
     let before = session.changes();
-    let outcome = catch_unwind(AssertUnwindSafe(|| job(session.conn())));
+    let outcome = catch_unwind(AssertUnwindSafe(|| (job.run)(session.conn())));
     let mut changed = || before.is_none() || session.changes() != before;
     match outcome {
         Ok((true, reply)) => (Some(reply), false),
@@ -347,6 +397,107 @@ mod tests {
     fn slow_insert(c: &mut dyn Conn, v: i64) -> Result<(), StoreError> {
         std::thread::sleep(Duration::from_millis(100));
         insert(c, v)
+    }
+
+    /// A session that keeps the locks as PostgreSQL's does (a transaction covers jobs of
+    /// its own lock, or any job when it holds both) and records each transaction's lock
+    /// and the values its jobs wrote.
+    /// Each transaction's lock and the values its jobs wrote.
+    type Begun = Arc<std::sync::Mutex<Vec<(WriteLock, Vec<i64>)>>>;
+
+    struct Recording {
+        conn: Connection,
+        begun: Begun,
+    }
+
+    impl Session for Recording {
+        fn begin(&mut self, lock: WriteLock) -> Result<(), String> {
+            self.begun.lock().unwrap().push((lock, Vec::new()));
+            self.conn.execute_batch("BEGIN").map_err(|e| e.to_string())
+        }
+        fn commit(&mut self) -> Result<(), String> {
+            let mut q = self.conn.prepare("SELECT v FROM t").unwrap();
+            let written: Vec<i64> = q
+                .query_map([], |r| r.get(0))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap();
+            drop(q);
+            self.begun.lock().unwrap().last_mut().unwrap().1 = written;
+            self.conn
+                .execute_batch("DELETE FROM t; COMMIT")
+                .map_err(|e| e.to_string())
+        }
+        fn rollback(&mut self) {
+            let _ = self.conn.execute_batch("ROLLBACK");
+        }
+        fn changes(&mut self) -> Option<i64> {
+            None
+        }
+        fn covers(&self, held: WriteLock, next: WriteLock) -> bool {
+            held == WriteLock::All || held == next
+        }
+        fn conn(&mut self) -> &mut dyn Conn {
+            &mut self.conn
+        }
+        fn batch_time(&self) -> Duration {
+            Duration::from_secs(5)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_transaction_runs_only_the_jobs_its_locks_cover() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch("CREATE TABLE t (v INTEGER)").unwrap();
+        let begun = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let writer = Writer::start(
+            Recording {
+                conn,
+                begun: begun.clone(),
+            },
+            MAX_QUEUED,
+        )
+        .unwrap();
+        use WriteLock::{All, Leases, Reports};
+        // the first job holds the thread while the others queue behind it in order
+        let (slow, rest) = tokio::join!(writer.write_with(Leases, |c| slow_insert(c, 0)), async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let plan = [
+                (Leases, 1),
+                (Leases, 2),
+                (Reports, 3),
+                (Reports, 4),
+                (Leases, 5),
+            ];
+            let plan = plan.map(|(lock, v)| writer.write_with(lock, move |c| insert(c, v)));
+            let [a, b, c, d, e] = plan;
+            let then = async {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                let all = writer.write_with(All, |c| insert(c, 6));
+                let after = async {
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    writer.write_with(Reports, |c| insert(c, 7)).await
+                };
+                tokio::join!(all, after)
+            };
+            tokio::join!(a, b, c, d, e, then)
+        });
+        slow.unwrap();
+        let (a, b, c, d, e, (f, g)) = rest;
+        for r in [a, b, c, d, e, f, g] {
+            r.unwrap();
+        }
+        let begun = begun.lock().unwrap().clone();
+        assert_eq!(
+            begun,
+            vec![
+                (Leases, vec![0, 1, 2]),
+                (Reports, vec![3, 4]),
+                (Leases, vec![5]),
+                (All, vec![6, 7]),
+            ],
+            "each transaction holds the lock of every job in it"
+        );
     }
 
     #[tokio::test]

@@ -4,17 +4,27 @@
 //!
 //! # How it runs
 //! - **Writes** go through the same group-commit writer as SQLite
-//!   ([`crate::store::writer`]) on one connection per coordinator. Each batch's
-//!   transaction first takes a database-wide advisory lock
-//!   ([`WRITE_LOCK`], `pg_advisory_xact_lock`), held until its commit: the batches of all
-//!   coordinators run one after another, each seeing every row the others committed. So
-//!   the fleet logic, written as read-then-write closures, keeps its meaning with any
-//!   number of coordinators: a unit is never leased twice (the second grant reads the
-//!   first's counters), a report on a lease is recorded once (the lease row and the
-//!   `results.lease_id` unique key decide it), quorums count committed rows. A coordinator
-//!   killed mid-batch loses its open transaction, which PostgreSQL rolls back (its
-//!   workers were not yet told anything: replies go out after the commit), and its lock
-//!   with it; the others carry on.
+//!   ([`crate::store::writer`]) on two connections per coordinator. Each transaction
+//!   first takes advisory locks held until its commit ([`crate::store::WriteLock`]):
+//!   a lease batch [`LEASES_LOCK`], a report batch [`REPORTS_LOCK`], every other write
+//!   both (in that order). So lease batches of all coordinators run one after another,
+//!   report batches too, each seeing every row the others of its kind committed, and a
+//!   lease batch runs beside a report batch: they write different rows of the hot tables,
+//!   or the same unit's lease count by relative changes, and neither decides on a row the
+//!   other rewrites. A unit is never leased twice (grants take turns, and a report never
+//!   makes an open unit leasable twice over); a report on a lease is recorded once (report
+//!   batches take turns; the lease row and the `results.lease_id` unique key decide it).
+//!   What a lease write does besides granting (expiring leases, splitting a continuation,
+//!   asking a run to yield) changes what a report is decided against: it runs only when
+//!   the lease batch also takes [`REPORTS_LOCK`], tried without waiting
+//!   ([`crate::store::Leases::run_alone`]; else the next lease write tries, and the
+//!   background expiry excludes both). No transaction waits for a lock while holding one
+//!   another waits for in turn. A coordinator killed mid-batch loses its open
+//!   transaction, which PostgreSQL rolls back (its workers were not yet told anything:
+//!   replies go out after the commit), and its locks with it; the others carry on.
+//!   One lock for every write (how this store began) made the batches take turns: the
+//!   load bench completed ~1,800-1,900 units/s with the server on its 2 cores; with the
+//!   two kinds side by side ~2,050-2,180, as SQLite does (docs/benchmarks.md).
 //! - The writer's connection (`session.rs`, tokio-postgres) pipelines: a change whose row
 //!   count nobody reads is held and sent with the next statement; and what a lease request
 //!   or a report is checked against is read in one statement each
@@ -72,15 +82,21 @@ use super::traffic::{Traffic, TrafficTotals};
 
 mod session;
 use super::tx::StoreResult;
-use super::writer::{MAX_QUEUED, Writer, WriterTotals};
+use super::writer::{MAX_QUEUED, WriteLock, Writer, WriterTotals};
 use super::{StoreError, Tx};
 use session::PgSession;
 
-/// The advisory lock every write batch holds until its commit (any 64-bit key the
-/// operator's other applications do not use: "e2fleet" in ASCII).
-pub const WRITE_LOCK: i64 = 0x0065_3266_6c65_6574;
+/// The advisory lock a write transaction holds until its commit to exclude lease batches
+/// (any 64-bit key the operator's other applications do not use: "e2fleet" in ASCII).
+/// Every write but a report batch holds it ([`crate::store::WriteLock`]).
+pub const LEASES_LOCK: i64 = 0x0065_3266_6c65_6574;
 /// The session advisory lock of the coordinator that does the once-only upkeep.
-pub const LEADER_LOCK: i64 = WRITE_LOCK + 1;
+pub const LEADER_LOCK: i64 = LEASES_LOCK + 1;
+/// The advisory lock a write transaction holds until its commit to exclude report
+/// batches: every write but a lease batch holds it, taken after [`LEASES_LOCK`] by a
+/// write that holds both; a lease batch that needs it tries it without waiting
+/// ([`crate::store::Leases::run_alone`]), so no two transactions wait on each other's lock.
+pub const REPORTS_LOCK: i64 = LEASES_LOCK + 2;
 /// How often a coordinator that is not the leader tries to become it.
 pub const LEADER_RETRY: Duration = Duration::from_secs(2);
 /// How long a session may sit in an open transaction without a statement before the
@@ -93,11 +109,11 @@ pub const IDLE_IN_TRANSACTION: Duration = Duration::from_secs(10);
 /// are told to retry, and the next batch connects again.
 pub const STATEMENT_LIMIT: Duration = Duration::from_secs(15);
 
-/// Writer threads, each with its own connection. Batches take turns on [`WRITE_LOCK`];
-/// a second thread's batch is waiting at the lock, its jobs taken, when the first one's
-/// commit goes out, so the time a commit waits for the disk, and the round trips of the
-/// next `BEGIN`, are no longer time the lock stands idle (the load bench, alternated runs:
-/// medians of 319 completed units/s with one thread, 416 with two; three did no better).
+/// Writer threads, each with its own connection: a lease batch and a report batch run
+/// side by side ([`LEASES_LOCK`], [`REPORTS_LOCK`]); and when batches of one kind take
+/// turns, a second thread's batch is waiting at the lock, its jobs taken, when the first
+/// one's commit goes out, so the time a commit waits for the disk, and the round trips of
+/// the next `BEGIN`, are no longer time the lock stands idle.
 const WRITERS: usize = 2;
 /// Read connections in the pool.
 const READERS: u32 = 8;
@@ -139,7 +155,7 @@ impl PgStore {
             .application_name("e2fleet-coordinator")
             .log_statements(tracing::log::LevelFilter::Trace)
             // a coordinator cut off from the database in the middle of a write batch
-            // holds the write lock: the server ends its session, and the lock, after this
+            // holds the write locks: the server ends its session, and the lock, after this
             // (a batch takes milliseconds)
             .options([(
                 "idle_in_transaction_session_timeout",
@@ -190,14 +206,16 @@ impl PgStore {
         })
     }
 
-    /// See [`crate::store::Store::write`].
-    pub async fn write<T, E, F>(&self, f: F) -> Result<T, E>
+    /// See [`crate::store::Store::write_with`].
+    pub async fn write<T, E, F>(&self, lock: WriteLock, f: F) -> Result<T, E>
     where
         F: FnOnce(&mut dyn Tx) -> Result<T, E> + Send + 'static,
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
-        self.writer.write(move |c| f(&mut SqlTx::new(c))).await
+        self.writer
+            .write_with(lock, move |c| f(&mut SqlTx::new(c)))
+            .await
     }
 
     /// See [`crate::store::Store::read`].

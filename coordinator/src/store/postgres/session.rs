@@ -30,12 +30,12 @@ use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use tokio_postgres::{Client, NoTls, Statement};
 use tracing::warn;
 
-use super::{BATCH_TIME, STATEMENT_LIMIT, WRITE_LOCK, silent};
+use super::{BATCH_TIME, LEASES_LOCK, REPORTS_LOCK, STATEMENT_LIMIT, silent};
 use crate::store::StoreError;
-use crate::store::sql::{Conn, Kind, Row, Value, for_postgres};
+use crate::store::sql::{Conn, ConnExt, Kind, Row, Value, for_postgres};
 use crate::store::traffic::Traffic;
 use crate::store::tx::StoreResult;
-use crate::store::writer::Session;
+use crate::store::writer::{Session, WriteLock};
 
 /// Most changes held before they are sent on their own (a job that writes many rows in
 /// a loop, e.g. a submission's units, sends them in pipelined runs of this many).
@@ -52,6 +52,8 @@ pub(super) struct PgSession {
     /// Statements that may have changed rows or failed (see [`Session::changes`]).
     writes: i64,
     traffic: Arc<Traffic>,
+    /// The writes the open transaction excludes.
+    lock: WriteLock,
 }
 
 /// A live connection with what it keeps.
@@ -81,6 +83,7 @@ impl PgSession {
                 config,
                 writes: 0,
                 traffic,
+                lock: WriteLock::All,
             })
         })
         .join()
@@ -221,11 +224,20 @@ async fn open_link(config: &tokio_postgres::Config) -> Result<Link, StoreError> 
 }
 
 impl Session for PgSession {
-    fn begin(&mut self) -> Result<(), String> {
+    fn begin(&mut self, lock: WriteLock) -> Result<(), String> {
         if self.link.is_none() {
             self.reconnect();
         }
-        let lock = format!("BEGIN; SELECT pg_advisory_xact_lock({WRITE_LOCK})");
+        self.lock = lock;
+        // both locks in one order, and a lease batch never waits for the reports lock:
+        // no two writes wait on each other's advisory lock
+        let lock = match lock {
+            WriteLock::All => format!(
+                "BEGIN; SELECT pg_advisory_xact_lock({LEASES_LOCK}); SELECT pg_advisory_xact_lock({REPORTS_LOCK})"
+            ),
+            WriteLock::Leases => format!("BEGIN; SELECT pg_advisory_xact_lock({LEASES_LOCK})"),
+            WriteLock::Reports => format!("BEGIN; SELECT pg_advisory_xact_lock({REPORTS_LOCK})"),
+        };
         match self.control(&lock) {
             Ok(()) => Ok(()),
             Err(first) => {
@@ -255,6 +267,10 @@ impl Session for PgSession {
         Some(self.writes)
     }
 
+    fn covers(&self, held: WriteLock, next: WriteLock) -> bool {
+        held == WriteLock::All || held == next
+    }
+
     fn conn(&mut self) -> &mut dyn Conn {
         self
     }
@@ -267,6 +283,24 @@ impl Session for PgSession {
 impl Conn for PgSession {
     fn is_postgres(&self) -> bool {
         true
+    }
+
+    fn run_alone(&mut self) -> StoreResult<bool> {
+        let lacking = match self.lock {
+            WriteLock::All => return Ok(true),
+            WriteLock::Leases => REPORTS_LOCK,
+            WriteLock::Reports => LEASES_LOCK,
+        };
+        // tried, never waited for: the transaction holding it may be waiting for a row
+        // this one wrote
+        let got: bool = self.one(
+            "SELECT pg_try_advisory_xact_lock(?)",
+            &[Value::Int(lacking)],
+        )?;
+        if got {
+            self.lock = WriteLock::All;
+        }
+        Ok(got)
     }
 
     fn execute(&mut self, sql: &str, params: &[Value]) -> StoreResult<usize> {
@@ -472,6 +506,89 @@ mod tests {
             assert!(matches!(failed, Err(StoreError::Writer(_))), "{failed:?}");
             let n = writer.write(count).await.unwrap();
             assert_eq!(n, 2, "only the first two rows are in");
+        });
+    }
+
+    #[test]
+    #[cfg_attr(
+        not(has_postgres),
+        ignore = "no PostgreSQL server programs: apt-get install postgresql"
+    )]
+    fn lease_and_report_writes_run_side_by_side_and_every_other_write_excludes_both() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+        use std::sync::mpsc;
+        use std::time::Duration;
+
+        use crate::store::writer::WriteLock;
+
+        let server = PostgresServer::start_for("write_locks");
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let url = create_database(server.url(), "e2fleet_write_locks")
+                .await
+                .unwrap();
+            let traffic = Arc::new(Traffic::default());
+            let sessions = (0..3)
+                .map(|_| PgSession::connect(writer_config(&url).unwrap(), traffic.clone()))
+                .collect::<Result<Vec<_>, _>>()
+                .unwrap();
+            let writer = Writer::start_many(sessions, 16).unwrap();
+            let (lease_ran, wait_lease) = mpsc::channel::<bool>();
+            let (go_on, wait_go) = mpsc::channel::<()>();
+            let report_done = Arc::new(AtomicBool::new(false));
+            let done = report_done.clone();
+            // a report write that holds its lock until a lease write has run beside it
+            let report = writer.write_with(WriteLock::Reports, move |c| {
+                let alone = wait_lease
+                    .recv_timeout(Duration::from_secs(20))
+                    .expect("a lease write runs while a report write is open");
+                wait_go.recv_timeout(Duration::from_secs(20)).unwrap();
+                done.store(true, Ordering::SeqCst);
+                c.run_alone().map(|me| (alone, me))
+            });
+            let rest = async {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                writer
+                    .write_with(WriteLock::Leases, move |c| {
+                        // it cannot exclude the report write now, and does not wait for it
+                        let _ = lease_ran.send(c.run_alone()?);
+                        Ok::<_, StoreError>(())
+                    })
+                    .await
+                    .unwrap();
+                // a write of any other kind waits for the report write's commit
+                let seen = report_done.clone();
+                let all = writer.write(move |_c: &mut dyn Conn| {
+                    Ok::<_, StoreError>(seen.load(Ordering::SeqCst))
+                });
+                let release = async {
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    go_on.send(()).unwrap();
+                };
+                let (all, ()) = tokio::join!(all, release);
+                all.unwrap()
+            };
+            let (report, saw_report_done) = tokio::join!(report, rest);
+            let (lease_alone, report_alone) = report.unwrap();
+            assert!(
+                !lease_alone,
+                "a lease write beside a report write does not run alone"
+            );
+            // (the write of every kind waiting for it holds the leases lock, taken first)
+            assert!(
+                !report_alone,
+                "the report write took the leases lock a waiting write holds"
+            );
+            assert!(
+                saw_report_done,
+                "a write of any other kind ran beside the report write"
+            );
+            // alone, a lease write takes the reports lock without waiting
+            let alone = writer
+                .write_with(WriteLock::Leases, |c| c.run_alone())
+                .await
+                .unwrap();
+            assert!(alone, "a lease write with no report write open runs alone");
         });
     }
 }

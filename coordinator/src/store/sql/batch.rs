@@ -356,6 +356,19 @@ impl Batches for SqlTx<'_> {
         Ok(views)
     }
 
+    fn claim_open_units(&mut self, units: &[UnitId]) -> StoreResult<Vec<UnitId>> {
+        if !self.c.is_postgres() || units.is_empty() {
+            return Ok(units.to_vec());
+        }
+        let ids = json_rows(["id"], units.iter().map(|u| [Value::Int(u.0)]));
+        let sql = format!(
+            "SELECT u.id FROM {} JOIN units u ON u.id = v.id WHERE u.state = 'open' \
+             ORDER BY u.id FOR UPDATE OF u SKIP LOCKED",
+            recordset(1, &[("id", "bigint")])
+        );
+        self.c.map(&sql, &[ids], |r| r.get(0).map(UnitId))
+    }
+
     fn open_units_with_runs(&mut self, open: usize, disputed: usize) -> StoreResult<Vec<OpenUnit>> {
         // one statement on both backends: few rows, two index lookups each
         let agg = |table: &str, alias: &str, filter: &str| {
@@ -477,7 +490,7 @@ impl Batches for SqlTx<'_> {
         seen: &[(WorkerId, Option<(EngineKind, &str)>)],
         now_ms: i64,
     ) -> StoreResult<()> {
-        if !self.c.is_postgres() || seen.len() == 1 {
+        if !self.c.is_postgres() {
             for (worker, engine) in seen {
                 let seen = Seen {
                     engine: *engine,
@@ -487,10 +500,13 @@ impl Batches for SqlTx<'_> {
             }
             return Ok(());
         }
+        // (in the workers' order, skipping a row a report batch holds: see the trait)
         let sql = format!(
-            "UPDATE workers SET last_seen_ms = ?2, engine_kind = COALESCE(v.kind, engine_kind), \
-               engine_build = COALESCE(v.build, engine_build) \
-             FROM {} WHERE workers.id = v.id",
+            "UPDATE workers SET last_seen_ms = ?2, engine_kind = COALESCE(s.kind, engine_kind), \
+               engine_build = COALESCE(s.build, engine_build) \
+             FROM (SELECT w.id, v.kind, v.build FROM {} JOIN workers w ON w.id = v.id \
+                   ORDER BY w.id FOR UPDATE OF w SKIP LOCKED) AS s \
+             WHERE workers.id = s.id",
             recordset(1, &[("id", "text"), ("kind", "text"), ("build", "text")])
         );
         let rows = json_rows(

@@ -54,6 +54,10 @@ pub(super) fn view_at(r: &Row, at: usize) -> StoreResult<LeaseView> {
 }
 
 impl Leases for SqlTx<'_> {
+    fn run_alone(&mut self) -> StoreResult<bool> {
+        self.c.run_alone()
+    }
+
     fn insert_lease(&mut self, l: &LeaseRecord) -> StoreResult<()> {
         self.c.execute_deferred("INSERT INTO leases (id, unit_id, worker_id, hostname, budget, created_ms, deadline_ms, state, account_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", args![
                 l.id.to_string(),

@@ -70,6 +70,13 @@ pub trait Conn {
         false
     }
 
+    /// Whether the open write transaction now excludes every other write: always where
+    /// one writer runs at a time; on PostgreSQL when it holds both write locks, or takes
+    /// the one it lacks without waiting ([`crate::store::WriteLock`]).
+    fn run_alone(&mut self) -> StoreResult<bool> {
+        Ok(true)
+    }
+
     /// Runs a statement; the rows it changed.
     fn execute(&mut self, sql: &str, params: &[Value]) -> StoreResult<usize>;
 

@@ -29,7 +29,7 @@ use tracing::error;
 
 use super::sql::{Conn, Kind, Row, SqlTx, Value};
 use super::tx::StoreResult;
-use super::writer::{MAX_QUEUED, Session, Writer, WriterTotals};
+use super::writer::{MAX_QUEUED, Session, WriteLock, Writer, WriterTotals};
 use super::{StoreError, Tx};
 
 /// Read connections kept open.
@@ -98,7 +98,7 @@ struct SqliteSession {
 }
 
 impl Session for SqliteSession {
-    fn begin(&mut self) -> Result<(), String> {
+    fn begin(&mut self, _lock: WriteLock) -> Result<(), String> {
         self.conn
             .execute_batch("BEGIN IMMEDIATE")
             .map_err(|e| e.to_string())
@@ -237,14 +237,16 @@ impl SqliteStore {
         })
     }
 
-    /// See [`crate::store::Store::write`].
-    pub async fn write<T, E, F>(&self, f: F) -> Result<T, E>
+    /// See [`crate::store::Store::write_with`].
+    pub async fn write<T, E, F>(&self, lock: WriteLock, f: F) -> Result<T, E>
     where
         F: FnOnce(&mut dyn Tx) -> Result<T, E> + Send + 'static,
         T: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
-        self.writer.write(move |c| f(&mut SqlTx::new(c))).await
+        self.writer
+            .write_with(lock, move |c| f(&mut SqlTx::new(c)))
+            .await
     }
 
     /// See [`crate::store::Store::read`].
