@@ -72,7 +72,7 @@ impl Fleet {
         let answer = if worker.account_id.is_operator() {
             self.lease_in_batch(queued).await
         } else {
-            // a volunteer's request is written on its own: its account's share is
+            // a volunteer's request is written on its own (its account's share is
             // counted across its identities, so a batch would split at each repeat),
             // beside report batches as a lease batch is
             let fleet = self.clone();
