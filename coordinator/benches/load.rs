@@ -28,7 +28,7 @@
 //! and caches, the workers spread over them round robin)
 //! ```
 //! Prints completed units/s, lease/report latency percentiles as the workers saw them,
-//! the writer thread's figures (queue wait, run time per job, commits, busy share), and
+//! the writer thread's figures (queue wait, run time per job, commits, how much of the window transactions were open), and
 //! on PostgreSQL the round trips and statements per completed unit (counted by the
 //! store) and the server's CPU time per unit (its processes' times, when it runs on this
 //! machine).
@@ -693,7 +693,7 @@ fn print_writers(w0: &WriterTotals, w1: &WriterTotals, elapsed: f64) {
     let jobs = (w1.jobs - w0.jobs).max(1);
     let batches = (w1.batches - w0.batches).max(1);
     println!(
-        "writer threads: {} jobs, queued {:.2} ms and ran {:.0} us on average; {} commits of {:.1} jobs, busy {:.0}% of the window; longest queue wait {:.1} ms, longest batch {:.1} ms (since start); {} WAL resets",
+        "writer threads: {} jobs, queued {:.2} ms and ran {:.0} us on average; {} commits of {:.1} jobs, transactions open {:.0}% of the window (summed over the threads); longest queue wait {:.1} ms, longest batch {:.1} ms (since start); {} WAL resets",
         w1.jobs - w0.jobs,
         (w1.queued_us - w0.queued_us) as f64 / jobs as f64 / 1000.0,
         (w1.running_us - w0.running_us) as f64 / jobs as f64,

@@ -1,11 +1,10 @@
 //! The write path: a dedicated thread that owns the backend's write connection
 //! ([`Session`]) and runs every job/unit/lease/result write, with group commit. Both
 //! backends use it: SQLite with one thread (it has one writer), PostgreSQL with two
-//! ([`Writer::start_many`]: each batch takes a database-wide lock, so batches of all
-//! threads and coordinators run one after another, and a second thread runs its batch
-//! while the first one's commit waits for the disk; see [`crate::store::postgres`]). On
-//! both the throughput is how fast one batch at a time applies writes, and one commit is
-//! paid per batch, not per request.
+//! ([`Writer::start_many`]: each transaction takes the database's locks of its
+//! [`WriteLock`], so lease batches of all threads and coordinators run one after another,
+//! report batches too, a lease batch beside a report batch, and every other write alone;
+//! see [`crate::store::postgres`]). One commit is paid per batch, not per request.
 //!
 //! # Why not sqlx here (SQLite)
 //! sqlx runs each SQLite statement on a worker thread and hands the result back through a
@@ -149,11 +148,12 @@ pub struct WriterTotals {
     pub running_us: u64,
     /// Transactions committed (one per batch).
     pub batches: u64,
-    /// Microseconds batches held the write lock, summed.
+    /// Microseconds batches held their transactions (and write locks) open, summed over
+    /// the threads.
     pub batch_us: u64,
     /// Longest a job waited in the queue, microseconds.
     pub max_queued_us: u64,
-    /// Longest a batch held the write lock, microseconds.
+    /// Longest a batch held its transaction open, microseconds.
     pub max_batch_us: u64,
     /// Times the log was started over between batches (SQLite's WAL, see
     /// [`crate::store::sqlite`]).
@@ -201,9 +201,9 @@ impl Writer {
 
     /// Starts a thread on each of `sessions`, taking jobs from one queue: each runs its
     /// own batches in its own transaction. Only for a backend whose transactions keep
-    /// their meaning side by side (PostgreSQL's, which take turns on a lock; see
-    /// [`crate::store::postgres`]): one then runs its batch while another's commit waits
-    /// for the disk.
+    /// their meaning side by side (PostgreSQL's, which take locks by [`WriteLock`]; see
+    /// [`crate::store::postgres`]): a lease batch then runs beside a report batch, and
+    /// one batch runs while another's commit waits for the disk.
     pub fn start_many<S: Session>(sessions: Vec<S>, capacity: usize) -> Result<Writer, StoreError> {
         let (tx, rx) = flume::bounded::<Job>(capacity);
         let stats = Arc::new(WriterStats::default());
@@ -276,7 +276,7 @@ impl Writer {
 }
 
 // (a thread inside a batch only ever takes a job already queued: it never waits for one
-// while its transaction, and on PostgreSQL the write lock, is open)
+// while its transaction, and on PostgreSQL its write locks, are open)
 fn run(mut session: impl Session, jobs: &flume::Receiver<Job>, stats: Arc<WriterStats>) {
     let batch_time = session.batch_time();
     // a job taken that the last batch's locks did not cover: it begins the next one
