@@ -28,8 +28,8 @@
 //! and caches, the workers spread over them round robin)
 //! ```
 //! Prints completed units/s, lease/report latency percentiles as the workers saw them,
-//! the writer thread's figures (queue wait, run time per job, commits, how much of the window transactions were open), and
-//! on PostgreSQL the round trips and statements per completed unit (counted by the
+//! the writer thread's figures (queue wait, run time per job, commits, how much of the
+//! window transactions were open), and on PostgreSQL the round trips and statements per completed unit (counted by the
 //! store) and the server's CPU time per unit (its processes' times, when it runs on this
 //! machine).
 
