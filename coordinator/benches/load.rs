@@ -29,9 +29,9 @@
 //! ```
 //! Prints completed units/s, lease/report latency percentiles as the workers saw them,
 //! the writer thread's figures (queue wait, run time per job, commits, how much of the
-//! window transactions were open), and on PostgreSQL the round trips and statements per completed unit (counted by the
-//! store) and the server's CPU time per unit (its processes' times, when it runs on this
-//! machine).
+//! window transactions were open), and on PostgreSQL the round trips and statements per
+//! completed unit (counted by the store) and the server's CPU time per unit (its
+//! processes' times, when it runs on this machine).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
