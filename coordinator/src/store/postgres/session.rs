@@ -449,6 +449,22 @@ mod tests {
         c.one("SELECT COUNT(*) FROM t", &[])
     }
 
+    /// A writer with `threads` sessions on a fresh database `name` of `server`, and the
+    /// traffic its sessions count.
+    async fn writer_on(
+        server: &PostgresServer,
+        name: &str,
+        threads: usize,
+    ) -> (Writer, Arc<Traffic>) {
+        let url = create_database(server.url(), name).await.unwrap();
+        let traffic = Arc::new(Traffic::default());
+        let sessions = (0..threads)
+            .map(|_| PgSession::connect(writer_config(&url).unwrap(), traffic.clone()))
+            .collect::<Result<Vec<_>, _>>()
+            .unwrap();
+        (Writer::start_many(sessions, 16).unwrap(), traffic)
+    }
+
     #[test]
     #[cfg_attr(
         not(has_postgres),
@@ -458,10 +474,7 @@ mod tests {
         let server = PostgresServer::start_for("held_changes");
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let url = create_database(server.url(), "e2fleet_held").await.unwrap();
-            let traffic = Arc::new(Traffic::default());
-            let session = PgSession::connect(writer_config(&url).unwrap(), traffic.clone());
-            let writer = Writer::start(session.unwrap(), 16).unwrap();
+            let (writer, traffic) = writer_on(&server, "e2fleet_held", 1).await;
             writer
                 .write(|c| c.execute("CREATE TABLE t (v BIGINT PRIMARY KEY)", &[]))
                 .await
@@ -524,15 +537,7 @@ mod tests {
         let server = PostgresServer::start_for("write_locks");
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
-            let url = create_database(server.url(), "e2fleet_write_locks")
-                .await
-                .unwrap();
-            let traffic = Arc::new(Traffic::default());
-            let sessions = (0..3)
-                .map(|_| PgSession::connect(writer_config(&url).unwrap(), traffic.clone()))
-                .collect::<Result<Vec<_>, _>>()
-                .unwrap();
-            let writer = Writer::start_many(sessions, 16).unwrap();
+            let (writer, _) = writer_on(&server, "e2fleet_write_locks", 3).await;
             let (lease_ran, wait_lease) = mpsc::channel::<bool>();
             let (go_on, wait_go) = mpsc::channel::<()>();
             let report_done = Arc::new(AtomicBool::new(false));
