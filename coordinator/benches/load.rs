@@ -27,8 +27,9 @@
 //! `--coordinators N`: N coordinators on it, each with its own port, writer connection
 //! and caches, the workers spread over them round robin)
 //! ```
-//! Prints completed units/s, lease/report latency percentiles as the workers saw them,
-//! the writer thread's figures (queue wait, run time per job, commits, how much of the
+//! Prints completed units/s, lease/report latency percentiles as the workers saw them and
+//! as the coordinators timed them (from a request's arrival to its answer: the difference
+//! is the scheduling of the shared cores and loopback), the writer thread's figures (queue wait, run time per job, commits, how much of the
 //! window transactions were open), and on PostgreSQL the round trips and statements per
 //! completed unit (counted by the store) and the server's CPU time per unit (its
 //! processes' times, when it runs on this machine).
@@ -37,6 +38,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use e2fleet_coordinator::fleet::call_times::{Call, Histogram};
 use e2fleet_coordinator::fleet::{BatchTotals, Fleet, FleetConfig, system_clock};
 use e2fleet_coordinator::store::{Database, Store, TrafficTotals, WriterTotals};
 use e2fleet_engine::formats::{LoadOptions, load_file, to_site_json};
@@ -284,6 +286,16 @@ async fn run() {
             .filter_map(|f| f.db_traffic())
             .fold(TrafficTotals::default(), |a, b| a + b)
     };
+    let calls = |fleets: &[Arc<Fleet>]| {
+        let kind = |call| {
+            fleets
+                .iter()
+                .map(|f| f.call_times.snapshot()[call as usize].1.clone())
+                .fold(Histogram::default(), |a, b| a.plus(&b))
+        };
+        (kind(Call::Lease), kind(Call::Report))
+    };
+    let c0 = calls(&fleets);
     let (t0, cpu0, own0) = (traffic(&fleets), server_cpu_s(), own_cpu_s());
     let started = Instant::now();
     if campaign > 0 {
@@ -295,6 +307,7 @@ async fn run() {
     measuring.store(false, Ordering::Relaxed);
     let w1 = writers(&fleets);
     let b1 = batches(&fleets);
+    let c1 = calls(&fleets);
     let (t1, cpu1, own1) = (traffic(&fleets), server_cpu_s(), own_cpu_s());
     let elapsed = started.elapsed().as_secs_f64();
     stop.store(true, Ordering::Relaxed);
@@ -322,6 +335,7 @@ async fn run() {
         doc.nodes_total,
         doc.units.done,
     );
+    print_calls(c1.0.since(&c0.0), c1.1.since(&c0.1));
     print_writers(&w0, &w1, elapsed);
     print_batches(b0, b1);
     println!(
@@ -587,6 +601,27 @@ async fn sim_worker(
     }
     lease_lat.lock().unwrap().extend(ll);
     report_lat.lock().unwrap().extend(rl);
+}
+
+/// The calls of the measured window as the coordinators timed them, from a request's
+/// arrival to its answer (the simulated workers' latencies add both runtimes' scheduling
+/// on the shared cores and the loopback connection).
+fn print_calls(lease: Histogram, report: Histogram) {
+    let at_most = |h: &Histogram, q| {
+        h.quantile_at_most(q).map_or("> 10 s".into(), |d| {
+            format!("<= {:.1} ms", d.as_secs_f64() * 1e3)
+        })
+    };
+    let mean = |h: &Histogram| h.sum_us as f64 / h.count().max(1) as f64 / 1e3;
+    println!(
+        "inside the coordinators: lease mean {:.1} ms, p50 {}, p99 {}; report mean {:.1} ms, p50 {}, p99 {}",
+        mean(&lease),
+        at_most(&lease, 0.5),
+        at_most(&lease, 0.99),
+        mean(&report),
+        at_most(&report, 0.5),
+        at_most(&report, 0.99),
+    );
 }
 
 fn add_batches(a: BatchTotals, b: BatchTotals) -> BatchTotals {

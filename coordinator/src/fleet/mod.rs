@@ -50,6 +50,7 @@ mod audits;
 pub mod auth_limits;
 mod batches;
 pub use batches::BatchTotals;
+pub mod call_times;
 mod checks;
 mod leasing;
 pub mod policy;
@@ -284,6 +285,8 @@ pub struct Fleet {
     download_slots: crate::releases::downloads::DownloadSlots,
     /// Failed authentications per address (the gRPC gate and the JSON API's admin calls).
     pub auth_failures: auth_limits::AuthFailures,
+    /// How long the calls took to answer (timed by the gRPC gate).
+    pub call_times: call_times::CallTimes,
     /// Verification submissions per worker identity.
     pub(crate) verification_limits: governor::DefaultKeyedRateLimiter<e2fleet_proto::api::WorkerId>,
     /// The same per volunteer account, over all its identities.
@@ -329,6 +332,7 @@ impl Fleet {
             accepted_alone: Default::default(),
             lease_limits: policy::LeaseLimits::new(),
             auth_failures: auth_limits::AuthFailures::default(),
+            call_times: call_times::CallTimes::default(),
             verification_limits: governor::RateLimiter::keyed(policy::verification_quota()),
             account_submission_limits: governor::RateLimiter::keyed(
                 policy::account_submission_quota(),

@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{Request, State};
@@ -29,6 +29,7 @@ use super::errors::{bearer, status_of};
 use super::listener::{Peer, Trust};
 use crate::fleet::Fleet;
 use crate::fleet::auth_limits::Secret;
+use crate::fleet::call_times::Call;
 
 /// How a gRPC method is guarded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -180,6 +181,7 @@ pub async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) ->
     let Some((auth, limit)) = rule(request.uri().path()) else {
         return next.run(request).await;
     };
+    let (call, arrived) = (Call::of_path(request.uri().path()), Instant::now());
     let ip = request.extensions().get::<Peer>().map(|p| p.0.ip());
     let token = bearer(
         request
@@ -287,6 +289,7 @@ pub async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) ->
             _ => {}
         }
     }
+    g.fleet.call_times.record(call, arrived.elapsed());
     if auth != Auth::Open {
         drop(held);
         return response;

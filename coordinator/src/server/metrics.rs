@@ -11,6 +11,7 @@ use e2fleet_proto::api::status::RateGroup;
 
 use super::errors::http_error;
 use crate::fleet::Fleet;
+use crate::fleet::call_times::{BOUNDS_US, CallTimes};
 
 struct Exposition(String);
 
@@ -34,6 +35,36 @@ fn groups(out: &mut Vec<(String, f64)>, key: &str, groups: &[RateGroup]) {
             format!("{{{key}=\"{}\"}}", label(&g.key)),
             g.median_nodes_per_s.unwrap_or(0.0),
         ));
+    }
+}
+
+/// `e2fleet_call_seconds`: how long calls took to answer, a histogram per kind of call
+/// ([`crate::fleet::call_times`]).
+fn calls(out: &mut Exposition, times: &CallTimes) {
+    let name = "e2fleet_call_seconds";
+    let _ = write!(
+        out.0,
+        "# HELP {name} Seconds from a call's arrival to its answer, inside the coordinator (gate, body, queue, database), by kind of call.\n# TYPE {name} histogram\n"
+    );
+    for (call, h) in times.snapshot() {
+        let call = call.label();
+        let mut below = 0;
+        for (i, n) in h.buckets.iter().enumerate() {
+            below += n;
+            let le = BOUNDS_US
+                .get(i)
+                .map_or("+Inf".to_string(), |us| format!("{}", *us as f64 / 1e6));
+            let _ = writeln!(
+                out.0,
+                "{name}_bucket{{call=\"{call}\",le=\"{le}\"}} {below}"
+            );
+        }
+        let _ = writeln!(
+            out.0,
+            "{name}_sum{{call=\"{call}\"}} {}",
+            h.sum_us as f64 / 1e6
+        );
+        let _ = writeln!(out.0, "{name}_count{{call=\"{call}\"}} {below}");
     }
 }
 
@@ -122,6 +153,7 @@ pub async fn metrics(State(fleet): State<Arc<Fleet>>) -> Response {
     ] {
         out.metric(name, help, "counter", &[(String::new(), value)]);
     }
+    calls(&mut out, &fleet.call_times);
     let u = &status.units_last_minute;
     out.metric(
         "e2fleet_units_last_minute",

@@ -172,6 +172,21 @@ async fn every_endpoint_answers_with_a_running_job() {
     ] {
         assert!(body.contains(name), "missing {name} in\n{body}");
     }
+    // the worker's calls, timed by the gate: a histogram per kind of call
+    let count = |call: &str| -> u64 {
+        let line = format!("e2fleet_call_seconds_count{{call=\"{call}\"}} ");
+        body.lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .unwrap_or_else(|| panic!("missing {line} in\n{body}"))
+            .parse()
+            .unwrap()
+    };
+    assert!(count("lease") >= 2 && count("report") >= 2 && count("register") == 1);
+    assert!(body.contains("# TYPE e2fleet_call_seconds histogram"));
+    assert!(body.contains(&format!(
+        "e2fleet_call_seconds_bucket{{call=\"report\",le=\"+Inf\"}} {}",
+        count("report")
+    )));
 
     // the verification matrix (the default suite is there before anyone ran it)
     let (status, body) = get(&c.url, "/api/verification").await;
