@@ -52,10 +52,9 @@ impl Fleet {
             pre: (pre, recheck),
             now,
         };
-        if !self.may_join_part(&queued) {
-            // a volunteer's report is written the single way, on its own (it earns
-            // credit and trust; in a batch it would only hold the batch up), beside lease
-            // batches as a report batch is
+        if !self.accepts_in_parts() {
+            // every report the single way, on its own (to compare the batches with it),
+            // beside lease batches as a report batch is
             let fleet = self.clone();
             let outcome = self
                 .store
@@ -306,6 +305,9 @@ struct AcceptedPart {
     units: Vec<(UnitId, LeaseId, bool, i64)>,
     jobs: Vec<JobPart>,
     workers: Vec<(WorkerId, u64)>,
+    /// Volunteers' results, by lease, with when they were reported: credited to their
+    /// accounts as [`Fleet::accept_alone`] credits them.
+    credits: Vec<(LeaseId, i64)>,
 }
 
 /// What a part adds to one job.
@@ -350,9 +352,8 @@ impl Fleet {
         self.read_views(tx, &items, (0, n), (&mut views, &mut fresh))?;
         let mut part = AcceptedPart::default();
         for i in 0..n {
-            let q = items[i].as_ref().expect("not yet answered");
             let mut record = None;
-            if self.may_join_part(q) {
+            if self.accepts_in_parts() {
                 if !fresh[i] && views[i].is_none() {
                     // past the views read so far
                     self.write_accepted(tx, std::mem::take(&mut part))?;
@@ -410,7 +411,7 @@ impl Fleet {
             if asks.len() == most {
                 break;
             }
-            if let Some(q) = q.as_ref().filter(|q| self.may_join_part(q)) {
+            if let Some(q) = q.as_ref().filter(|_| self.accepts_in_parts()) {
                 at.push(i);
                 asks.push(ViewAsk {
                     lease: q.report.lease_id,
@@ -429,11 +430,11 @@ impl Fleet {
         Ok(())
     }
 
-    /// Whether a report may be accepted in a part at all, whatever its view says: only
-    /// an operator's (a volunteer's earns credit and trust, written the single way).
-    fn may_join_part(&self, q: &QueuedReport) -> bool {
+    /// Whether reports may be accepted in parts at all, whatever their views say: when
+    /// the fleet accepts a unit's first valid result on its own ([`Fleet::accept_alone`];
+    /// off only to compare it with the general path).
+    fn accepts_in_parts(&self) -> bool {
         self.accept_alone.load(std::sync::atomic::Ordering::Relaxed)
-            && q.worker.account_id.is_operator()
     }
 
     /// The result a report would be accepted with in `part` (as [`Fleet::accept_alone`]
@@ -507,6 +508,9 @@ impl Fleet {
             ..
         } = q;
         record.verdict = ResultVerdict::Accepted;
+        if !record.account_id.is_operator() {
+            part.credits.push((lease.id, now));
+        }
         part.results.push(NewResult { record, body, core });
         part.units
             .push((unit.id, lease.id, lease.state == LeaseState::Active, now));
@@ -573,6 +577,9 @@ impl Fleet {
             tx.insert_units(job.id, &job.continuations, job.now)?;
         }
         tx.workers_units_done(&part.workers)?;
+        if !part.credits.is_empty() {
+            tx.credit_results_by_lease(&part.credits)?;
+        }
         for job in &part.jobs {
             if job.continuations.is_empty() {
                 finish_if_done(tx, job.id, job.now)?;

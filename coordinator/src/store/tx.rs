@@ -534,6 +534,9 @@ pub trait Batches {
     fn set_leases_state(&mut self, ids: &[LeaseId], state: LeaseState) -> StoreResult<()>;
     /// Adds `n` to each worker's units done; the workers are distinct.
     fn workers_units_done(&mut self, done: &[(WorkerId, u64)]) -> StoreResult<()>;
+    /// [`Results::credit_result`] for the result reported on each lease, at its `now_ms`
+    /// (one result a unit: the units are distinct).
+    fn credit_results_by_lease(&mut self, credits: &[(LeaseId, i64)]) -> StoreResult<()>;
     /// [`Leases::lease_view`] for each `(worker, account)`, in order.
     fn lease_views(
         &mut self,

@@ -123,3 +123,75 @@ async fn disputes_inside_batches_are_decided_as_alone_and_the_job_adds_up() {
     assert!(reports.requests > reports.batches, "{reports:?}");
     c.stop().await;
 }
+
+/// Trusted volunteers of three accounts at once (trusted from their first result, never
+/// drawn for a recheck): their results are accepted in the batches' parts and credited
+/// there (on PostgreSQL one statement for a part's credits). The job adds up exactly, and
+/// each account's credit is exactly its credited results, once per unit, on its day's
+/// line too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trusted_volunteers_in_batches_earn_exactly_the_credit_of_their_work() {
+    use std::sync::Arc;
+    use std::sync::atomic::AtomicI64;
+
+    use e2fleet_coordinator::fleet::TrustPolicy;
+
+    let dir = tempfile::tempdir().unwrap();
+    let trust = TrustPolicy {
+        trust_after: 0,
+        recheck: 0.0,
+        account_quarantine_after: 100,
+        ..TrustPolicy::default()
+    };
+    let c = Coordinator::start_with(
+        &temp_db(&dir),
+        1_000,
+        trust,
+        Arc::new(AtomicI64::new(1_000_000)),
+    )
+    .await;
+    let job = c.submit(FIVE, 3, 0, 1).await;
+    let accounts = ["ada", "bo", "cy"];
+    let mut all = Vec::new();
+    for a in accounts {
+        let (_, token) = c.admin().await.add_account(a).await.unwrap();
+        for i in 0..6 {
+            let name = format!("{a}-{i}");
+            all.push(
+                SimWorker::register_with(&c.url, &token, &name, "x", 2, Behaviour::Honest).await,
+            );
+        }
+    }
+    let (_, before) = c.fleet.batch_totals();
+    let alone = c.fleet.accepted_alone();
+    work_concurrently(all, 2).await;
+    let doc = c.job(&job).await;
+    assert_eq!(doc["state"], "complete", "{}", doc["units"]);
+    assert_eq!(doc["nodes_total"], 113_211);
+    assert_eq!(doc["solutions_count"], 16);
+    assert_eq!(doc["conservation_ok"], true);
+    let (_, reports) = c.fleet.batch_totals();
+    assert!(
+        reports.requests - before.requests > reports.batches - before.batches,
+        "volunteers' reports went one a batch: {reports:?}"
+    );
+    // every unit's one result was accepted alone, most of them in parts
+    let done = doc["units"]["done"].as_u64().unwrap();
+    assert!(c.fleet.accepted_alone() - alone > 0);
+    let mut credited = 0;
+    for a in accounts {
+        let (nodes, results, confirmed, confirmed_results, days) =
+            crate::trust::credit_of(&c, a).await;
+        assert_eq!(
+            (confirmed, confirmed_results),
+            (0, 0),
+            "{a}: nobody confirmed"
+        );
+        assert_eq!(days, nodes, "{a}: the day's line is the account's credit");
+        assert!(results > 0, "{a} earned nothing");
+        credited += results;
+    }
+    assert_eq!(credited, done, "one credited result a unit");
+    crate::trust::assert_credit_is_what_counts(&temp_db(&dir)).await;
+    c.stop().await;
+}

@@ -695,7 +695,7 @@ async fn others_credit(c: &Coordinator) -> u64 {
 /// Credit is exactly the work that counts, in the database: every credited result is
 /// accepted or agreeing on a decided unit, and each account's credit is the sum of its
 /// credited results.
-async fn assert_credit_is_what_counts(db: &std::path::Path) {
+pub async fn assert_credit_is_what_counts(db: &std::path::Path) {
     use e2fleet_coordinator::store::testing::{database_for, scalar};
     let db = database_for(db).await;
     let stray = scalar(

@@ -309,6 +309,51 @@ impl Batches for SqlTx<'_> {
         self.c.execute_deferred(&sql, &[rows])
     }
 
+    fn credit_results_by_lease(&mut self, credits: &[(LeaseId, i64)]) -> StoreResult<()> {
+        if !self.c.is_postgres() || credits.len() == 1 {
+            for &(lease, now_ms) in credits {
+                let id = self.result_id_by_lease(lease)?;
+                self.credit_result(id, now_ms)?;
+            }
+            return Ok(());
+        }
+        // `credit_result` for each, in one statement: the results credited, then their
+        // accounts' totals and day lines from what was credited (the units are distinct,
+        // so no two of them see each other's credit)
+        let sql = format!(
+            "WITH credited AS ( \
+               UPDATE results r SET credited_day = v.day FROM {} \
+               WHERE r.lease_id = v.lease AND r.credited_day IS NULL \
+                 AND r.account_id <> 'operator' \
+                 AND NOT EXISTS (SELECT 1 FROM results o WHERE o.unit_id = r.unit_id \
+                     AND o.account_id = r.account_id AND o.credited_day IS NOT NULL) \
+               RETURNING r.account_id, r.committed, r.credited_day), \
+             totals AS ( \
+               UPDATE accounts a SET credit_nodes = a.credit_nodes + t.nodes, \
+                 credit_results = a.credit_results + t.results \
+               FROM (SELECT account_id, SUM(committed)::bigint AS nodes, COUNT(*) AS results \
+                     FROM credited GROUP BY account_id) t \
+               WHERE a.id = t.account_id) \
+             INSERT INTO account_days (account_id, day, nodes, results) \
+             SELECT account_id, credited_day, SUM(committed)::bigint, COUNT(*) \
+             FROM credited GROUP BY account_id, credited_day \
+             ON CONFLICT (account_id, day) DO UPDATE SET \
+               nodes = account_days.nodes + excluded.nodes, \
+               results = account_days.results + excluded.results",
+            recordset(1, &[("lease", "text"), ("day", "bigint")])
+        );
+        let rows = json_rows(
+            ["lease", "day"],
+            credits.iter().map(|(lease, now_ms)| {
+                [
+                    Value::Text(lease.to_string()),
+                    Value::Int(now_ms.div_euclid(crate::store::DAY_MS)),
+                ]
+            }),
+        );
+        self.c.execute_deferred(&sql, &[rows])
+    }
+
     fn lease_views(
         &mut self,
         who: &[(WorkerId, &AccountId)],
