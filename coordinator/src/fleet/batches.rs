@@ -17,8 +17,8 @@
 //! single write (`leasing.rs`, `reports.rs`); what it reads for many requests at once is
 //! what each would have read, because requests whose answers could depend on each other
 //! are not decided together: a batch's part ends before a second request of the same
-//! worker (or the same volunteer account's share), before a second report on the same
-//! unit, and before anything the set-based path does not cover (a dispute, a recheck, a
+//! worker (a volunteer account's identities share one, each weighed with what the part
+//! granted the account before it), before a second report on the same unit, and before anything the set-based path does not cover (a dispute, a recheck, a
 //! kept board, an untrusted account's result, a split), which then runs as its own
 //! single write inside the batch after the part before it is written. A trusted
 //! volunteer's result accepted in a part earns its account's credit with the part (one

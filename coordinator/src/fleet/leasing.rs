@@ -69,22 +69,7 @@ impl Fleet {
             probes,
             now: self.now(),
         };
-        let answer = if worker.account_id.is_operator() {
-            self.lease_in_batch(queued).await
-        } else {
-            // a volunteer's request is written on its own (its account's share is
-            // counted across its identities, so a batch would split at each repeat),
-            // beside report batches as a lease batch is
-            let fleet = self.clone();
-            self.store
-                .write_with(WriteLock::Leases, move |tx| {
-                    let q = queued;
-                    let engine = q.engine.as_ref().map(|(k, b)| (*k, b.as_str()));
-                    fleet.lease_tx(tx, &q.worker, q.max, (engine, q.probes), q.now)
-                })
-                .await
-        };
-        let leases = answer?;
+        let leases = self.lease_in_batch(queued).await?;
         if leases.is_empty() {
             self.lease_limits.found_nothing(worker.id);
         }
@@ -220,16 +205,13 @@ impl Fleet {
         self.expire_now_and_then(tx, now)?;
         let mut next = 0;
         while next < items.len() {
-            // the part: no worker twice, no volunteer account twice
+            // the part: no worker twice (a volunteer account's identities may come
+            // several times: each is weighed with what the part granted the account
+            // before it, as a write after the part's would read it)
             let mut end = next;
             while end < items.len() {
                 let q = &items[end];
-                let repeated = items[next..end].iter().any(|p| {
-                    p.worker.id == q.worker.id
-                        || (!q.worker.account_id.is_operator()
-                            && p.worker.account_id == q.worker.account_id)
-                });
-                if repeated {
+                if items[next..end].iter().any(|p| p.worker.id == q.worker.id) {
                     break;
                 }
                 end += 1;
@@ -248,10 +230,11 @@ impl Fleet {
                 .map(|q| (q.worker.id, &q.worker.account_id))
                 .collect();
             let views = tx.lease_views(&who)?;
+            // (as if no other request of the part were granted: at least what each may take)
             let rooms: Vec<Option<(usize, AccountRecord)>> = part
                 .iter()
-                .zip(views)
-                .map(|(q, view)| self.room(&q.worker, view, q.max))
+                .zip(&views)
+                .map(|(q, view)| self.room(&q.worker, view.clone(), q.max))
                 .collect();
             let live_parties = if rooms.iter().any(Option::is_some) {
                 self.live_parties(tx, now)?
@@ -280,8 +263,20 @@ impl Fleet {
             let mut leases: Vec<LeaseRecord> = Vec::new();
             let mut short = None;
             let mut idle = false;
-            for (k, (q, room)) in part.iter().zip(&rooms).enumerate() {
-                let Some((max, _)) = room else {
+            for (k, (q, view)) in part.iter().zip(views).enumerate() {
+                // a volunteer account's leases count those the part granted it so far
+                let earlier = leases
+                    .iter()
+                    .filter(|l| !l.account_id.is_operator() && l.account_id == q.worker.account_id)
+                    .count() as u64;
+                let room = match view {
+                    Some(mut view) if earlier > 0 => {
+                        view.account_leases += earlier;
+                        self.room(&q.worker, Some(view), q.max)
+                    }
+                    view => self.room(&q.worker, view, q.max),
+                };
+                let Some((max, _)) = &room else {
                     answers[next + k] = Some(Ok(Vec::new()));
                     continue;
                 };

@@ -112,6 +112,55 @@ async fn one_account_cannot_hold_a_whole_job() {
     c.stop().await;
 }
 
+/// The same with the nine identities asking at once, again and again: their requests are
+/// written in the same lease batches, each weighed with what the batch granted the
+/// account before it, so the account still holds exactly its share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_account_asking_with_all_its_identities_at_once_holds_its_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start_with_accounts(
+        &temp_db(&dir),
+        AccountLimits {
+            identities_per_day: 256,
+            leases: 100,
+        },
+    )
+    .await;
+    c.submit("brendan/set1/pieces_06x06.txt", 4, 0, 1).await;
+    let (_, token) = c.admin().await.add_account("hoarder").await.unwrap();
+    let mut identities = Vec::new();
+    for i in 0..9 {
+        let name = format!("h-{i}");
+        identities.push(
+            SimWorker::register_with(&c.url, &token, &name, "x", 64, Behaviour::Honest).await,
+        );
+    }
+    let (before, _) = c.fleet.batch_totals();
+    let asking: Vec<_> = identities
+        .into_iter()
+        .map(|mut w| {
+            tokio::spawn(async move {
+                let mut held = 0;
+                for _ in 0..4 {
+                    held += w.lease(16).await.map(|l| l.len()).unwrap_or(0);
+                }
+                held
+            })
+        })
+        .collect();
+    let mut held = 0;
+    for a in asking {
+        held += a.await.unwrap();
+    }
+    assert_eq!(held, 100, "the account holds its share");
+    let (after, _) = c.fleet.batch_totals();
+    assert!(
+        after.requests - before.requests > after.batches - before.batches,
+        "the identities' requests went one a batch: {before:?} {after:?}"
+    );
+    c.stop().await;
+}
+
 /// A verification flood: the same results sent again and again, and made-up ones. The
 /// first are stored once; past a few different results an identity stores no more; and
 /// an identity's submissions are refused before their bodies are read when it sends

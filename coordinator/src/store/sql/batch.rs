@@ -319,14 +319,20 @@ impl Batches for SqlTx<'_> {
         }
         // `credit_result` for each, in one statement: the results credited, then their
         // accounts' totals and day lines from what was credited (the units are distinct,
-        // so no two of them see each other's credit)
+        // so no two of them see each other's credit). Each result is found by its lease
+        // first: the `LATERAL` subquery (kept whole by its `LIMIT`) cannot be turned
+        // around, where a plan made while a job's volunteer results were few had scanned
+        // all of them by account for each batch.
         let sql = format!(
-            "WITH credited AS ( \
-               UPDATE results r SET credited_day = v.day FROM {} \
-               WHERE r.lease_id = v.lease AND r.credited_day IS NULL \
-                 AND r.account_id <> 'operator' \
+            "WITH found AS MATERIALIZED ( \
+               SELECT r.id, v.day FROM {} \
+               CROSS JOIN LATERAL (SELECT id, unit_id, account_id, credited_day \
+                   FROM results WHERE lease_id = v.lease LIMIT 1) r \
+               WHERE r.credited_day IS NULL AND r.account_id <> 'operator' \
                  AND NOT EXISTS (SELECT 1 FROM results o WHERE o.unit_id = r.unit_id \
-                     AND o.account_id = r.account_id AND o.credited_day IS NOT NULL) \
+                     AND o.account_id = r.account_id AND o.credited_day IS NOT NULL)), \
+             credited AS ( \
+               UPDATE results r SET credited_day = f.day FROM found f WHERE r.id = f.id \
                RETURNING r.account_id, r.committed, r.credited_day), \
              totals AS ( \
                UPDATE accounts a SET credit_nodes = a.credit_nodes + t.nodes, \
