@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 
 use e2fleet_engine::engine::EngineKind;
 use e2fleet_engine::search::Walker;
-use e2fleet_proto::api::{Heartbeat, JobId, Lease, LeaseId, Probe, UnitId};
+use e2fleet_proto::api::{AccountId, Heartbeat, JobId, Lease, LeaseId, Probe, UnitId};
 use tracing::{info, instrument, warn};
 
 use super::batches;
@@ -261,14 +261,17 @@ impl Fleet {
             }
             let mut taken: Vec<UnitId> = Vec::new();
             let mut leases: Vec<LeaseRecord> = Vec::new();
+            // leases the part granted each volunteer account so far
+            let mut granted: Vec<(&AccountId, u64)> = Vec::new();
             let mut short = None;
             let mut idle = false;
             for (k, (q, view)) in part.iter().zip(views).enumerate() {
                 // a volunteer account's leases count those the part granted it so far
-                let earlier = leases
+                let account = &q.worker.account_id;
+                let earlier = granted
                     .iter()
-                    .filter(|l| !l.account_id.is_operator() && l.account_id == q.worker.account_id)
-                    .count() as u64;
+                    .find(|(a, _)| *a == account)
+                    .map_or(0, |(_, n)| *n);
                 let room = match view {
                     Some(mut view) if earlier > 0 => {
                         view.account_leases += earlier;
@@ -317,6 +320,12 @@ impl Fleet {
                     rows = kept;
                 }
                 idle |= rows.is_empty();
+                if !account.is_operator() && !rows.is_empty() {
+                    match granted.iter_mut().find(|(a, _)| *a == account) {
+                        Some((_, n)) => *n += rows.len() as u64,
+                        None => granted.push((account, rows.len() as u64)),
+                    }
+                }
                 let mut grants = Vec::with_capacity(rows.len());
                 for row in rows {
                     let (lease, grant) = self.grant(tx, &q.worker, row, q.now)?;
