@@ -21,9 +21,10 @@
 //! granted the account before it), before a second report on the same unit, and before anything the set-based path does not cover (a dispute, a recheck, a
 //! kept board, an untrusted account's result, a split), which then runs as its own
 //! single write inside the batch after the part before it is written. A trusted
-//! volunteer's result accepted in a part earns its account's credit with the part (one
-//! statement for the part's credits), as the single write credits it. The no-double-grant
-//! property and the exact-total drills run through these batches.
+//! volunteer's result accepted in a part earns its account's credit with the part, as the
+//! single write credits it (on PostgreSQL it is inserted credited, and one statement adds
+//! the part's credit to its accounts). The no-double-grant property and the exact-total
+//! drills run through these batches.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};

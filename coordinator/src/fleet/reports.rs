@@ -305,9 +305,10 @@ struct AcceptedPart {
     units: Vec<(UnitId, LeaseId, bool, i64)>,
     jobs: Vec<JobPart>,
     workers: Vec<(WorkerId, u64)>,
-    /// Volunteers' results, by lease, with when they were reported: credited to their
-    /// accounts as [`Fleet::accept_alone`] credits them.
-    credits: Vec<(LeaseId, i64)>,
+    /// For each result (at its index), when a volunteer's was reported: it is credited
+    /// to its account as [`Fleet::accept_alone`] credits it (accepted in a part, it is the
+    /// only valid result on its unit, so no result of its account there holds credit).
+    credit_at: Vec<Option<i64>>,
 }
 
 /// What a part adds to one job.
@@ -508,9 +509,8 @@ impl Fleet {
             ..
         } = q;
         record.verdict = ResultVerdict::Accepted;
-        if !record.account_id.is_operator() {
-            part.credits.push((lease.id, now));
-        }
+        part.credit_at
+            .push((!record.account_id.is_operator()).then_some(now));
         part.results.push(NewResult { record, body, core });
         part.units
             .push((unit.id, lease.id, lease.state == LeaseState::Active, now));
@@ -570,16 +570,13 @@ impl Fleet {
         }
         let leases: Vec<LeaseId> = part.units.iter().map(|u| u.1).collect();
         tx.set_leases_state(&leases, LeaseState::Reported)?;
-        tx.insert_decided_results(&part.results)?;
+        tx.insert_decided_results(&part.results, &part.credit_at)?;
         tx.units_decided_by_leases(&part.units)?;
         for job in &part.jobs {
             tx.add_accepted(job.id, &job.nodes, job.solutions)?;
             tx.insert_units(job.id, &job.continuations, job.now)?;
         }
         tx.workers_units_done(&part.workers)?;
-        if !part.credits.is_empty() {
-            tx.credit_results_by_lease(&part.credits)?;
-        }
         for job in &part.jobs {
             if job.continuations.is_empty() {
                 finish_if_done(tx, job.id, job.now)?;

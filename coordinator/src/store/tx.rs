@@ -522,8 +522,17 @@ pub trait Batches {
     /// [`Results::report_view`] for each report, in order (`None` where its lease is not
     /// stored). Unlike it, remembers nothing for later statements.
     fn report_views(&mut self, asks: &[ViewAsk<'_>]) -> StoreResult<Vec<Option<ReportView>>>;
-    /// [`Results::insert_decided_result`] for each, none keeping its body.
-    fn insert_decided_results(&mut self, results: &[NewResult]) -> StoreResult<()>;
+    /// [`Results::insert_decided_result`] for each, none keeping its body; a result with a
+    /// time in `credit_at` (at its index) earns its account credit for that time's day as
+    /// [`Results::credit_result`] gives it, which the caller has made sure it would: the
+    /// result is the only valid one on its unit, and only a valid result holds credit. On
+    /// PostgreSQL it is inserted credited (a later update of its row would copy it to
+    /// another page, with an entry in every index of `results`).
+    fn insert_decided_results(
+        &mut self,
+        results: &[NewResult],
+        credit_at: &[Option<i64>],
+    ) -> StoreResult<()>;
     /// [`Units::unit_decided_by_lease`] for each `(unit, lease, lease_was_active, now_ms)`;
     /// the units are distinct.
     fn units_decided_by_leases(
@@ -534,9 +543,6 @@ pub trait Batches {
     fn set_leases_state(&mut self, ids: &[LeaseId], state: LeaseState) -> StoreResult<()>;
     /// Adds `n` to each worker's units done; the workers are distinct.
     fn workers_units_done(&mut self, done: &[(WorkerId, u64)]) -> StoreResult<()>;
-    /// [`Results::credit_result`] for the result reported on each lease, at its `now_ms`
-    /// (one result a unit: the units are distinct).
-    fn credit_results_by_lease(&mut self, credits: &[(LeaseId, i64)]) -> StoreResult<()>;
     /// [`Leases::lease_view`] for each `(worker, account)`, in order.
     fn lease_views(
         &mut self,

@@ -203,14 +203,25 @@ impl Batches for SqlTx<'_> {
         Ok(views)
     }
 
-    fn insert_decided_results(&mut self, results: &[NewResult]) -> StoreResult<()> {
+    fn insert_decided_results(
+        &mut self,
+        results: &[NewResult],
+        credit_at: &[Option<i64>],
+    ) -> StoreResult<()> {
+        let at = |i: usize| credit_at.get(i).copied().flatten();
         if !self.c.is_postgres() || results.len() == 1 {
-            for r in results {
+            for (i, r) in results.iter().enumerate() {
                 self.insert_decided_result(r, false)?;
+                if let Some(now_ms) = at(i) {
+                    let id = self.result_id_by_lease(r.record.lease_id)?;
+                    self.credit_result(id, now_ms)?;
+                }
             }
             return Ok(());
         }
-        let values: Vec<String> = RESULT_ROW
+        let mut columns = RESULT_ROW.to_vec();
+        columns.push(("credited_day", "bigint"));
+        let values: Vec<String> = columns
             .iter()
             .map(|(name, ty)| match *ty {
                 "text" if matches!(*name, "counts" | "stop") => format!("decode(v.{name}, 'hex')"),
@@ -218,16 +229,80 @@ impl Batches for SqlTx<'_> {
             })
             .collect();
         let sql = format!(
-            "INSERT INTO results ({}) SELECT {} FROM {}",
+            "INSERT INTO results ({}, credited_day) SELECT {} FROM {}",
             super::results::INSERTED,
             values.join(", "),
-            recordset(1, &RESULT_ROW)
+            recordset(1, &columns)
+        );
+        let day = |now_ms: i64| now_ms.div_euclid(crate::store::DAY_MS);
+        let mut keys: [&str; 21] = [""; 21];
+        for (k, (name, _)) in keys.iter_mut().zip(&columns) {
+            *k = name;
+        }
+        let rows = json_rows(
+            keys,
+            results.iter().enumerate().map(|(i, r)| {
+                let v = super::results::inserted(r, false);
+                std::array::from_fn(|c| match v.get(c) {
+                    Some(value) => value.clone(),
+                    None => at(i).map_or(Value::Null(super::Kind::Int), |t| Value::Int(day(t))),
+                })
+            }),
+        );
+        self.c.execute_deferred(&sql, &[rows])?;
+        // their accounts' totals and day lines, summed per account and day here
+        let mut lines: Vec<(&str, i64, i64, i64)> = Vec::new();
+        for (i, r) in results.iter().enumerate() {
+            let (Some(now_ms), account) = (at(i), r.record.account_id.as_str()) else {
+                continue;
+            };
+            let nodes = r.record.committed as i64;
+            match lines
+                .iter_mut()
+                .find(|l| l.0 == account && l.1 == day(now_ms))
+            {
+                Some(line) => {
+                    line.2 += nodes;
+                    line.3 += 1;
+                }
+                None => lines.push((account, day(now_ms), nodes, 1)),
+            }
+        }
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let sql = format!(
+            "WITH lines AS MATERIALIZED (SELECT * FROM {}), \
+             totals AS ( \
+               UPDATE accounts a SET credit_nodes = a.credit_nodes + t.nodes, \
+                 credit_results = a.credit_results + t.results \
+               FROM (SELECT account, SUM(nodes)::bigint AS nodes, SUM(results)::bigint AS results \
+                     FROM lines GROUP BY account) t \
+               WHERE a.id = t.account) \
+             INSERT INTO account_days (account_id, day, nodes, results) \
+             SELECT account, day, nodes, results FROM lines \
+             ON CONFLICT (account_id, day) DO UPDATE SET \
+               nodes = account_days.nodes + excluded.nodes, \
+               results = account_days.results + excluded.results",
+            recordset(
+                1,
+                &[
+                    ("account", "text"),
+                    ("day", "bigint"),
+                    ("nodes", "bigint"),
+                    ("results", "bigint")
+                ]
+            )
         );
         let rows = json_rows(
-            RESULT_ROW.map(|(name, _)| name),
-            results.iter().map(|r| {
-                let v = super::results::inserted(r, false);
-                std::array::from_fn(|i| v[i].clone())
+            ["account", "day", "nodes", "results"],
+            lines.iter().map(|(account, day, nodes, results)| {
+                [
+                    Value::Text((*account).to_string()),
+                    Value::Int(*day),
+                    Value::Int(*nodes),
+                    Value::Int(*results),
+                ]
             }),
         );
         self.c.execute_deferred(&sql, &[rows])
@@ -305,57 +380,6 @@ impl Batches for SqlTx<'_> {
             ["id", "n"],
             done.iter()
                 .map(|(id, n)| [Value::Text(id.to_string()), Value::Int(*n as i64)]),
-        );
-        self.c.execute_deferred(&sql, &[rows])
-    }
-
-    fn credit_results_by_lease(&mut self, credits: &[(LeaseId, i64)]) -> StoreResult<()> {
-        if !self.c.is_postgres() || credits.len() == 1 {
-            for &(lease, now_ms) in credits {
-                let id = self.result_id_by_lease(lease)?;
-                self.credit_result(id, now_ms)?;
-            }
-            return Ok(());
-        }
-        // `credit_result` for each, in one statement: the results credited, then their
-        // accounts' totals and day lines from what was credited (the units are distinct,
-        // so no two of them see each other's credit). Each result is found by its lease
-        // first: the `LATERAL` subquery (kept whole by its `LIMIT`) cannot be turned
-        // around, where a plan made while a job's volunteer results were few had scanned
-        // all of them by account for each batch.
-        let sql = format!(
-            "WITH found AS MATERIALIZED ( \
-               SELECT r.id, v.day FROM {} \
-               CROSS JOIN LATERAL (SELECT id, unit_id, account_id, credited_day \
-                   FROM results WHERE lease_id = v.lease LIMIT 1) r \
-               WHERE r.credited_day IS NULL AND r.account_id <> 'operator' \
-                 AND NOT EXISTS (SELECT 1 FROM results o WHERE o.unit_id = r.unit_id \
-                     AND o.account_id = r.account_id AND o.credited_day IS NOT NULL)), \
-             credited AS ( \
-               UPDATE results r SET credited_day = f.day FROM found f WHERE r.id = f.id \
-               RETURNING r.account_id, r.committed, r.credited_day), \
-             totals AS ( \
-               UPDATE accounts a SET credit_nodes = a.credit_nodes + t.nodes, \
-                 credit_results = a.credit_results + t.results \
-               FROM (SELECT account_id, SUM(committed)::bigint AS nodes, COUNT(*) AS results \
-                     FROM credited GROUP BY account_id) t \
-               WHERE a.id = t.account_id) \
-             INSERT INTO account_days (account_id, day, nodes, results) \
-             SELECT account_id, credited_day, SUM(committed)::bigint, COUNT(*) \
-             FROM credited GROUP BY account_id, credited_day \
-             ON CONFLICT (account_id, day) DO UPDATE SET \
-               nodes = account_days.nodes + excluded.nodes, \
-               results = account_days.results + excluded.results",
-            recordset(1, &[("lease", "text"), ("day", "bigint")])
-        );
-        let rows = json_rows(
-            ["lease", "day"],
-            credits.iter().map(|(lease, now_ms)| {
-                [
-                    Value::Text(lease.to_string()),
-                    Value::Int(now_ms.div_euclid(crate::store::DAY_MS)),
-                ]
-            }),
         );
         self.c.execute_deferred(&sql, &[rows])
     }
