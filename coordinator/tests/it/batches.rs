@@ -45,6 +45,14 @@ async fn work_concurrently(workers: Vec<SimWorker>, batch: u32) -> Vec<i64> {
     granted
 }
 
+/// The 5x5 job's document: complete, with its exact totals and conservation.
+fn assert_five_by_five_exact(doc: &serde_json::Value) {
+    assert_eq!(doc["state"], "complete", "{}", doc["units"]);
+    assert_eq!(doc["nodes_total"], 113_211);
+    assert_eq!(doc["solutions_count"], 16);
+    assert_eq!(doc["conservation_ok"], true);
+}
+
 async fn workers(c: &Coordinator, n: usize, behaviour: Behaviour, name: &str) -> Vec<SimWorker> {
     let mut all = Vec::new();
     for i in 0..n {
@@ -70,10 +78,7 @@ async fn thirty_workers_at_once_are_written_in_batches_and_add_up_exactly() {
     let twice: Vec<_> = per_unit.iter().filter(|(_, n)| **n > 1).collect();
     assert!(twice.is_empty(), "units granted more than once: {twice:?}");
     let doc = c.job(&job).await;
-    assert_eq!(doc["state"], "complete", "{}", doc["units"]);
-    assert_eq!(doc["nodes_total"], 113_211);
-    assert_eq!(doc["solutions_count"], 16);
-    assert_eq!(doc["conservation_ok"], true);
+    assert_five_by_five_exact(&doc);
     assert_eq!(
         doc["units"]["done"].as_u64().unwrap() as usize,
         per_unit.len()
@@ -115,10 +120,7 @@ async fn disputes_inside_batches_are_decided_as_alone_and_the_job_adds_up() {
     all.extend(workers(&c, 1, Behaviour::Liar, "liar").await);
     work_concurrently(all, 2).await;
     let doc = c.job(&job).await;
-    assert_eq!(doc["state"], "complete", "{}", doc["units"]);
-    assert_eq!(doc["nodes_total"], 113_211);
-    assert_eq!(doc["solutions_count"], 16);
-    assert_eq!(doc["conservation_ok"], true);
+    assert_five_by_five_exact(&doc);
     let (_, reports) = c.fleet.batch_totals();
     assert!(reports.requests > reports.batches, "{reports:?}");
     c.stop().await;
@@ -166,10 +168,7 @@ async fn trusted_volunteers_in_batches_earn_exactly_the_credit_of_their_work() {
     let alone = c.fleet.accepted_alone();
     work_concurrently(all, 2).await;
     let doc = c.job(&job).await;
-    assert_eq!(doc["state"], "complete", "{}", doc["units"]);
-    assert_eq!(doc["nodes_total"], 113_211);
-    assert_eq!(doc["solutions_count"], 16);
-    assert_eq!(doc["conservation_ok"], true);
+    assert_five_by_five_exact(&doc);
     let (_, reports) = c.fleet.batch_totals();
     assert!(
         reports.requests - before.requests > reports.batches - before.batches,
