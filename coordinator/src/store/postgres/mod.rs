@@ -115,8 +115,11 @@ pub const STATEMENT_LIMIT: Duration = Duration::from_secs(15);
 /// one's commit goes out, so the time a commit waits for the disk, and the round trips of
 /// the next `BEGIN`, are no longer time the lock stands idle.
 const WRITERS: usize = 2;
-/// Read connections in the pool.
+/// Read connections in the pool, and threads that run reads (each holds a connection
+/// from start to end; reads beyond them wait for a thread).
 const READERS: u32 = 8;
+/// The name of the threads of the store's own runtime (its async tasks and its reads).
+const THREAD_NAME: &str = "e2fleet-pg";
 /// Longest a write batch keeps taking queued jobs: a job here costs network round trips
 /// (~1 ms a report), so a batch of SQLite's 2 ms would mostly be one job, and every
 /// commit waits for the WAL to reach the disk.
@@ -163,7 +166,10 @@ impl PgStore {
             )]);
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
-            .thread_name("e2fleet-pg")
+            // a read holds a pool connection from start to end: more threads than
+            // connections would only wait for one (a burst of reads once parked ~100)
+            .max_blocking_threads(READERS as usize)
+            .thread_name(THREAD_NAME)
             .enable_all()
             .build()
             .map_err(|e| StoreError::Open(format!("cannot start the store's runtime: {e}")))?;
@@ -484,4 +490,60 @@ pub(super) fn silent() -> StoreError {
         "no answer from PostgreSQL in {} s",
         STATEMENT_LIMIT.as_secs()
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::testing::PostgresServer;
+    use crate::store::{Database, Store};
+
+    /// Threads of this process named as the store's runtime names its threads.
+    fn store_threads() -> usize {
+        std::fs::read_dir("/proc/self/task")
+            .unwrap()
+            .filter_map(|t| std::fs::read_to_string(t.ok()?.path().join("comm")).ok())
+            .filter(|name| name.trim_end() == THREAD_NAME)
+            .count()
+    }
+
+    #[test]
+    #[cfg_attr(
+        not(has_postgres),
+        ignore = "no PostgreSQL server programs: apt-get install postgresql"
+    )]
+    fn a_burst_of_reads_runs_on_as_many_threads_as_read_connections() {
+        let server = PostgresServer::start_for("a_burst_of_reads");
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let url = crate::store::testing::create_database(server.url(), "e2fleet_reads")
+                .await
+                .unwrap();
+            let store = Store::connect(&Database::Postgres(url)).await.unwrap();
+            let reads: Vec<_> = (0..200)
+                .map(|_| {
+                    let store = store.clone();
+                    tokio::spawn(async move {
+                        store
+                            .read(|tx| {
+                                // long enough that the burst overlaps
+                                std::thread::sleep(Duration::from_millis(5));
+                                tx.list_jobs()
+                            })
+                            .await
+                    })
+                })
+                .collect();
+            let mut most = 0;
+            for read in reads {
+                assert!(read.await.unwrap().unwrap().is_empty());
+                most = most.max(store_threads());
+            }
+            // the runtime's two async threads, and one a read connection
+            assert!(
+                most <= 2 + READERS as usize,
+                "{most} threads ran {READERS} connections' reads"
+            );
+        });
+    }
 }
