@@ -2,7 +2,8 @@
 //! per kind of call, from the moment a request's headers reached the gate to the moment
 //! its answer was ready (authentication, reading the body, the batch queue, the database
 //! write; not the network on either side, and not the time the answer takes to reach the
-//! worker). Calls the gate refuses (no token, too many in flight) are not timed.
+//! worker). Calls the gate refuses (no token, too many in flight) are not timed; they are
+//! counted by reason in [`super::refusals`].
 //!
 //! `/metrics` shows it as the Prometheus histogram `e2fleet_call_seconds{call=...}`; the
 //! load bench prints its quantiles beside the latencies its simulated workers saw, so a

@@ -55,6 +55,7 @@ mod checks;
 mod leasing;
 pub mod policy;
 mod quorum;
+pub mod refusals;
 mod registration;
 mod reports;
 mod sharing;
@@ -287,6 +288,9 @@ pub struct Fleet {
     pub auth_failures: auth_limits::AuthFailures,
     /// How long the calls took to answer (timed by the gRPC gate).
     pub call_times: call_times::CallTimes,
+    /// Connections and calls turned away, by reason (counted by the accept loop and the
+    /// gRPC gate).
+    pub refusals: std::sync::Arc<refusals::Refusals>,
     /// Verification submissions per worker identity.
     pub(crate) verification_limits: governor::DefaultKeyedRateLimiter<e2fleet_proto::api::WorkerId>,
     /// The same per volunteer account, over all its identities.
@@ -333,6 +337,7 @@ impl Fleet {
             lease_limits: policy::LeaseLimits::new(),
             auth_failures: auth_limits::AuthFailures::default(),
             call_times: call_times::CallTimes::default(),
+            refusals: Default::default(),
             verification_limits: governor::RateLimiter::keyed(policy::verification_quota()),
             account_submission_limits: governor::RateLimiter::keyed(
                 policy::account_submission_quota(),

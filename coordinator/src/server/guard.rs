@@ -30,6 +30,7 @@ use super::listener::{Peer, Trust};
 use crate::fleet::Fleet;
 use crate::fleet::auth_limits::Secret;
 use crate::fleet::call_times::Call;
+use crate::fleet::refusals::Call as Refused;
 
 /// How a gRPC method is guarded.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -191,6 +192,7 @@ pub async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) ->
     )
     .map(str::to_string);
     let shut_out = || {
+        g.fleet.refusals.call(Refused::ShutOut);
         refuse(Status::resource_exhausted(
             "too many failed attempts from this address; retry in a few seconds",
         ))
@@ -212,11 +214,13 @@ pub async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) ->
                 return shut_out();
             }
             let Ok(permit) = g.open.clone().try_acquire_owned() else {
+                g.fleet.refusals.call(Refused::OpenFull);
                 return busy("too many calls without a token in flight");
             };
             held.push(Box::new(permit));
             if let Some(ip) = ip {
                 let Some(slot) = g.open_by_ip.take(ip, OPEN_IN_FLIGHT_PER_IP) else {
+                    g.fleet.refusals.call(Refused::OpenAddressFull);
                     return busy("too many calls without a token from this address");
                 };
                 held.push(Box::new(slot));
@@ -230,6 +234,7 @@ pub async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) ->
                 return shut_out();
             }
             if let Err(e) = g.fleet.check_admin(token.as_deref()) {
+                g.fleet.refusals.call(Refused::BadToken);
                 g.failed(ip, Secret::Admin);
                 return refuse(status_of(e));
             }
@@ -247,6 +252,9 @@ pub async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) ->
             let worker = match worker {
                 Ok(worker) => worker,
                 Err(e) => {
+                    if matches!(e, crate::fleet::FleetError::Unauthenticated(_)) {
+                        g.fleet.refusals.call(Refused::BadToken);
+                    }
                     g.failed(ip, Secret::Worker);
                     return refuse(status_of(e));
                 }
@@ -256,13 +264,16 @@ pub async fn guard(State(g): State<Arc<Guard>>, request: Request, next: Next) ->
             // one at a time per identity, a few at a time in all
             if heavy_call {
                 if let Err(e) = g.fleet.submission_allowed(&worker) {
+                    g.fleet.refusals.call(Refused::SubmissionBusy);
                     return refuse(status_of(e));
                 }
                 let Some(slot) = g.heavy_by_worker.take(worker.id, 1) else {
+                    g.fleet.refusals.call(Refused::SubmissionBusy);
                     return busy("one verification or audit submission at a time");
                 };
                 held.push(Box::new(slot));
                 let Ok(permit) = g.heavy.clone().try_acquire_owned() else {
+                    g.fleet.refusals.call(Refused::SubmissionBusy);
                     return busy("the coordinator is judging other submissions");
                 };
                 held.push(Box::new(permit));

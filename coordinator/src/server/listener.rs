@@ -41,6 +41,8 @@ use tokio_rustls::rustls::ServerConfig;
 use tower::ServiceExt;
 use tracing::{debug, warn};
 
+use crate::fleet::refusals::{Connection as Refused, Refusals};
+
 /// How often the coordinator pings each HTTP/2 connection.
 pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
 /// How long a ping may go unanswered before the connection is closed: a client whose
@@ -223,6 +225,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send + 'static,
     tls: Option<Arc<ServerConfig>>,
     limits: ServerLimits,
+    refusals: Arc<Refusals>,
 ) -> std::io::Result<()> {
     let limits = Arc::new(limits);
     let slots = Arc::new(Semaphore::new(limits.max_connections));
@@ -270,14 +273,17 @@ pub async fn serve(
         };
         if new_per_ip.check_key(&peer.ip()).is_err() {
             debug!(%peer, "connection refused: too many new connections from this address");
+            refusals.connection(Refused::NewTooFast);
             continue;
         }
         let Ok(slot) = slots.clone().try_acquire_owned() else {
             debug!(%peer, "connection refused: too many connections");
+            refusals.connection(Refused::Full);
             continue;
         };
         let Some(stranger) = per_ip.enter(peer.ip(), limits.max_connections_per_ip) else {
             debug!(%peer, "connection refused: too many from this address");
+            refusals.connection(Refused::AddressFull);
             continue;
         };
         // gRPC is many small request/response pairs: without TCP_NODELAY, Nagle's
@@ -285,12 +291,13 @@ pub async fn serve(
         if let Err(e) = tcp.set_nodelay(true) {
             warn!(error = %e, "cannot set TCP_NODELAY");
         }
-        let (router, builder, limits, acceptor, stop) = (
+        let (router, builder, limits, acceptor, stop, refusals) = (
             router.clone(),
             builder.clone(),
             limits.clone(),
             acceptor.clone(),
             stop_rx.clone(),
+            refusals.clone(),
         );
         let trust = Trust::default();
         *trust.0.stranger.lock().expect("stranger slot") = Some(stranger);
@@ -308,17 +315,30 @@ pub async fn serve(
                     match tokio::time::timeout(limits.handshake_timeout, acceptor.accept(tcp)).await
                     {
                         Ok(Ok(tls)) => {
-                            connection(tls, service, &builder, &limits, stop, &trust).await
+                            let closed = connection(tls, service, &builder, &limits, stop, &trust);
+                            if closed.await {
+                                refusals.connection(Refused::Stranger);
+                            }
                         }
-                        Ok(Err(e)) => debug!(%peer, error = %e, "TLS handshake failed"),
-                        Err(_) => debug!(%peer, "TLS handshake timed out"),
+                        Ok(Err(e)) => {
+                            debug!(%peer, error = %e, "TLS handshake failed");
+                            refusals.connection(Refused::TlsFailed);
+                        }
+                        Err(_) => {
+                            debug!(%peer, "TLS handshake timed out");
+                            refusals.connection(Refused::Silent);
+                        }
                     }
                 }
                 None => {
                     if first_bytes(&tcp, limits.handshake_timeout).await {
-                        connection(tcp, service, &builder, &limits, stop, &trust).await;
+                        let closed = connection(tcp, service, &builder, &limits, stop, &trust);
+                        if closed.await {
+                            refusals.connection(Refused::Stranger);
+                        }
                     } else {
                         debug!(%peer, "connection closed: nothing sent");
+                        refusals.connection(Refused::Silent);
                     }
                 }
             }
@@ -350,7 +370,8 @@ async fn first_bytes(tcp: &TcpStream, limit: Duration) -> bool {
     )
 }
 
-/// Serves one connection until it ends, goes idle, or shutdown's grace runs out.
+/// Serves one connection until it ends, goes idle, or shutdown's grace runs out; `true`
+/// when it was closed because it never showed a valid token.
 async fn connection<IO, S>(
     io: IO,
     service: TowerToHyperService<S>,
@@ -358,7 +379,8 @@ async fn connection<IO, S>(
     limits: &ServerLimits,
     mut stop: watch::Receiver<bool>,
     trust: &Trust,
-) where
+) -> bool
+where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     S: tower::Service<
             axum::http::Request<hyper::body::Incoming>,
@@ -390,7 +412,7 @@ async fn connection<IO, S>(
                 if let Err(e) = result {
                     debug!(error = %e, "connection ended with an error");
                 }
-                return;
+                return false;
             }
             _ = tick.tick() => {
                 let quiet = epoch.elapsed().as_millis() as u64 - last.load(Ordering::Relaxed);
@@ -398,13 +420,13 @@ async fn connection<IO, S>(
                 if quiet >= idle_ms || stranger {
                     conn.as_mut().graceful_shutdown();
                     let _ = tokio::time::timeout(limits.shutdown_grace, conn.as_mut()).await;
-                    return;
+                    return stranger;
                 }
             }
             _ = stop.changed() => {
                 conn.as_mut().graceful_shutdown();
                 let _ = tokio::time::timeout(limits.shutdown_grace, conn.as_mut()).await;
-                return;
+                return false;
             }
         }
     }

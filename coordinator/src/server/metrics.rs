@@ -154,6 +154,24 @@ pub async fn metrics(State(fleet): State<Arc<Fleet>>) -> Response {
         out.metric(name, help, "counter", &[(String::new(), value)]);
     }
     calls(&mut out, &fleet.call_times);
+    let refused = |reasons: Vec<(&'static str, u64)>| {
+        reasons
+            .into_iter()
+            .map(|(why, n)| (format!("{{reason=\"{why}\"}}"), n as f64))
+            .collect::<Vec<_>>()
+    };
+    out.metric(
+        "e2fleet_refused_connections_total",
+        "Connections refused or closed by the accept loop, by reason (too fast or too many from an address, every slot taken, silent, TLS failed, never showed a token).",
+        "counter",
+        &refused(fleet.refusals.connections().into_iter().map(|(c, n)| (c.label(), n)).collect()),
+    );
+    out.metric(
+        "e2fleet_refused_calls_total",
+        "Calls refused by the gRPC gate before any handler ran, by reason (shut-out address, bad token, too many without a token in flight, submissions busy).",
+        "counter",
+        &refused(fleet.refusals.calls().into_iter().map(|(c, n)| (c.label(), n)).collect()),
+    );
     let u = &status.units_last_minute;
     out.metric(
         "e2fleet_units_last_minute",

@@ -184,7 +184,8 @@ pub async fn serve_with_limits(
             }
         }
     });
-    let result = listener::serve(listener, router(fleet), shutdown, tls, limits).await;
+    let refusals = fleet.refusals.clone();
+    let result = listener::serve(listener, router(fleet), shutdown, tls, limits, refusals).await;
     expiry.abort();
     archiver.abort();
     studies.abort();

@@ -229,6 +229,20 @@ async fn a_stranger_holding_every_slot_cannot_keep_a_worker_out() {
     // the coordinator is fine
     let (status, _) = crate::http_api::get(&c.url(), "/healthz").await;
     assert_eq!(status, 200);
+    // and says what it turned away: connections past an address's share, streams past
+    // its calls without a token in flight
+    let (_, metrics) = crate::http_api::get(&c.url(), "/metrics").await;
+    let count = |line: &str| -> u64 {
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(line))
+            .unwrap_or_else(|| panic!("missing {line} in\n{metrics}"))
+            .trim()
+            .parse()
+            .unwrap()
+    };
+    assert!(count("e2fleet_refused_connections_total{reason=\"address_full\"}") > 0);
+    assert!(count("e2fleet_refused_calls_total{reason=\"open_address_full\"}") > 0);
 }
 
 /// A health `Watch` stream without a token ends within the open calls' time (a stock

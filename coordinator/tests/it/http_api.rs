@@ -101,6 +101,13 @@ async fn every_endpoint_answers_with_a_running_job() {
     let job = c.submit("brendan/set1/pieces_05x05.txt", 3, 0, 1).await;
     let mut w = SimWorker::register(&c.url, "api-host", Behaviour::Honest).await;
     w.work(2).await;
+    // a call with a wrong token, turned away at the gate (counted in `/metrics`)
+    let token = std::mem::replace(&mut w.token, "wrong".into());
+    assert_eq!(
+        w.lease(1).await.unwrap_err().code(),
+        tonic::Code::Unauthenticated
+    );
+    w.token = token;
 
     let (status, body) = get(&c.url, "/healthz").await;
     assert_eq!((status, body.as_str()), (200, "ok"));
@@ -171,6 +178,20 @@ async fn every_endpoint_answers_with_a_running_job() {
         &format!("e2fleet_job_units{{job=\"{job}\",state=\"done\"}}"),
     ] {
         assert!(body.contains(name), "missing {name} in\n{body}");
+    }
+    // what the gate and the accept loop turned away, every reason listed
+    assert!(body.contains("e2fleet_refused_calls_total{reason=\"bad_token\"} 1\n"));
+    assert!(body.contains("e2fleet_refused_calls_total{reason=\"shut_out\"} 0\n"));
+    for reason in [
+        "new_too_fast",
+        "full",
+        "address_full",
+        "silent",
+        "tls_failed",
+        "stranger",
+    ] {
+        let line = format!("e2fleet_refused_connections_total{{reason=\"{reason}\"}} ");
+        assert!(body.contains(&line), "missing {line} in\n{body}");
     }
     // the worker's calls, timed by the gate: a histogram per kind of call
     let count = |call: &str| -> u64 {
