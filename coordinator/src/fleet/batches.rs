@@ -13,14 +13,19 @@
 //! backends run one logic.
 //!
 //! # The rules stay the request's own
-//! A batch decides each request in order, as if alone, with the same rules as the
-//! single write (`leasing.rs`, `reports.rs`); what it reads for many requests at once is
-//! what each would have read, because requests whose answers could depend on each other
-//! are not decided together: a batch's part ends before a second request of the same
-//! worker (a volunteer account's identities share one, each weighed with what the part
-//! granted the account before it), before a second report on the same unit, and before anything the set-based path does not cover (a dispute, a recheck, a
-//! kept board, an untrusted account's result, a split), which then runs as its own
-//! single write inside the batch after the part before it is written. A trusted
+//! A batch decides each request as if alone, with the same rules as the single write
+//! (`leasing.rs`, `reports.rs`); what it reads for many requests at once is what each
+//! would have read, because requests whose answers could depend on each other are not
+//! decided together. A lease batch goes in order: its part ends before a second request
+//! of the same worker (a volunteer account's identities share one, each weighed with
+//! what the part granted the account before it) and before a request the set-based path
+//! does not cover (a split), which runs as its own single write after the part before
+//! it. A report batch is decided as if its part's reports had come first (all were in
+//! flight at once, so that is an order they could have arrived in): the reports the
+//! set-based path covers, one a unit, make one part decided on the views read at the
+//! batch's start; every other report (a dispute, a recheck, a second report on a unit, a
+//! kept board, an untrusted account's result) is then its own single write, in the
+//! batch's order, after the part. A trusted
 //! volunteer's result accepted in a part earns its account's credit with the part, as the
 //! single write credits it (on PostgreSQL it is inserted credited, and one statement adds
 //! the part's credit to its accounts). The no-double-grant property and the exact-total

@@ -283,10 +283,6 @@ impl Fleet {
     }
 }
 
-/// Most report views a batch reads again in one statement, after a report written the
-/// single way.
-const VIEWS_AT_ONCE: usize = 64;
-
 /// A report waiting for its batch ([`super::batches`]): what [`Fleet::report_tx`] takes.
 pub(super) struct QueuedReport {
     worker: WorkerRecord,
@@ -330,105 +326,75 @@ impl AcceptedPart {
 }
 
 impl Fleet {
-    /// A batch of reports (see [`super::batches`]): each decided in order by the same
-    /// rules as [`Fleet::report_tx`]. The views of the reports are read in one statement;
-    /// reports that [`Fleet::fits_part`] takes on their view (accepted on their own) are
-    /// gathered into a part written together; any other report is written the single
-    /// way, after the part before it. After such a report the views read before may be
-    /// stale: a report is still sent the single way on a stale view (always correct),
-    /// but one that would join a part is only taken on a view read again (the next
-    /// [`VIEWS_AT_ONCE`] reports at a time, so a batch that mixes the two ways reads each
-    /// report's view at most a few times). The first read covers the whole batch.
+    /// A batch of reports (see [`super::batches`]): each decided by the same rules as
+    /// [`Fleet::report_tx`]. The views of the batch's reports are read in one statement;
+    /// the reports that [`Fleet::fits_part`] takes on their view (accepted on their own)
+    /// are written together as one part, and then every other report the single way, in
+    /// the batch's order.
+    ///
+    /// The batch is decided as if its part's reports had come first: every report in it
+    /// was in flight at once, none answered, so any order is one the reports could have
+    /// arrived in, and this one decides each part report on a view nothing in the batch
+    /// changed (the part's own reports touch distinct units, and none keeps a board). A
+    /// report written the single way reads everything it is decided on itself, after the
+    /// part. (Deciding in arrival order instead ended the part at each report written the
+    /// single way and read the following views again: with volunteers, whose results are
+    /// drawn for a recheck, that was a part and a views read every ~20 reports.)
     pub(super) fn report_batch_tx(
         &self,
         tx: &mut dyn Tx,
         items: Vec<QueuedReport>,
     ) -> Result<Vec<Result<ReportOutcome, FleetError>>, FleetError> {
         let n = items.len();
-        let mut items: Vec<Option<QueuedReport>> = items.into_iter().map(Some).collect();
         let mut answers: Vec<Option<Result<ReportOutcome, FleetError>>> =
             (0..n).map(|_| None).collect();
-        let mut views: Vec<Option<ReportView>> = (0..n).map(|_| None).collect();
-        let mut fresh = vec![false; n];
-        self.read_views(tx, &items, (0, n), (&mut views, &mut fresh))?;
+        let mut views = if self.accepts_in_parts() {
+            self.read_views(tx, &items)?
+        } else {
+            (0..n).map(|_| None).collect()
+        };
         let mut part = AcceptedPart::default();
-        for i in 0..n {
-            let mut record = None;
-            if self.accepts_in_parts() {
-                if !fresh[i] && views[i].is_none() {
-                    // past the views read so far
-                    self.write_accepted(tx, std::mem::take(&mut part))?;
-                    self.read_views(tx, &items, (i, VIEWS_AT_ONCE), (&mut views, &mut fresh))?;
-                }
-                let q = items[i].as_ref().expect("not yet answered");
-                record = views[i].as_ref().and_then(|v| self.fits_part(q, v, &part));
-                if record.is_some() && !fresh[i] {
-                    // what it fits is as it was: write the part, read again, decide again
-                    self.write_accepted(tx, std::mem::take(&mut part))?;
-                    self.read_views(tx, &items, (i, VIEWS_AT_ONCE), (&mut views, &mut fresh))?;
-                    let q = items[i].as_ref().expect("not yet answered");
-                    record = views[i].as_ref().and_then(|v| self.fits_part(q, v, &part));
-                }
-            }
-            match (record, views[i].take()) {
+        let mut single = Vec::new();
+        for (i, (q, view)) in items.into_iter().zip(views.iter_mut()).enumerate() {
+            let record = view.as_ref().and_then(|v| self.fits_part(&q, v, &part));
+            match (record, view.take()) {
                 (Some(record), Some(view)) => {
-                    let q = items[i].take().expect("not yet answered");
                     answers[i] = Some(Ok(self.take_into_part(q, view, record, &mut part)));
                 }
-                _ => {
-                    self.write_accepted(tx, std::mem::take(&mut part))?;
-                    let q = items[i].take().expect("not yet answered");
-                    let answer = self.report_tx(tx, &q.worker, q.report, q.prepared, q.pre, q.now);
-                    if let Err(FleetError::Store(e)) = answer {
-                        // a store failure fails the batch (the writer rolls it back); any
-                        // other refusal is decided before the report's first write, and
-                        // is its answer
-                        return Err(e.into());
-                    }
-                    answers[i] = Some(answer);
-                    fresh.fill(false);
-                }
+                _ => single.push((i, q)),
             }
         }
         self.write_accepted(tx, part)?;
+        for (i, q) in single {
+            let answer = self.report_tx(tx, &q.worker, q.report, q.prepared, q.pre, q.now);
+            if let Err(FleetError::Store(e)) = answer {
+                // a store failure fails the batch (the writer rolls it back); any other
+                // refusal is decided before the report's first write, and is its answer
+                return Err(e.into());
+            }
+            answers[i] = Some(answer);
+        }
         Ok(answers
             .into_iter()
             .map(|a| a.expect("every report answered"))
             .collect())
     }
 
-    /// Reads the views of the next `most` reports from `from` on that may join a part,
-    /// in one statement.
+    /// Reads the views of a batch's reports, in one statement.
     fn read_views(
         &self,
         tx: &mut dyn Tx,
-        items: &[Option<QueuedReport>],
-        (from, most): (usize, usize),
-        (views, fresh): (&mut [Option<ReportView>], &mut [bool]),
-    ) -> Result<(), FleetError> {
-        let mut at = Vec::new();
-        let mut asks = Vec::new();
-        for (i, q) in items.iter().enumerate().skip(from) {
-            if asks.len() == most {
-                break;
-            }
-            if let Some(q) = q.as_ref().filter(|_| self.accepts_in_parts()) {
-                at.push(i);
-                asks.push(ViewAsk {
-                    lease: q.report.lease_id,
-                    account: &q.worker.account_id,
-                    boards: boards_asked(&q.report),
-                });
-            }
-        }
-        if asks.is_empty() {
-            return Ok(());
-        }
-        for (i, view) in at.into_iter().zip(tx.report_views(&asks)?) {
-            views[i] = view;
-            fresh[i] = true;
-        }
-        Ok(())
+        items: &[QueuedReport],
+    ) -> Result<Vec<Option<ReportView>>, FleetError> {
+        let asks: Vec<ViewAsk<'_>> = items
+            .iter()
+            .map(|q| ViewAsk {
+                lease: q.report.lease_id,
+                account: &q.worker.account_id,
+                boards: boards_asked(&q.report),
+            })
+            .collect();
+        Ok(tx.report_views(&asks)?)
     }
 
     /// Whether reports may be accepted in parts at all, whatever their views say: when
