@@ -95,10 +95,11 @@ async fn sweep(server: &str) {
         let Some(pid) = maker(&name, &machine) else {
             continue;
         };
-        if pid != me && !Path::new(&format!("/proc/{pid}")).exists() {
-            if let Err(e) = drop_database(server, &name).await {
-                eprintln!("cannot drop the old test database {name}: {e}");
-            }
+        if pid == me || Path::new(&format!("/proc/{pid}")).exists() {
+            continue;
+        }
+        if let Err(e) = drop_database(server, &name).await {
+            eprintln!("cannot drop the old test database {name}: {e}");
         }
     }
 }
