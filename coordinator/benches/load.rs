@@ -21,6 +21,9 @@
 //! (`--volunteers N`: the workers enrol with N volunteer accounts, round robin, trusted
 //! from their first result (`trust_after` 0, 5% drawn for a recheck by another account):
 //! every accepted result takes the volunteer path, credit included)
+//! cargo bench -p e2fleet-coordinator --bench load -- --workers 1000 --think-ms 400 --seconds 20 --heartbeat-s 20
+//! (`--heartbeat-s N`: each worker also heartbeats its lease every N s, as a worker does
+//! at a third of its lease: 20 s with `serve`'s default 60 s lease; their latencies printed)
 //! cargo bench -p e2fleet-coordinator --bench load -- --db postgres://postgres@127.0.0.1/postgres --coordinators 2
 //! (`--db postgres://SERVER/DB`: on a fresh database of that PostgreSQL server, dropped
 //! at the end unless `--keep`;
@@ -234,6 +237,10 @@ async fn run() {
     let done = Arc::new(AtomicU64::new(0));
     let lease_lat = Arc::new(std::sync::Mutex::new(Vec::new()));
     let report_lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let beat_lat = Arc::new(std::sync::Mutex::new(Vec::new()));
+    // `--heartbeat-s N`: each worker heartbeats its lease every N s, as a worker does at a
+    // third of the lease (20 s with `serve`'s default 60 s lease); 0: none
+    let beat = Some(Duration::from_secs(arg("--heartbeat-s", 0))).filter(|d| !d.is_zero());
     // register every worker first (64 at a time), so that registration does not queue
     // behind the load the first workers already make
     let registered_at = Instant::now();
@@ -250,6 +257,8 @@ async fn run() {
         measuring: measuring.clone(),
         lease_lat: lease_lat.clone(),
         report_lat: report_lat.clone(),
+        beat,
+        beat_lat: beat_lat.clone(),
     };
     let mut tasks = Vec::new();
     for (i, reg) in tokens.into_iter().enumerate() {
@@ -336,6 +345,17 @@ async fn run() {
         doc.units.done,
     );
     print_calls(c1.0.since(&c0.0), c1.1.since(&c0.1));
+    if let Some(beat) = beat {
+        let mut b = beat_lat.lock().unwrap().clone();
+        b.sort_unstable();
+        println!(
+            "heartbeats every {} s a worker: {} in the window, p50 {:.1} ms p99 {:.1} ms",
+            beat.as_secs(),
+            b.len(),
+            pct(&b, 0.5),
+            pct(&b, 0.99)
+        );
+    }
     print_writers(&w0, &w1, elapsed);
     print_batches(b0, b1);
     println!(
@@ -466,6 +486,9 @@ struct Sim {
     measuring: Arc<AtomicBool>,
     lease_lat: Arc<std::sync::Mutex<Vec<u64>>>,
     report_lat: Arc<std::sync::Mutex<Vec<u64>>>,
+    /// Every how long a worker heartbeats (`None`: never).
+    beat: Option<Duration>,
+    beat_lat: Arc<std::sync::Mutex<Vec<u64>>>,
 }
 
 /// Registers every worker first (64 at a time), so that registration does not queue
@@ -540,7 +563,43 @@ async fn sim_worker(
         measuring,
         lease_lat,
         report_lat,
+        beat,
+        beat_lat,
     } = sim;
+    // the lease held, for the heartbeats
+    let held: Arc<std::sync::Mutex<Option<String>>> = Arc::default();
+    let beats = beat.map(|every| {
+        let (mut client, token, held) = (client.clone(), token.clone(), held.clone());
+        let (stop, measuring) = (stop.clone(), measuring.clone());
+        tokio::spawn(async move {
+            // spread over one period, as workers started at different times
+            tokio::time::sleep(every.mul_f64(i as f64 / workers as f64)).await;
+            let mut lat = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let leases: Vec<_> = (held.lock().unwrap().iter())
+                    .map(|id| v2::LeaseProgress {
+                        lease_id: id.clone(),
+                        committed: 0,
+                    })
+                    .collect();
+                let request = v2::HeartbeatRequest {
+                    leases,
+                    per_core_nodes_per_s: 1.0,
+                    threads: 1,
+                    ..Default::default()
+                };
+                let t = Instant::now();
+                if client.heartbeat(auth(&token, request)).await.is_err() {
+                    break;
+                }
+                if measuring.load(Ordering::Relaxed) {
+                    lat.push(t.elapsed().as_micros() as u64);
+                }
+                tokio::time::sleep(every).await;
+            }
+            beat_lat.lock().unwrap().extend(lat);
+        })
+    });
     // spread the start over one think time
     tokio::time::sleep(think.mul_f64(i as f64 / workers as f64)).await;
     let (mut ll, mut rl) = (Vec::new(), Vec::new());
@@ -565,6 +624,7 @@ async fn sim_worker(
             tokio::time::sleep(think).await;
             continue;
         };
+        *held.lock().unwrap() = Some(lease.lease_id.clone());
         tokio::time::sleep(think).await;
         let unit = Unit {
             prefix: path_from_wire(&lease.prefix, "p").unwrap(),
@@ -595,9 +655,13 @@ async fn sim_worker(
         if measuring.load(Ordering::Relaxed) {
             rl.push(t.elapsed().as_micros() as u64);
         }
+        *held.lock().unwrap() = None;
         if ok {
             done.fetch_add(1, Ordering::Relaxed);
         }
+    }
+    if let Some(beats) = beats {
+        let _ = beats.await;
     }
     lease_lat.lock().unwrap().extend(ll);
     report_lat.lock().unwrap().extend(rl);

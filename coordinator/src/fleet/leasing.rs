@@ -1,5 +1,5 @@
-//! Leases: handing out units (with expiry and idle-time continuation splitting),
-//! heartbeats and releases. Each operation is one store write; the `*_tx` functions are
+//! Leases: handing out units (with expiry and idle-time continuation splitting) and
+//! releases (heartbeats: `heartbeats.rs`). Each operation is one store write; the `*_tx` functions are
 //! its synchronous body.
 
 use std::sync::Arc;
@@ -7,31 +7,19 @@ use std::sync::atomic::Ordering;
 
 use e2fleet_engine::engine::EngineKind;
 use e2fleet_engine::search::Walker;
-use e2fleet_proto::api::{AccountId, Heartbeat, JobId, Lease, LeaseId, Probe, UnitId};
+use e2fleet_proto::api::{AccountId, JobId, Lease, LeaseId, Probe, UnitId};
 use tracing::{info, instrument, warn};
 
 use super::batches;
 use super::policy::{
-    MAX_LEASES_PER_CALL, MAX_LEASES_PER_REQUEST, MAX_PAUSED_CHARS, MAX_SPLIT_LEVELS,
-    YIELD_AFTER_MS, YIELD_LOOK_EVERY_MS, YIELD_PATIENCE_MS, lease_cap,
+    MAX_LEASES_PER_CALL, MAX_LEASES_PER_REQUEST, MAX_SPLIT_LEVELS, YIELD_AFTER_MS,
+    YIELD_LOOK_EVERY_MS, YIELD_PATIENCE_MS, lease_cap,
 };
 use super::{Fleet, FleetError, LeasedUnit};
 use crate::store::{
-    AccountRecord, LeaseRecord, LeaseState, LeaseView, Leasing, NewUnit, Seen, StoreError, Tx,
-    UnitKind, UnitRecord, WorkerRecord, WriteLock,
+    AccountRecord, LeaseRecord, LeaseState, LeaseView, Leasing, NewUnit, StoreError, Tx, UnitKind,
+    UnitRecord, WorkerRecord, WriteLock,
 };
-
-/// What a heartbeat answers.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct BeatAnswer {
-    /// The leases' new deadline, ms since the epoch.
-    pub deadline_ms: i64,
-    /// Leases to drop without a report.
-    pub stop: Vec<LeaseId>,
-    /// Leases to stop now at their exact cursor and report: the coordinator splits the
-    /// rest of their units for idle threads.
-    pub yield_now: Vec<LeaseId>,
-}
 
 impl Fleet {
     /// Returns expired leases' units to the queue.
@@ -533,76 +521,6 @@ impl Fleet {
             info!(lease_id = %lease, "a long-running unit asked to stop at its cursor for idle threads");
         }
         Ok(())
-    }
-
-    /// Extends a worker's leases; returns the new deadline, the leases it must drop and
-    /// those it should stop at their cursor and report.
-    ///
-    /// A lease that expired while its worker was away (a laptop asleep, a partition) comes
-    /// back to life when nothing happened to its unit meanwhile: the worker carries on
-    /// where it was. One whose unit went to another run, changed, or was decided is
-    /// dropped by the worker without a report (a stopped run could not be compared with
-    /// anything); so is an active lease whose unit another run decided.
-    pub async fn heartbeat(
-        &self,
-        worker: &WorkerRecord,
-        beat: &Heartbeat,
-    ) -> Result<BeatAnswer, FleetError> {
-        let now = self.now();
-        let deadline = now + self.config.lease.as_millis() as i64;
-        let worker_id = worker.id;
-        let lease_ids: Vec<LeaseId> = beat
-            .leases
-            .iter()
-            .take(MAX_LEASES_PER_CALL)
-            .map(|(id, _)| *id)
-            .collect();
-        let rate = beat
-            .per_core_rate
-            .is_finite()
-            .then_some((beat.per_core_rate.max(0.0), beat.threads));
-        // labels only (they decide nothing), and bounded: a client cannot grow a row
-        let paused: String = beat.paused.chars().take(MAX_PAUSED_CHARS).collect();
-        let link = (beat.network_wait, beat.round_trip_ms);
-        self.store
-            .write(move |tx| {
-                let mut stop = Vec::new();
-                let mut revived = 0usize;
-                for id in lease_ids {
-                    if tx.extend_lease(id, worker_id, deadline)? {
-                        continue;
-                    }
-                    match tx.revive_lease(id, worker_id, deadline)? {
-                        Some(unit) => {
-                            tx.lease_taken(unit)?;
-                            revived += 1;
-                        }
-                        None => stop.push(id),
-                    }
-                }
-                for (id, unit) in tx.supersede_decided_leases(worker_id)? {
-                    tx.lease_returned(unit)?;
-                    stop.push(id);
-                }
-                if revived > 0 {
-                    info!(%worker_id, revived, "expired leases revived: their units waited for their worker");
-                }
-                let seen = Seen {
-                    rate,
-                    paused: Some(&paused),
-                    link: Some(link),
-                    ..Seen::default()
-                };
-                tx.worker_seen(worker_id, now, &seen)?;
-                let mut yield_now = tx.yields_of_worker(worker_id)?;
-                yield_now.retain(|id| !stop.contains(id));
-                Ok(BeatAnswer {
-                    deadline_ms: deadline,
-                    stop,
-                    yield_now,
-                })
-            })
-            .await
     }
 
     /// Gives a worker's unstarted leases back to the queue.

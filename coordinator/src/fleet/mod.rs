@@ -52,6 +52,7 @@ mod batches;
 pub use batches::BatchTotals;
 pub mod call_times;
 mod checks;
+mod heartbeats;
 mod leasing;
 pub mod policy;
 mod quorum;
@@ -65,7 +66,7 @@ mod tokens;
 pub mod verification;
 
 pub use e2fleet_proto::REPORT_MAX_SOLUTIONS;
-pub use leasing::BeatAnswer;
+pub use heartbeats::BeatAnswer;
 pub use registration::{MAX_LABEL_BYTES, TOKEN_CACHE_TTL, check_label};
 pub use submission::{choose_split_depth, self_tests};
 pub use tokens::random_token;
@@ -278,6 +279,8 @@ pub struct Fleet {
     accept_alone: AtomicBool,
     /// Reports accepted on that path.
     accepted_alone: std::sync::atomic::AtomicU64,
+    /// Heartbeats written beside report batches (only extending leases).
+    beats_beside_reports: std::sync::atomic::AtomicU64,
     /// Lease calls per worker identity and per volunteer account (see [`policy`]).
     pub(crate) lease_limits: policy::LeaseLimits,
     /// The signed worker releases offered and served, if a folder is set
@@ -334,6 +337,7 @@ impl Fleet {
             live: Mutex::new((i64::MIN / 2, 0)),
             accept_alone: AtomicBool::new(true),
             accepted_alone: Default::default(),
+            beats_beside_reports: Default::default(),
             lease_limits: policy::LeaseLimits::new(),
             auth_failures: auth_limits::AuthFailures::default(),
             call_times: call_times::CallTimes::default(),
@@ -411,6 +415,14 @@ impl Fleet {
     #[doc(hidden)]
     pub fn accepted_alone(&self) -> u64 {
         self.accepted_alone
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Heartbeats written beside report batches since the start (they only extended
+    /// leases; the rest took the single way). For tests.
+    #[doc(hidden)]
+    pub fn heartbeats_beside_reports(&self) -> u64 {
+        self.beats_beside_reports
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 

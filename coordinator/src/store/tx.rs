@@ -570,6 +570,29 @@ pub trait Batches {
         seen: &[(WorkerId, Option<(e2fleet_engine::engine::EngineKind, &str)>)],
         now_ms: i64,
     ) -> StoreResult<()>;
+    /// A heartbeat's part that runs beside report batches (under the lease batches'
+    /// lock): [`Leases::extend_lease`] of each of `leases` that `worker` holds active, to
+    /// `deadline_ms`; returns how many it extended. On PostgreSQL a lease whose row a
+    /// report batch holds is left as it is (it is being reported; the heartbeat then
+    /// takes the single way, which waits for that batch): a heartbeat never waits for a
+    /// report batch's row.
+    fn extend_leases_beside_reports(
+        &mut self,
+        worker: WorkerId,
+        leases: &[LeaseId],
+        deadline_ms: i64,
+    ) -> StoreResult<usize>;
+    /// [`Workers::worker_seen`], skipping the row on PostgreSQL when a report batch holds
+    /// it (the worker's next heartbeat tells the same).
+    fn worker_seen_beside_reports(
+        &mut self,
+        worker: WorkerId,
+        now_ms: i64,
+        seen: &Seen<'_>,
+    ) -> StoreResult<()>;
+    /// Whether `worker` holds an active lease on a unit that is done or cancelled (a
+    /// heartbeat supersedes those, which only the single way does).
+    fn holds_decided_leases(&mut self, worker: WorkerId) -> StoreResult<bool>;
 }
 
 /// One report's [`Results::report_view`] arguments.

@@ -5,6 +5,8 @@
 
 use std::collections::HashMap;
 
+use e2fleet_coordinator::store::testing::{database_for, scalar};
+
 use crate::harness::*;
 
 const FIVE: &str = "brendan/set1/pieces_05x05.txt";
@@ -192,5 +194,82 @@ async fn trusted_volunteers_in_batches_earn_exactly_the_credit_of_their_work() {
     }
     assert_eq!(credited, done, "one credited result a unit");
     crate::trust::assert_credit_is_what_counts(&temp_db(&dir)).await;
+    c.stop().await;
+}
+
+/// Workers heartbeating their leases while lease and report batches run: a heartbeat that
+/// only extends active leases is written beside the report batches (see
+/// `fleet/heartbeats.rs`), none is told to drop a lease it still runs, and the job adds up
+/// exactly; a heartbeat naming a lease already reported takes the single way and is told
+/// to drop it, as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn heartbeats_beside_the_batches_keep_leases_alive_and_the_job_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let job = c.submit(FIVE, 3, 300, 1).await;
+    let beside_before = c.fleet.heartbeats_beside_reports();
+    let tasks: Vec<_> = workers(&c, 12, Behaviour::Honest, "beat")
+        .await
+        .into_iter()
+        .map(|mut w| {
+            tokio::spawn(async move {
+                let (mut beats, mut idle) = (0, 0);
+                while idle < 20 {
+                    let leases = w.lease(2).await.unwrap();
+                    if leases.is_empty() {
+                        idle += 1;
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                        continue;
+                    }
+                    idle = 0;
+                    for (i, l) in leases.iter().enumerate() {
+                        // the leases not yet reported
+                        let held: Vec<&_> = leases[i..].iter().collect();
+                        let stop = w.heartbeat(&held).await.unwrap();
+                        assert!(stop.is_empty(), "told to drop running leases: {stop:?}");
+                        beats += 1;
+                        let r = w.compute(l).await;
+                        w.report(l, &r).await.unwrap();
+                    }
+                }
+                (w, beats)
+            })
+        })
+        .collect();
+    let mut beats = 0;
+    let mut last = None;
+    for t in tasks {
+        let (w, n) = t.await.unwrap();
+        beats += n;
+        last = Some(w);
+    }
+    assert_five_by_five_exact(&c.job(&job).await);
+    let beside = c.fleet.heartbeats_beside_reports() - beside_before;
+    assert!(
+        beats > 0 && beside > 0,
+        "{beside} of {beats} heartbeats beside"
+    );
+    // the single way still answers what the first cannot: a reported lease is dropped
+    let mut w = last.unwrap();
+    c.submit(FIVE, 2, 0, 1).await;
+    let mut two = w.lease(2).await.unwrap();
+    let (kept, l) = (two.pop().expect("two units"), two.pop().expect("two units"));
+    let r = w.compute(&l).await;
+    w.report(&l, &r).await.unwrap();
+    let beside_before = c.fleet.heartbeats_beside_reports();
+    assert_eq!(w.heartbeat(&[&l]).await.unwrap(), vec![l.lease_id.clone()]);
+    assert_eq!(c.fleet.heartbeats_beside_reports(), beside_before);
+    // and a lease still running is extended beside the batches, in the database
+    c.clock
+        .fetch_add(30_000, std::sync::atomic::Ordering::SeqCst);
+    let answer = w.beat(&[&kept]).await.unwrap();
+    assert!(answer.stop_lease_ids.is_empty());
+    assert_eq!(c.fleet.heartbeats_beside_reports(), beside_before + 1);
+    let db = database_for(&temp_db(&dir)).await;
+    let sql = format!(
+        "SELECT deadline_ms FROM leases WHERE id = '{}'",
+        kept.lease_id
+    );
+    assert_eq!(scalar(&db, &sql).await, answer.deadline_unix_ms);
     c.stop().await;
 }

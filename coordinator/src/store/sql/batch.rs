@@ -600,4 +600,76 @@ impl Batches for SqlTx<'_> {
         );
         self.c.execute_deferred(&sql, &[rows, Value::Int(now_ms)])
     }
+
+    fn extend_leases_beside_reports(
+        &mut self,
+        worker: WorkerId,
+        leases: &[LeaseId],
+        deadline_ms: i64,
+    ) -> StoreResult<usize> {
+        if !self.c.is_postgres() || leases.is_empty() {
+            let mut extended = 0;
+            for id in leases {
+                extended += usize::from(self.extend_lease(*id, worker, deadline_ms)?);
+            }
+            return Ok(extended);
+        }
+        // (in the leases' order, skipping a row a report batch holds: see the trait)
+        let sql = format!(
+            "UPDATE leases SET deadline_ms = ?2 \
+             FROM (SELECT l.id FROM {} JOIN leases l ON l.id = v.id \
+                   WHERE l.worker_id = ?3 AND l.state = 'active' \
+                   ORDER BY l.id FOR UPDATE OF l SKIP LOCKED) AS s \
+             WHERE leases.id = s.id",
+            recordset(1, &[("id", "text")])
+        );
+        let rows = json_rows(
+            ["id"],
+            leases.iter().map(|id| [Value::Text(id.to_string())]),
+        );
+        self.c.execute(
+            &sql,
+            &[
+                rows,
+                Value::Int(deadline_ms),
+                Value::Text(worker.to_string()),
+            ],
+        )
+    }
+
+    fn worker_seen_beside_reports(
+        &mut self,
+        worker: WorkerId,
+        now_ms: i64,
+        seen: &Seen<'_>,
+    ) -> StoreResult<()> {
+        if !self.c.is_postgres() {
+            return self.worker_seen(worker, now_ms, seen);
+        }
+        self.c.execute_deferred(
+            "UPDATE workers SET last_seen_ms = ?, per_core_rate = COALESCE(?, per_core_rate), threads = COALESCE(?, threads), \
+               engine_kind = COALESCE(?, engine_kind), engine_build = COALESCE(?, engine_build), paused = COALESCE(?, paused), \
+               network_wait = COALESCE(?, network_wait), round_trip_ms = COALESCE(?, round_trip_ms) \
+             FROM (SELECT id FROM workers WHERE id = ? FOR UPDATE SKIP LOCKED) AS s WHERE workers.id = s.id",
+            args![
+                now_ms,
+                seen.rate.map(|r| r.0),
+                seen.rate.map(|r| r.1 as i64),
+                seen.engine.map(|e| e.0.as_str()),
+                seen.engine.map(|e| e.1),
+                seen.paused,
+                seen.link.map(|l| l.0),
+                seen.link.map(|l| l.1),
+                worker.to_string()
+            ],
+        )
+    }
+
+    fn holds_decided_leases(&mut self, worker: WorkerId) -> StoreResult<bool> {
+        self.c.one(
+            "SELECT EXISTS (SELECT 1 FROM leases l JOIN units u ON u.id = l.unit_id \
+               WHERE l.worker_id = ? AND l.state = 'active' AND u.state IN ('done', 'cancelled'))",
+            args![worker.to_string()],
+        )
+    }
 }
