@@ -16,9 +16,10 @@
 //! A worker heartbeats every third of its lease (20 s with the default 60 s lease): a
 //! fleet of 1,000 workers sends ~50 a second. Each one excluding every other write made
 //! lease and report batches wait for it on PostgreSQL, where the two kinds otherwise run
-//! side by side: with the load bench's 1,000 workers heartbeating every 20 s, 1,668-1,705
-//! completed units a second against ~2,000 without heartbeats, lease and report p99
-//! 260-445 ms (docs/benchmarks.md).
+//! side by side: with the load bench's 1,000 workers heartbeating every 20 s, 1,500-2,010
+//! completed units a second in six runs (~2,000 without heartbeats), lease and report p99
+//! 130-470 ms; beside the report batches 2,095-2,171, lease p99 77-111 ms
+//! (docs/benchmarks.md).
 
 use e2fleet_proto::api::{Heartbeat, LeaseId, WorkerId};
 use tracing::info;
@@ -90,7 +91,7 @@ impl Fleet {
             link: (beat.network_wait, beat.round_trip_ms),
         };
         // beside report batches when it only extends (see the module docs)
-        let (ids, told) = (lease_ids.clone(), told);
+        let ids = lease_ids.clone();
         let (beside, told) = self
             .store
             .write_with(WriteLock::Leases, move |tx| {
