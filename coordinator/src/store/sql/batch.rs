@@ -646,23 +646,14 @@ impl Batches for SqlTx<'_> {
         if !self.c.is_postgres() {
             return self.worker_seen(worker, now_ms, seen);
         }
-        self.c.execute_deferred(
-            "UPDATE workers SET last_seen_ms = ?, per_core_rate = COALESCE(?, per_core_rate), threads = COALESCE(?, threads), \
-               engine_kind = COALESCE(?, engine_kind), engine_build = COALESCE(?, engine_build), paused = COALESCE(?, paused), \
-               network_wait = COALESCE(?, network_wait), round_trip_ms = COALESCE(?, round_trip_ms) \
-             FROM (SELECT id FROM workers WHERE id = ? FOR UPDATE SKIP LOCKED) AS s WHERE workers.id = s.id",
-            args![
-                now_ms,
-                seen.rate.map(|r| r.0),
-                seen.rate.map(|r| r.1 as i64),
-                seen.engine.map(|e| e.0.as_str()),
-                seen.engine.map(|e| e.1),
-                seen.paused,
-                seen.link.map(|l| l.0),
-                seen.link.map(|l| l.1),
-                worker.to_string()
-            ],
-        )
+        let sql = format!(
+            "UPDATE workers SET {} \
+             FROM (SELECT id FROM workers WHERE id = ? FOR UPDATE SKIP LOCKED) AS s \
+             WHERE workers.id = s.id",
+            super::workers::SEEN
+        );
+        self.c
+            .execute_deferred(&sql, &super::workers::seen_values(worker, now_ms, seen))
     }
 
     fn holds_decided_leases(&mut self, worker: WorkerId) -> StoreResult<bool> {

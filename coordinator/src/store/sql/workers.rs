@@ -14,6 +14,29 @@ const COLUMNS: &str = "w.id, w.token_hash, w.hostname, w.cpu_model, w.cores, w.a
      w.registered_ms, w.last_seen_ms, w.per_core_rate, w.threads, w.units_done, w.errors, w.quarantined, \
      w.account_id, w.paused, w.network_wait, w.round_trip_ms";
 
+/// What [`Workers::worker_seen`] sets; its parameters are [`seen_values`], then the
+/// worker's id.
+pub(super) const SEEN: &str = "last_seen_ms = ?, per_core_rate = COALESCE(?, per_core_rate), \
+     threads = COALESCE(?, threads), engine_kind = COALESCE(?, engine_kind), \
+     engine_build = COALESCE(?, engine_build), paused = COALESCE(?, paused), \
+     network_wait = COALESCE(?, network_wait), round_trip_ms = COALESCE(?, round_trip_ms)";
+
+/// The parameters of [`SEEN`] and the worker's id after them.
+pub(super) fn seen_values(id: WorkerId, now_ms: i64, seen: &Seen<'_>) -> Vec<super::Value> {
+    args![
+        now_ms,
+        seen.rate.map(|r| r.0),
+        seen.rate.map(|r| r.1 as i64),
+        seen.engine.map(|e| e.0.as_str()),
+        seen.engine.map(|e| e.1),
+        seen.paused,
+        seen.link.map(|l| l.0),
+        seen.link.map(|l| l.1),
+        id.to_string()
+    ]
+    .to_vec()
+}
+
 /// Reads a row of [`COLUMNS`], then `leases_held` if `with_leases`.
 fn from_row(r: &Row, with_leases: bool) -> StoreResult<WorkerRecord> {
     let engine_kind: EngineKind = r.parsed(10)?;
@@ -122,19 +145,9 @@ impl Workers for SqlTx<'_> {
     }
 
     fn worker_seen(&mut self, id: WorkerId, now_ms: i64, seen: &Seen<'_>) -> StoreResult<()> {
-        self.c.execute_deferred("UPDATE workers SET last_seen_ms = ?, per_core_rate = COALESCE(?, per_core_rate), threads = COALESCE(?, threads), \
-               engine_kind = COALESCE(?, engine_kind), engine_build = COALESCE(?, engine_build), paused = COALESCE(?, paused), \
-               network_wait = COALESCE(?, network_wait), round_trip_ms = COALESCE(?, round_trip_ms) WHERE id = ?", args![
-                now_ms,
-                seen.rate.map(|r| r.0),
-                seen.rate.map(|r| r.1 as i64),
-                seen.engine.map(|e| e.0.as_str()),
-                seen.engine.map(|e| e.1),
-                seen.paused,
-                seen.link.map(|l| l.0),
-                seen.link.map(|l| l.1),
-                id.to_string()
-            ])
+        let sql = format!("UPDATE workers SET {SEEN} WHERE id = ?");
+        self.c
+            .execute_deferred(&sql, &seen_values(id, now_ms, seen))
     }
 
     fn worker_unit_done(&mut self, id: WorkerId) -> StoreResult<()> {
