@@ -71,13 +71,11 @@ async fn a_made_up_earlier_identity_is_a_new_one_and_counts() {
     c.stop().await;
 }
 
-/// Nine identities of one account (64 leases each) held a whole job while an honest
-/// worker got nothing. An account holds at most its share now, however many identities.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_account_cannot_hold_a_whole_job() {
-    let dir = tempfile::tempdir().unwrap();
+/// A coordinator whose accounts hold at most 100 leases, a 6x6 job split at depth 4, and
+/// nine identities (64 leases each) of the account "hoarder"; the job's id.
+async fn hoarder(dir: &tempfile::TempDir) -> (Coordinator, String, Vec<SimWorker>) {
     let c = Coordinator::start_with_accounts(
-        &temp_db(&dir),
+        &temp_db(dir),
         AccountLimits {
             identities_per_day: 256,
             leases: 100,
@@ -85,20 +83,27 @@ async fn one_account_cannot_hold_a_whole_job() {
     )
     .await;
     let job = c.submit("brendan/set1/pieces_06x06.txt", 4, 0, 1).await;
+    let (_, token) = c.admin().await.add_account("hoarder").await.unwrap();
+    let mut identities = Vec::new();
+    for i in 0..9 {
+        let name = format!("h-{i}");
+        identities.push(
+            SimWorker::register_with(&c.url, &token, &name, "x", 64, Behaviour::Honest).await,
+        );
+    }
+    (c, job, identities)
+}
+
+/// Nine identities of one account (64 leases each) held a whole job while an honest
+/// worker got nothing. An account holds at most its share now, however many identities.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_account_cannot_hold_a_whole_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, job, identities) = hoarder(&dir).await;
     let total = c.job(&job).await["units"]["open"].as_u64().unwrap();
     assert!(total > 300, "{total} units");
-    let (_, token) = c.admin().await.add_account("hoarder").await.unwrap();
     let mut held = 0;
-    for i in 0..9 {
-        let mut w = SimWorker::register_with(
-            &c.url,
-            &token,
-            &format!("h-{i}"),
-            "x",
-            64,
-            Behaviour::Honest,
-        )
-        .await;
+    for mut w in identities {
         for _ in 0..4 {
             held += w.lease(64).await.map(|l| l.len()).unwrap_or(0);
         }
@@ -118,23 +123,7 @@ async fn one_account_cannot_hold_a_whole_job() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_account_asking_with_all_its_identities_at_once_holds_its_share() {
     let dir = tempfile::tempdir().unwrap();
-    let c = Coordinator::start_with_accounts(
-        &temp_db(&dir),
-        AccountLimits {
-            identities_per_day: 256,
-            leases: 100,
-        },
-    )
-    .await;
-    c.submit("brendan/set1/pieces_06x06.txt", 4, 0, 1).await;
-    let (_, token) = c.admin().await.add_account("hoarder").await.unwrap();
-    let mut identities = Vec::new();
-    for i in 0..9 {
-        let name = format!("h-{i}");
-        identities.push(
-            SimWorker::register_with(&c.url, &token, &name, "x", 64, Behaviour::Honest).await,
-        );
-    }
+    let (c, _, identities) = hoarder(&dir).await;
     let (before, _) = c.fleet.batch_totals();
     let asking: Vec<_> = identities
         .into_iter()
