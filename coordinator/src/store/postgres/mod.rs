@@ -498,6 +498,10 @@ mod tests {
     use crate::store::testing::PostgresServer;
     use crate::store::{Database, Store};
 
+    /// Held by the tests here that open a store: the burst test counts the threads of
+    /// every store of this process.
+    static ONE_STORE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
     /// Threads of this process named as the store's runtime names its threads.
     fn store_threads() -> usize {
         std::fs::read_dir("/proc/self/task")
@@ -513,6 +517,7 @@ mod tests {
         ignore = "no PostgreSQL server programs: apt-get install postgresql"
     )]
     fn a_burst_of_reads_runs_on_as_many_threads_as_read_connections() {
+        let _alone = ONE_STORE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
         let server = PostgresServer::start_for("a_burst_of_reads");
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
@@ -544,6 +549,39 @@ mod tests {
                 most <= 2 + READERS as usize,
                 "{most} threads ran {READERS} connections' reads"
             );
+        });
+    }
+
+    #[test]
+    #[cfg_attr(
+        not(has_postgres),
+        ignore = "no PostgreSQL server programs: apt-get install postgresql"
+    )]
+    fn every_text_column_compares_bytes_as_on_sqlite() {
+        let _alone = ONE_STORE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let server = PostgresServer::start_for("text_bytes");
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        rt.block_on(async {
+            let url = crate::store::testing::create_database(server.url(), "e2fleet_text_bytes")
+                .await
+                .unwrap();
+            let store = Store::connect(&Database::Postgres(url.clone()))
+                .await
+                .unwrap();
+            let mut c = PgConnection::connect(&url).await.unwrap();
+            let other: Vec<(String, String)> = sqlx::query_as(
+                "SELECT table_name::TEXT, column_name::TEXT FROM information_schema.columns \
+                 WHERE table_schema = current_schema() AND data_type = 'text' \
+                   AND table_name NOT LIKE '\\_sqlx%' AND collation_name IS DISTINCT FROM 'C'",
+            )
+            .fetch_all(&mut c)
+            .await
+            .unwrap();
+            assert!(
+                other.is_empty(),
+                "text columns in a locale's order: {other:?}"
+            );
+            drop(store);
         });
     }
 }
