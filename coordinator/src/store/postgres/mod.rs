@@ -26,7 +26,9 @@
 //!   load bench completed ~1,800-1,900 units/s with the server on its 2 cores; with the
 //!   two kinds side by side ~2,050-2,180, as SQLite does (docs/benchmarks.md).
 //! - The writer's connection (`session.rs`, tokio-postgres) pipelines: a change whose row
-//!   count nobody reads is held and sent with the next statement; and what a lease request
+//!   count nobody reads is held and sent with the next statement; a lease or report
+//!   batch's `BEGIN` and advisory lock go with its first statement (a batch is two round
+//!   trips: its read, then its writes and `COMMIT`); and what a lease request
 //!   or a report is checked against is read in one statement each
 //!   ([`crate::store::tx::Leases::lease_view`], [`crate::store::tx::Results::report_view`]).
 //!   A unit's first result accepted on its own is inserted once, already decided

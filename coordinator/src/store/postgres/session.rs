@@ -13,6 +13,18 @@
 //! any failure after a change; nothing is half-applied and no reply goes out before the
 //! commit.
 //!
+//! A lease or report batch's transaction begins with its first statement: `BEGIN` and
+//! the batch's advisory lock go in the same round trip as the statement (the batch's
+//! read of what it decides on), and the server takes the lock before it runs the
+//! statement. Every statement of the batch runs under the lock as before; only the Rust
+//! code before the first statement (which reads nothing of the database) runs before it
+//! is held. Under load each round trip also costs two wake-ups on a busy machine, so a
+//! batch of three round trips became one of two. A write that excludes both kinds
+//! ([`WriteLock::All`]) still begins on its own round trip. If the connection turns out
+//! to have died before the transaction began (the server restarted between batches),
+//! nothing of that round trip ran: the session connects again, begins, and sends it once
+//! more, as an explicit begin did.
+//!
 //! This runs on tokio-postgres rather than sqlx, which waits for each statement's answer
 //! before it sends the next. Statements are prepared once per connection, with the
 //! parameter types of their values (as sqlx did), and kept.
@@ -62,7 +74,28 @@ struct Link {
     /// By the statement's text as the store writes it (a hit neither translates nor
     /// allocates), then by its values' types (a NULL's type can differ between calls).
     prepared: HashMap<String, Vec<(Vec<Kind>, Statement)>>,
+    /// The transaction's `BEGIN` and lock, not sent yet: they go with the next round trip.
+    begin: Option<String>,
     held: Vec<Held>,
+}
+
+/// What the next round trip sends before its own statement: the transaction's begin, if
+/// it is not sent yet, and the held changes.
+#[derive(Default)]
+struct Pending {
+    begin: Option<String>,
+    held: Vec<Held>,
+}
+
+/// How a round trip ended.
+enum Trip<T> {
+    /// The server answered (an error of any statement is the first error).
+    Answered(StoreResult<T>),
+    /// The connection had died before the transaction's begin was answered: nothing of
+    /// the round trip ran.
+    Dead,
+    /// No answer in [`STATEMENT_LIMIT`].
+    Silent,
 }
 
 impl PgSession {
@@ -129,11 +162,15 @@ impl PgSession {
         let kinds: Vec<Kind> = params.iter().map(kind).collect();
         let types: Vec<Type> = kinds.iter().map(|k| pg_type(*k)).collect();
         let text = for_postgres(sql);
-        let (rt, client, held, traffic) = self.split()?;
-        let answer = round_trip(rt, traffic, client, held, 1, async {
-            Ok(client.prepare_typed(&text, &types).await?)
-        });
-        let st = self.settle(answer)?;
+        let st = loop {
+            let (rt, client, pending, traffic) = self.split()?;
+            let trip = round_trip(rt, traffic, client, &pending, 1, async {
+                Ok(client.prepare_typed(&text, &types).await?)
+            });
+            if let Some(st) = self.settle(trip, pending)? {
+                break st;
+            }
+        };
         let link = self.link()?;
         if link.prepared.len() >= MAX_PREPARED {
             link.prepared.clear();
@@ -145,68 +182,135 @@ impl PgSession {
         Ok(st)
     }
 
-    /// What a round trip needs, borrowed apart: the runtime, the client, the held
-    /// changes (taken: they are sent now) and the counters.
+    /// What a round trip needs, borrowed apart: the runtime, the client, what goes
+    /// before its statement (taken: it is sent now) and the counters.
     #[allow(clippy::type_complexity)]
-    fn split(&mut self) -> StoreResult<(&Runtime, &Client, Vec<Held>, &Traffic)> {
+    fn split(&mut self) -> StoreResult<(&Runtime, &Client, Pending, &Traffic)> {
         let link = self
             .link
             .as_mut()
             .ok_or_else(|| StoreError::Writer("no connection to PostgreSQL".into()))?;
-        let held = std::mem::take(&mut link.held);
-        Ok((&self.rt, &link.client, held, &self.traffic))
-    }
-
-    /// A round trip's answer; a connection that went silent is dropped (the next batch
-    /// connects again).
-    fn settle<T>(&mut self, answer: Option<StoreResult<T>>) -> StoreResult<T> {
-        answer.unwrap_or_else(|| {
-            self.link = None;
-            Err(silent())
-        })
-    }
-
-    /// Runs transaction control (`BEGIN`, `COMMIT`, `ROLLBACK`) after the held changes.
-    fn control(&mut self, sql: &str) -> Result<(), String> {
-        let answer = match self.split() {
-            Ok((rt, client, held, traffic)) => round_trip(rt, traffic, client, held, 1, async {
-                Ok(client.batch_execute(sql).await?)
-            }),
-            Err(e) => Some(Err(e)),
+        let pending = Pending {
+            begin: link.begin.take(),
+            held: std::mem::take(&mut link.held),
         };
-        self.settle(answer).map_err(|e| e.to_string())
+        Ok((&self.rt, &link.client, pending, &self.traffic))
+    }
+
+    /// A round trip's answer (`None`: send it again, the transaction has begun anew). A
+    /// connection that went silent is dropped (the next batch connects again); one found
+    /// dead before its transaction began is replaced, the transaction begun on the new
+    /// one and `pending`'s changes held there again.
+    fn settle<T>(&mut self, trip: Trip<T>, pending: Pending) -> StoreResult<Option<T>> {
+        match trip {
+            Trip::Answered(answer) => answer.map(Some),
+            Trip::Silent => {
+                self.link = None;
+                Err(silent())
+            }
+            Trip::Dead => {
+                let begin = pending
+                    .begin
+                    .expect("only a round trip that begins finds it dead");
+                warn!("the write connection had closed; reconnecting");
+                self.reconnect();
+                self.control(&begin).map_err(StoreError::Writer)?;
+                for (sql, params) in pending.held.into_iter().map(|h| (h.sql, h.params)) {
+                    let st = self.prepared(&sql, &params)?;
+                    self.link()?.held.push(Held { st, params, sql });
+                }
+                Ok(None)
+            }
+        }
+    }
+
+    /// Runs transaction control (`BEGIN`, `COMMIT`, `ROLLBACK`) after what is pending.
+    fn control(&mut self, sql: &str) -> Result<(), String> {
+        loop {
+            let (trip, pending) = match self.split() {
+                Ok((rt, client, pending, traffic)) => (
+                    round_trip(rt, traffic, client, &pending, 1, async {
+                        Ok(client.batch_execute(sql).await?)
+                    }),
+                    pending,
+                ),
+                Err(e) => return Err(e.to_string()),
+            };
+            match self.settle(trip, pending) {
+                Ok(Some(())) => return Ok(()),
+                Ok(None) => continue,
+                Err(e) => return Err(e.to_string()),
+            }
+        }
     }
 }
 
-/// A change held for the next round trip.
-type Held = (Statement, Vec<Value>);
+/// The statement that begins a transaction excluding `lock`'s writes. Both locks are
+/// taken in one order, and a lease batch never waits for the reports lock: no two
+/// writes wait on each other's advisory lock.
+fn begin_text(lock: WriteLock) -> String {
+    match lock {
+        WriteLock::All => format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({LEASES_LOCK}); SELECT pg_advisory_xact_lock({REPORTS_LOCK})"
+        ),
+        WriteLock::Leases => format!("BEGIN; SELECT pg_advisory_xact_lock({LEASES_LOCK})"),
+        WriteLock::Reports => format!("BEGIN; SELECT pg_advisory_xact_lock({REPORTS_LOCK})"),
+    }
+}
 
-/// Sends `held`, then what `then` sends, and waits for all of it: one round trip. The
-/// held changes' first error wins. `None`: no answer in [`STATEMENT_LIMIT`].
+/// A change held for the next round trip (with its text, to prepare it again on a new
+/// connection).
+struct Held {
+    st: Statement,
+    params: Vec<Value>,
+    sql: String,
+}
+
+/// Sends what is `pending` (the begin, then the held changes), then what `then` sends,
+/// and waits for all of it: one round trip. The first error wins, in that order.
 fn round_trip<T>(
     rt: &Runtime,
     traffic: &Traffic,
     client: &Client,
-    held: Vec<Held>,
+    pending: &Pending,
     statements: u64,
     then: impl Future<Output = StoreResult<T>>,
-) -> Option<StoreResult<T>> {
-    traffic.exchanged(held.len() as u64 + statements);
+) -> Trip<T> {
+    let begins = u64::from(pending.begin.is_some());
+    traffic.exchanged(begins + pending.held.len() as u64 + statements);
     let all = async {
-        // a request is sent when its future is first polled: `join_all` polls them in
-        // order, and before `then`, so the server runs the held changes first
+        // a request is sent when its future is first polled: `join` and `join_all` poll
+        // them in order, so the server runs the begin, then the held changes, then `then`
+        let begin = async {
+            match &pending.begin {
+                Some(sql) => client
+                    .batch_execute(sql)
+                    .await
+                    .map_err(|e| (e, client.is_closed())),
+                None => Ok(()),
+            }
+        };
         let changes = join_all(
-            held.iter()
-                .map(|(st, params)| client.execute_raw(st, params.iter())),
+            pending
+                .held
+                .iter()
+                .map(|h| client.execute_raw(&h.st, h.params.iter())),
         );
-        let (changes, out) = futures_util::future::join(changes, then).await;
-        for c in changes {
-            c?;
+        let (begun, changes, out) = futures_util::future::join3(begin, changes, then).await;
+        match begun {
+            Err((_, true)) => return Trip::Dead,
+            Err((e, false)) => return Trip::Answered(Err(e.into())),
+            Ok(()) => {}
         }
-        out
+        for c in changes {
+            if let Err(e) = c {
+                return Trip::Answered(Err(e.into()));
+            }
+        }
+        Trip::Answered(out)
     };
     rt.block_on(async { tokio::time::timeout(STATEMENT_LIMIT, all).await })
-        .ok()
+        .unwrap_or(Trip::Silent)
 }
 
 async fn open_link(config: &tokio_postgres::Config) -> Result<Link, StoreError> {
@@ -219,6 +323,7 @@ async fn open_link(config: &tokio_postgres::Config) -> Result<Link, StoreError> 
     Ok(Link {
         client,
         prepared: HashMap::new(),
+        begin: None,
         held: Vec::new(),
     })
 }
@@ -229,23 +334,22 @@ impl Session for PgSession {
             self.reconnect();
         }
         self.lock = lock;
-        // both locks in one order, and a lease batch never waits for the reports lock:
-        // no two writes wait on each other's advisory lock
-        let lock = match lock {
-            WriteLock::All => format!(
-                "BEGIN; SELECT pg_advisory_xact_lock({LEASES_LOCK}); SELECT pg_advisory_xact_lock({REPORTS_LOCK})"
-            ),
-            WriteLock::Leases => format!("BEGIN; SELECT pg_advisory_xact_lock({LEASES_LOCK})"),
-            WriteLock::Reports => format!("BEGIN; SELECT pg_advisory_xact_lock({REPORTS_LOCK})"),
-        };
-        match self.control(&lock) {
+        let text = begin_text(lock);
+        if lock != WriteLock::All
+            && let Some(link) = self.link.as_mut()
+        {
+            // sent with the batch's first statement (see the module docs)
+            link.begin = Some(text);
+            return Ok(());
+        }
+        match self.control(&text) {
             Ok(()) => Ok(()),
             Err(first) => {
                 // the server restarted or the connection broke: one new connection
                 warn!(error = %first, "the write connection failed; reconnecting");
                 self.rollback();
                 self.reconnect();
-                self.control(&lock)
+                self.control(&text)
             }
         }
     }
@@ -259,6 +363,10 @@ impl Session for PgSession {
     fn rollback(&mut self) {
         if let Some(link) = self.link.as_mut() {
             link.held.clear();
+            if link.begin.take().is_some() {
+                // nothing of the transaction was sent
+                return;
+            }
         }
         let _ = self.control("ROLLBACK");
     }
@@ -304,24 +412,36 @@ impl Conn for PgSession {
     }
 
     fn execute(&mut self, sql: &str, params: &[Value]) -> StoreResult<usize> {
-        let st = self.prepared(sql, params)?;
         self.writes += 1;
-        let (rt, client, held, traffic) = self.split()?;
-        let answer = round_trip(rt, traffic, client, held, 1, async {
-            Ok(client.execute_raw(&st, params.iter()).await?)
-        });
-        Ok(self.settle(answer)? as usize)
+        loop {
+            let st = self.prepared(sql, params)?;
+            let (rt, client, pending, traffic) = self.split()?;
+            let trip = round_trip(rt, traffic, client, &pending, 1, async {
+                Ok(client.execute_raw(&st, params.iter()).await?)
+            });
+            if let Some(n) = self.settle(trip, pending)? {
+                return Ok(n as usize);
+            }
+        }
     }
 
     fn execute_deferred(&mut self, sql: &str, params: &[Value]) -> StoreResult<()> {
         let st = self.prepared(sql, params)?;
         self.writes += 1;
         let link = self.link()?;
-        link.held.push((st, params.to_vec()));
+        link.held.push(Held {
+            st,
+            params: params.to_vec(),
+            sql: sql.to_string(),
+        });
         if link.held.len() >= MAX_HELD {
-            let (rt, client, held, traffic) = self.split()?;
-            let answer = round_trip(rt, traffic, client, held, 0, async { Ok(()) });
-            self.settle(answer)?;
+            loop {
+                let (rt, client, pending, traffic) = self.split()?;
+                let trip = round_trip(rt, traffic, client, &pending, 0, async { Ok(()) });
+                if self.settle(trip, pending)?.is_some() {
+                    break;
+                }
+            }
         }
         Ok(())
     }
@@ -332,26 +452,33 @@ impl Conn for PgSession {
         params: &[Value],
         each: &mut dyn FnMut(&Row) -> StoreResult<()>,
     ) -> StoreResult<()> {
-        let st = self.prepared(sql, params)?;
         if super::may_write(sql) {
             self.writes += 1;
         }
-        let (rt, client, held, traffic) = self.split()?;
-        let answer = round_trip(rt, traffic, client, held, 1, async {
-            let rows = client.query_raw(&st, params.iter()).await?;
-            futures_util::pin_mut!(rows);
-            let mut row = Row::default();
-            while let Some(r) = rows.next().await {
-                let r = r?;
-                row.0.clear();
-                for i in 0..r.columns().len() {
-                    row.0.push(value_at(&r, i)?);
+        let out = loop {
+            let st = self.prepared(sql, params)?;
+            let (rt, client, pending, traffic) = self.split()?;
+            let trip = round_trip(rt, traffic, client, &pending, 1, async {
+                let rows = client.query_raw(&st, params.iter()).await?;
+                futures_util::pin_mut!(rows);
+                let mut row = Row::default();
+                while let Some(r) = rows.next().await {
+                    let r = r?;
+                    row.0.clear();
+                    for i in 0..r.columns().len() {
+                        row.0.push(value_at(&r, i)?);
+                    }
+                    each(&row)?;
                 }
-                each(&row)?;
+                Ok(())
+            });
+            // (`None`: begun anew on a new connection before any row came: read it there)
+            match self.settle(trip, pending) {
+                Ok(Some(())) => break Ok(()),
+                Ok(None) => continue,
+                Err(e) => break Err(e),
             }
-            Ok(())
-        });
-        let out = self.settle(answer);
+        };
         if out.is_err() {
             // a failed statement spoils the transaction (an error of `each` alone does
             // not, but the writer cannot tell them apart cheaply: it rolls back)
@@ -437,163 +564,4 @@ fn value_at(row: &tokio_postgres::Row, i: usize) -> StoreResult<Value> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    use crate::store::postgres::writer_config;
-    use crate::store::sql::{ConnExt, args};
-    use crate::store::testing::{PostgresServer, create_database};
-    use crate::store::writer::Writer;
-
-    fn count(c: &mut dyn Conn) -> StoreResult<i64> {
-        c.one("SELECT COUNT(*) FROM t", &[])
-    }
-
-    /// A writer with `threads` sessions on a fresh database `name` of `server`, and the
-    /// traffic its sessions count.
-    async fn writer_on(
-        server: &PostgresServer,
-        name: &str,
-        threads: usize,
-    ) -> (Writer, Arc<Traffic>) {
-        let url = create_database(server.url(), name).await.unwrap();
-        let traffic = Arc::new(Traffic::default());
-        let sessions = (0..threads)
-            .map(|_| PgSession::connect(writer_config(&url).unwrap(), traffic.clone()))
-            .collect::<Result<Vec<_>, _>>()
-            .unwrap();
-        (Writer::start_many(sessions, 16).unwrap(), traffic)
-    }
-
-    #[test]
-    #[cfg_attr(
-        not(has_postgres),
-        ignore = "no PostgreSQL server programs: apt-get install postgresql"
-    )]
-    fn held_changes_go_with_the_next_statement_and_one_that_fails_fails_its_batch() {
-        let server = PostgresServer::start_for("held_changes");
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async {
-            let (writer, traffic) = writer_on(&server, "e2fleet_held", 1).await;
-            writer
-                .write(|c| c.execute("CREATE TABLE t (v BIGINT PRIMARY KEY)", &[]))
-                .await
-                .unwrap();
-            let insert = "INSERT INTO t (v) VALUES (?)";
-            // a held change is applied before the statement after it, in one round
-            // trip with it (the statements are prepared by now on the second run)
-            for v in [1i64, 2] {
-                let before = traffic.totals();
-                let n = writer
-                    .write(move |c| {
-                        c.execute_deferred(insert, args![v])?;
-                        count(c)
-                    })
-                    .await
-                    .unwrap();
-                assert_eq!(n, v);
-                let spent = traffic.totals() - before;
-                if v == 2 {
-                    // BEGIN and the lock; the change and the count; COMMIT
-                    assert_eq!(spent.round_trips, 3, "{spent:?}");
-                    assert_eq!(spent.statements, 4, "{spent:?}");
-                }
-            }
-            // a held change that fails makes the next statement fail; the batch rolls back
-            let failed = writer
-                .write(move |c| {
-                    c.execute_deferred(insert, args![3i64])?;
-                    c.execute_deferred(insert, args![1i64])?;
-                    count(c)
-                })
-                .await;
-            assert!(matches!(failed, Err(StoreError::Postgres(_))), "{failed:?}");
-            // one still held at the end fails the commit: its caller is told, nothing
-            // of the batch is applied
-            let failed = writer
-                .write(move |c| {
-                    c.execute_deferred(insert, args![4i64])?;
-                    c.execute_deferred(insert, args![2i64])
-                })
-                .await;
-            assert!(matches!(failed, Err(StoreError::Writer(_))), "{failed:?}");
-            let n = writer.write(count).await.unwrap();
-            assert_eq!(n, 2, "only the first two rows are in");
-        });
-    }
-
-    #[test]
-    #[cfg_attr(
-        not(has_postgres),
-        ignore = "no PostgreSQL server programs: apt-get install postgresql"
-    )]
-    fn lease_and_report_writes_run_side_by_side_and_every_other_write_excludes_both() {
-        use std::sync::atomic::{AtomicBool, Ordering};
-        use std::sync::mpsc;
-        use std::time::Duration;
-
-        use crate::store::writer::WriteLock;
-
-        let server = PostgresServer::start_for("write_locks");
-        let rt = tokio::runtime::Runtime::new().unwrap();
-        rt.block_on(async {
-            let (writer, _) = writer_on(&server, "e2fleet_write_locks", 3).await;
-            let (lease_ran, wait_lease) = mpsc::channel::<bool>();
-            let (go_on, wait_go) = mpsc::channel::<()>();
-            let report_done = Arc::new(AtomicBool::new(false));
-            let done = report_done.clone();
-            // a report write that holds its lock until a lease write has run beside it
-            let report = writer.write_with(WriteLock::Reports, move |c| {
-                let alone = wait_lease
-                    .recv_timeout(Duration::from_secs(20))
-                    .expect("a lease write runs while a report write is open");
-                wait_go.recv_timeout(Duration::from_secs(20)).unwrap();
-                done.store(true, Ordering::SeqCst);
-                c.run_alone().map(|me| (alone, me))
-            });
-            let rest = async {
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                writer
-                    .write_with(WriteLock::Leases, move |c| {
-                        // it cannot exclude the report write now, and does not wait for it
-                        let _ = lease_ran.send(c.run_alone()?);
-                        Ok::<_, StoreError>(())
-                    })
-                    .await
-                    .unwrap();
-                // a write of any other kind waits for the report write's commit
-                let seen = report_done.clone();
-                let all = writer.write(move |_c: &mut dyn Conn| {
-                    Ok::<_, StoreError>(seen.load(Ordering::SeqCst))
-                });
-                let release = async {
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                    go_on.send(()).unwrap();
-                };
-                let (all, ()) = tokio::join!(all, release);
-                all.unwrap()
-            };
-            let (report, saw_report_done) = tokio::join!(report, rest);
-            let (lease_alone, report_alone) = report.unwrap();
-            assert!(
-                !lease_alone,
-                "a lease write beside a report write does not run alone"
-            );
-            // (the write of every kind waiting for it holds the leases lock, taken first)
-            assert!(
-                !report_alone,
-                "the report write took the leases lock a waiting write holds"
-            );
-            assert!(
-                saw_report_done,
-                "a write of any other kind ran beside the report write"
-            );
-            // alone, a lease write takes the reports lock without waiting
-            let alone = writer
-                .write_with(WriteLock::Leases, |c| c.run_alone())
-                .await
-                .unwrap();
-            assert!(alone, "a lease write with no report write open runs alone");
-        });
-    }
-}
+mod tests;
