@@ -23,8 +23,9 @@
 //! it. A report batch is decided as if its part's reports had come first (all were in
 //! flight at once, so that is an order they could have arrived in): the reports the
 //! set-based path covers, one a unit, make one part decided on the views read at the
-//! batch's start; every other report (a dispute, a recheck, a second report on a unit, a
-//! kept board, an untrusted account's result) is then its own single write, in the
+//! batch's start (a result that keeps its board among them too: the job's surplus boards
+//! are folded once after the part); every other report (a dispute, a recheck, a second
+//! report on a unit, an untrusted account's result) is then its own single write, in the
 //! batch's order, after the part. A trusted
 //! volunteer's result accepted in a part earns its account's credit with the part, as the
 //! single write credits it (on PostgreSQL it is inserted credited, and one statement adds

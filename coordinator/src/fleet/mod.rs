@@ -279,6 +279,7 @@ pub struct Fleet {
     accept_alone: AtomicBool,
     /// Reports accepted on that path.
     accepted_alone: std::sync::atomic::AtomicU64,
+    accepted_in_parts: std::sync::atomic::AtomicU64,
     /// Heartbeats written beside report batches (only extending leases).
     beats_beside_reports: std::sync::atomic::AtomicU64,
     /// Lease calls per worker identity and per volunteer account (see [`policy`]).
@@ -337,6 +338,7 @@ impl Fleet {
             live: Mutex::new((i64::MIN / 2, 0)),
             accept_alone: AtomicBool::new(true),
             accepted_alone: Default::default(),
+            accepted_in_parts: Default::default(),
             beats_beside_reports: Default::default(),
             lease_limits: policy::LeaseLimits::new(),
             auth_failures: auth_limits::AuthFailures::default(),
@@ -415,6 +417,14 @@ impl Fleet {
     #[doc(hidden)]
     pub fn accepted_alone(&self) -> u64 {
         self.accepted_alone
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Of [`Fleet::accepted_alone`], those accepted in a report batch's part (see
+    /// `fleet/batches.rs`). For tests.
+    #[doc(hidden)]
+    pub fn accepted_in_parts(&self) -> u64 {
+        self.accepted_in_parts
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 

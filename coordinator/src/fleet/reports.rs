@@ -297,6 +297,10 @@ pub(super) struct QueuedReport {
 #[derive(Default)]
 struct AcceptedPart {
     results: Vec<NewResult>,
+    /// For each result (at its index), whether it keeps its body: it carries solutions,
+    /// or it is among its job's best boards as the batch's views counted them (the
+    /// job's surplus is folded after the part, as [`Fleet::accept_alone`] folds it).
+    keep_body: Vec<bool>,
     /// (unit, lease, whether the lease was active, when)
     units: Vec<(UnitId, LeaseId, bool, i64)>,
     jobs: Vec<JobPart>,
@@ -335,8 +339,13 @@ impl Fleet {
     /// The batch is decided as if its part's reports had come first: every report in it
     /// was in flight at once, none answered, so any order is one the reports could have
     /// arrived in, and this one decides each part report on a view nothing in the batch
-    /// changed (the part's own reports touch distinct units, and none keeps a board). A
-    /// report written the single way reads everything it is decided on itself, after the
+    /// changed (the part's own reports touch distinct units). A part report keeps its
+    /// board when its view counted fewer than [`BEST_BOARDS`] kept boards at its depth or
+    /// deeper, and the job's boards beyond its best are folded once after the part
+    /// (`Tx::fold_surplus_boards`, ranked by depth, then time): the boards left are those
+    /// the reports leave arriving one by one in the order of their times, since a board
+    /// that found ten at its depth or deeper ranks below all ten and is folded either way.
+    /// A report written the single way reads everything it is decided on itself, after the
     /// part. (Deciding in arrival order instead ended the part at each report written the
     /// single way and read the following views again: with volunteers, whose results are
     /// drawn for a recheck, that was a part and a views read every ~20 reports.)
@@ -406,15 +415,15 @@ impl Fleet {
 
     /// The result a report would be accepted with in `part` (as [`Fleet::accept_alone`]
     /// accepts a unit's first valid result on its own, the common path of a trusted
-    /// fleet), judged on `view`, when nothing before it in the part touched its unit and
-    /// its result keeps no board (a kept board changes what the next report counts);
-    /// `None`: it is written the single way.
+    /// fleet), judged on `view`, when nothing before it in the part touched its unit, and
+    /// whether it keeps its body (solutions, or one of its job's best boards as the view
+    /// counted them); `None`: it is written the single way.
     fn fits_part(
         &self,
         q: &QueuedReport,
         view: &ReportView,
         part: &AcceptedPart,
-    ) -> Option<ResultRecord> {
+    ) -> Option<(ResultRecord, bool)> {
         let ReportView {
             lease,
             existing,
@@ -452,7 +461,7 @@ impl Fleet {
         );
         let keeps_board =
             record.solutions > 0 || (record.max_depth > 0 && *kept_boards < BEST_BOARDS);
-        (!keeps_board && decides_alone(unit, &record, q.pre.1)).then_some(record)
+        decides_alone(unit, &record, q.pre.1).then_some((record, keeps_board))
     }
 
     /// Adds a report [`Fleet::fits_part`] took to `part`: what [`Fleet::accept_alone`]
@@ -461,7 +470,7 @@ impl Fleet {
         &self,
         q: QueuedReport,
         view: ReportView,
-        mut record: ResultRecord,
+        (mut record, keep_body): (ResultRecord, bool),
         part: &mut AcceptedPart,
     ) -> ReportOutcome {
         let ReportView {
@@ -478,6 +487,7 @@ impl Fleet {
         part.credit_at
             .push((!record.account_id.is_operator()).then_some(now));
         part.results.push(NewResult { record, body, core });
+        part.keep_body.push(keep_body);
         part.units
             .push((unit.id, lease.id, lease.state == LeaseState::Active, now));
         let result = &report.result;
@@ -536,23 +546,39 @@ impl Fleet {
         }
         let leases: Vec<LeaseId> = part.units.iter().map(|u| u.1).collect();
         tx.set_leases_state(&leases, LeaseState::Reported)?;
-        tx.insert_decided_results(&part.results, &part.credit_at)?;
+        tx.insert_decided_results(&part.results, &part.keep_body, &part.credit_at)?;
         tx.units_decided_by_leases(&part.units)?;
         for job in &part.jobs {
             tx.add_accepted(job.id, &job.nodes, job.solutions)?;
             tx.insert_units(job.id, &job.continuations, job.now)?;
         }
         tx.workers_units_done(&part.workers)?;
+        let mut kept_in: Vec<JobId> = Vec::new();
+        for (r, _) in part
+            .results
+            .iter()
+            .zip(&part.keep_body)
+            .filter(|(_, k)| **k)
+        {
+            if !kept_in.contains(&r.record.job_id) {
+                kept_in.push(r.record.job_id);
+            }
+        }
+        for job in kept_in {
+            tx.fold_surplus_boards(job, BEST_BOARDS)?;
+        }
         for job in &part.jobs {
             if job.continuations.is_empty() {
                 finish_if_done(tx, job.id, job.now)?;
             }
         }
         // (counted before the commit: a batch rolled back overcounts, for a test only)
-        self.accepted_alone.fetch_add(
-            part.results.len() as u64,
-            std::sync::atomic::Ordering::Relaxed,
-        );
+        for counter in [&self.accepted_alone, &self.accepted_in_parts] {
+            counter.fetch_add(
+                part.results.len() as u64,
+                std::sync::atomic::Ordering::Relaxed,
+            );
+        }
         Ok(())
     }
 }

@@ -522,8 +522,8 @@ pub trait Batches {
     /// [`Results::report_view`] for each report, in order (`None` where its lease is not
     /// stored). Unlike it, remembers nothing for later statements.
     fn report_views(&mut self, asks: &[ViewAsk<'_>]) -> StoreResult<Vec<Option<ReportView>>>;
-    /// [`Results::insert_decided_result`] for each, none keeping its body; a result with a
-    /// time in `credit_at` (at its index) earns its account credit for that time's day as
+    /// [`Results::insert_decided_result`] for each, keeping its body where `keep_body`
+    /// says (at its index); a result with a time in `credit_at` (at its index) earns its account credit for that time's day as
     /// [`Results::credit_result`] gives it, which the caller has made sure it would: the
     /// result is the only valid one on its unit, and only a valid result holds credit. On
     /// PostgreSQL it is inserted credited (a later update of its row would copy it to
@@ -531,6 +531,7 @@ pub trait Batches {
     fn insert_decided_results(
         &mut self,
         results: &[NewResult],
+        keep_body: &[bool],
         credit_at: &[Option<i64>],
     ) -> StoreResult<()>;
     /// [`Units::unit_decided_by_lease`] for each `(unit, lease, lease_was_active, now_ms)`;

@@ -108,6 +108,87 @@ async fn thirty_workers_at_once_are_written_in_batches_and_add_up_exactly() {
     c.stop().await;
 }
 
+/// Results that keep their bodies (solutions, or a board among the job's best) are
+/// accepted in the report batches' parts with the rest, and the job keeps the bodies it
+/// keeps one report at a time: every solution's, then the deepest other boards, up to
+/// [`BEST_BOARDS`] in all (a board refused found ten at its depth or deeper, and the ten
+/// stay kept).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn boards_kept_in_the_batches_parts_are_the_jobs_best() {
+    use e2fleet_coordinator::fleet::policy::BEST_BOARDS;
+
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let job = c.submit(FIVE, 3, 300, 1).await;
+    let parts = c.fleet.accepted_in_parts();
+    let granted = work_concurrently(workers(&c, 30, Behaviour::Honest, "w").await, 2).await;
+    assert_five_by_five_exact(&c.job(&job).await);
+    assert_eq!(
+        c.fleet.accepted_in_parts() - parts,
+        granted.len() as u64,
+        "every result accepted in a part, kept boards too"
+    );
+    let db = database_for(&temp_db(&dir)).await;
+    let accepted = format!("FROM results WHERE job_id = '{job}' AND verdict = 'accepted'");
+    let solutions = scalar(
+        &db,
+        &format!("SELECT COUNT(*) {accepted} AND solutions > 0"),
+    )
+    .await;
+    let boards = scalar(
+        &db,
+        &format!("SELECT COUNT(*) {accepted} AND solutions = 0 AND max_depth > 0"),
+    )
+    .await;
+    assert!(
+        solutions > 0 && boards > BEST_BOARDS as i64,
+        "{solutions} solutions, {boards} boards"
+    );
+    assert_eq!(
+        scalar(
+            &db,
+            &format!("SELECT COUNT(*) {accepted} AND solutions > 0 AND body_kept = 1")
+        )
+        .await,
+        solutions,
+        "every solution's body is kept"
+    );
+    let kept = scalar(
+        &db,
+        &format!("SELECT COUNT(*) {accepted} AND solutions = 0 AND body_kept = 1"),
+    )
+    .await;
+    assert_eq!(
+        kept,
+        (BEST_BOARDS as i64 - solutions).max(0),
+        "the job keeps {BEST_BOARDS} boards"
+    );
+    assert_eq!(
+        scalar(&db, "SELECT COUNT(*) FROM result_bodies").await,
+        solutions + kept,
+        "a body for each kept result, none else"
+    );
+    if kept > 0 {
+        let shallowest_kept = scalar(
+            &db,
+            &format!("SELECT MIN(max_depth) {accepted} AND solutions = 0 AND body_kept = 1"),
+        )
+        .await;
+        let deepest_folded = scalar(
+            &db,
+            &format!(
+                "SELECT COALESCE(MAX(max_depth), 0) {accepted} AND solutions = 0 AND body_kept = 0"
+            ),
+        )
+        .await;
+        assert!(
+            shallowest_kept >= deepest_folded,
+            "a board at depth {deepest_folded} folded, one at {shallowest_kept} kept"
+        );
+    }
+    c.stop().await;
+}
+
 /// Two runs a unit, with a liar among the workers: its results disagree, units are
 /// disputed and run again, inside batches of agreeing reports (each such report is
 /// written alone, between the parts of its batch). The job still adds up exactly. (One

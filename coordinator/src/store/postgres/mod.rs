@@ -519,7 +519,9 @@ mod tests {
         ignore = "no PostgreSQL server programs: apt-get install postgresql"
     )]
     fn a_burst_of_reads_runs_on_as_many_threads_as_read_connections() {
-        let _alone = ONE_STORE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let _alone = ONE_STORE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let server = PostgresServer::start_for("a_burst_of_reads");
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {
@@ -560,7 +562,9 @@ mod tests {
         ignore = "no PostgreSQL server programs: apt-get install postgresql"
     )]
     fn every_text_column_compares_bytes_as_on_sqlite() {
-        let _alone = ONE_STORE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+        let _alone = ONE_STORE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         let server = PostgresServer::start_for("text_bytes");
         let rt = tokio::runtime::Runtime::new().unwrap();
         rt.block_on(async {

@@ -206,12 +206,14 @@ impl Batches for SqlTx<'_> {
     fn insert_decided_results(
         &mut self,
         results: &[NewResult],
+        keep_body: &[bool],
         credit_at: &[Option<i64>],
     ) -> StoreResult<()> {
         let at = |i: usize| credit_at.get(i).copied().flatten();
+        let keep = |i: usize| keep_body.get(i).copied().unwrap_or(false);
         if !self.c.is_postgres() || results.len() == 1 {
             for (i, r) in results.iter().enumerate() {
-                self.insert_decided_result(r, false)?;
+                self.insert_decided_result(r, keep(i))?;
                 if let Some(now_ms) = at(i) {
                     let id = self.result_id_by_lease(r.record.lease_id)?;
                     self.credit_result(id, now_ms)?;
@@ -242,7 +244,7 @@ impl Batches for SqlTx<'_> {
         let rows = json_rows(
             keys,
             results.iter().enumerate().map(|(i, r)| {
-                let v = super::results::inserted(r, false);
+                let v = super::results::inserted(r, keep(i));
                 std::array::from_fn(|c| match v.get(c) {
                     Some(value) => value.clone(),
                     None => at(i).map_or(Value::Null(super::Kind::Int), |t| Value::Int(day(t))),
@@ -250,6 +252,12 @@ impl Batches for SqlTx<'_> {
             }),
         );
         self.c.execute_deferred(&sql, &[rows])?;
+        // the kept bodies (a job's best boards: a few in a batch, if any)
+        for (i, r) in results.iter().enumerate() {
+            if keep(i) {
+                self.insert_body(r)?;
+            }
+        }
         // their accounts' totals and day lines, summed per account and day here
         let mut lines: Vec<(&str, i64, i64, i64)> = Vec::new();
         for (i, r) in results.iter().enumerate() {

@@ -243,14 +243,18 @@ impl SqlTx<'_> {
             ),
             &inserted(n, keep_body),
         )?;
-        let r = &n.record;
         if keep_body {
-            self.c.execute_deferred(
-                "INSERT INTO result_bodies (result_id, json) SELECT id, ? FROM results WHERE lease_id = ?",
-                args![n.body.0, r.lease_id.to_string()],
-            )?;
+            self.insert_body(n)?;
         }
         Ok(())
+    }
+
+    /// The body of a result just inserted (held; found by its lease, which names it once).
+    pub(super) fn insert_body(&mut self, n: &NewResult) -> StoreResult<()> {
+        self.c.execute_deferred(
+            "INSERT INTO result_bodies (result_id, json) SELECT id, ? FROM results WHERE lease_id = ?",
+            args![n.body.0, n.record.lease_id.to_string()],
+        )
     }
 }
 
