@@ -666,8 +666,12 @@ impl Batches for SqlTx<'_> {
 
     fn holds_decided_leases(&mut self, worker: WorkerId) -> StoreResult<bool> {
         self.c.one(
-            "SELECT EXISTS (SELECT 1 FROM leases l JOIN units u ON u.id = l.unit_id \
-               WHERE l.worker_id = ? AND l.state = 'active' AND u.state IN ('done', 'cancelled'))",
+            // (the unit's state read for each of the worker's leases: see `decided_unit`)
+            &format!(
+                "SELECT EXISTS (SELECT 1 FROM leases l \
+                   WHERE l.worker_id = ? AND l.state = 'active' AND {})",
+                super::leases::decided_unit("l")
+            ),
             args![worker.to_string()],
         )
     }
