@@ -81,7 +81,6 @@ struct Link {
 
 /// What the next round trip sends before its own statement: the transaction's begin, if
 /// it is not sent yet, and the held changes.
-#[derive(Default)]
 struct Pending {
     begin: Option<String>,
     held: Vec<Held>,
@@ -209,9 +208,11 @@ impl PgSession {
                 Err(silent())
             }
             Trip::Dead => {
-                let begin = pending
-                    .begin
-                    .expect("only a round trip that begins finds it dead");
+                // (only a round trip that carries the begin finds the connection dead)
+                let Some(begin) = pending.begin else {
+                    self.link = None;
+                    return Err(silent());
+                };
                 warn!("the write connection had closed; reconnecting");
                 self.reconnect();
                 self.control(&begin).map_err(StoreError::Writer)?;
