@@ -8,6 +8,9 @@ use crate::store::sql::{ConnExt, args};
 use crate::store::testing::{PostgresServer, create_database};
 use crate::store::writer::Writer;
 
+/// Adds a row to the test table `t`.
+const INSERT: &str = "INSERT INTO t (v) VALUES (?)";
+
 fn count(c: &mut dyn Conn) -> StoreResult<i64> {
     c.one("SELECT COUNT(*) FROM t", &[])
 }
@@ -24,6 +27,15 @@ async fn writer_on(server: &PostgresServer, name: &str, threads: usize) -> (Writ
     (Writer::start_many(sessions, 16).unwrap(), traffic)
 }
 
+/// [`writer_on`] with one session, and the test table `t` created.
+async fn writer_with_table(server: &PostgresServer, name: &str) -> (Writer, Arc<Traffic>) {
+    let (writer, traffic) = writer_on(server, name, 1).await;
+    writer
+        .write(|c| c.execute("CREATE TABLE t (v BIGINT PRIMARY KEY)", &[]))
+        .await
+        .unwrap();
+    (writer, traffic)
+}
 #[test]
 #[cfg_attr(
     not(has_postgres),
@@ -33,19 +45,14 @@ fn held_changes_go_with_the_next_statement_and_one_that_fails_fails_its_batch() 
     let server = PostgresServer::start_for("held_changes");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let (writer, traffic) = writer_on(&server, "e2fleet_held", 1).await;
-        writer
-            .write(|c| c.execute("CREATE TABLE t (v BIGINT PRIMARY KEY)", &[]))
-            .await
-            .unwrap();
-        let insert = "INSERT INTO t (v) VALUES (?)";
+        let (writer, traffic) = writer_with_table(&server, "e2fleet_held").await;
         // a held change is applied before the statement after it, in one round
         // trip with it (the statements are prepared by now on the second run)
         for v in [1i64, 2] {
             let before = traffic.totals();
             let n = writer
                 .write(move |c| {
-                    c.execute_deferred(insert, args![v])?;
+                    c.execute_deferred(INSERT, args![v])?;
                     count(c)
                 })
                 .await
@@ -65,7 +72,7 @@ fn held_changes_go_with_the_next_statement_and_one_that_fails_fails_its_batch() 
             let n = writer
                 .write_with(lock, move |c| {
                     c.execute_deferred(
-                        insert,
+                        INSERT,
                         args![if lock == WriteLock::Reports {
                             10i64
                         } else {
@@ -91,8 +98,8 @@ fn held_changes_go_with_the_next_statement_and_one_that_fails_fails_its_batch() 
         // a held change that fails makes the next statement fail; the batch rolls back
         let failed = writer
             .write(move |c| {
-                c.execute_deferred(insert, args![3i64])?;
-                c.execute_deferred(insert, args![1i64])?;
+                c.execute_deferred(INSERT, args![3i64])?;
+                c.execute_deferred(INSERT, args![1i64])?;
                 count(c)
             })
             .await;
@@ -101,8 +108,8 @@ fn held_changes_go_with_the_next_statement_and_one_that_fails_fails_its_batch() 
         // of the batch is applied
         let failed = writer
             .write(move |c| {
-                c.execute_deferred(insert, args![4i64])?;
-                c.execute_deferred(insert, args![2i64])
+                c.execute_deferred(INSERT, args![4i64])?;
+                c.execute_deferred(INSERT, args![2i64])
             })
             .await;
         assert!(matches!(failed, Err(StoreError::Writer(_))), "{failed:?}");
@@ -120,12 +127,7 @@ fn a_batch_whose_connection_died_between_batches_begins_again_on_a_new_one() {
     let server = PostgresServer::start_for("dead_between");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let (writer, traffic) = writer_on(&server, "e2fleet_dead_between", 1).await;
-        writer
-            .write(|c| c.execute("CREATE TABLE t (v BIGINT PRIMARY KEY)", &[]))
-            .await
-            .unwrap();
-        let insert = "INSERT INTO t (v) VALUES (?)";
+        let (writer, traffic) = writer_with_table(&server, "e2fleet_dead_between").await;
         for (i, lock) in [WriteLock::Reports, WriteLock::Leases, WriteLock::All]
             .into_iter()
             .enumerate()
@@ -152,7 +154,7 @@ fn a_batch_whose_connection_died_between_batches_begins_again_on_a_new_one() {
             let v = i as i64;
             let n = writer
                 .write_with(lock, move |c| {
-                    c.execute_deferred(insert, args![v])?;
+                    c.execute_deferred(INSERT, args![v])?;
                     count(c)
                 })
                 .await
