@@ -1,71 +1,149 @@
-//! The wide form's kernels: one step of a lane ([`step`]), the loop that steps the lanes
-//! in turn ([`drive_n`]), and their two instances, each a `#[target_feature]` function
-//! for its instructions ([`Ssse3`], [`Avx512`]; which one runs is the tables'
-//! [`WideKernel`], chosen when they are built). The tables they read and the frames they
-//! write are the module's (`super`); every `unsafe` read here is in range by the way
-//! those are built (each says why).
+//! The wide form's kernels: one step of a lane ([`step`], in instructions), the loop that
+//! steps the lanes in turn ([`drive_n`]), and their two instances, each a
+//! `#[target_feature]` function for its instructions ([`Ssse3`], [`Avx512`]; which one
+//! runs is the tables' [`WideKernel`], chosen when they are built). The tables they read
+//! and the frames they write are the module's (`super`); every address a step forms is
+//! in range by the way those are built ([`step`] says why).
+//!
+//! # Why the step is written in instructions
+//! The same step in Rust (intrinsics, and a `cmov` in inline assembly for each select)
+//! compiled to 45.5 instructions a node with SSSE3 and 39.7 with AVX-512 on the hard
+//! boards' scan orders: LLVM kept the six lanes' positions in registers that moved
+//! round to round (ten or so `mov`s a round), spilled three values, split an address
+//! into a shift and an add, and tested the watches with six subtractions and five ANDs.
+//! Written out, a step is 39 instructions with SSSE3 and 34 with AVX-512, each lane's
+//! position stays in one register through the loop, and a round's watches are a compare
+//! and a branch a lane: 41.5 and 36.5 a node, 3-5% faster with AVX-512 on an Intel Xeon
+//! (docs/benchmarks.md). Reading the colour facing the cell before from the board
+//! instead of rotating it out of the candidate saves one more instruction a step but
+//! waits for the candidate's store: 3% slower with AVX-512, so the rotation stays.
 
-use std::arch::x86_64::*;
+use std::mem::offset_of;
 
-use super::{Bucket, Frame, HEAD, Hot, LANES, Lane, MOST_LANES, at};
+use super::{Bucket, Frame, HEAD, Hot, LANES, Lane, MOST_LANES, Step, at};
 #[cfg(doc)]
 use super::{STOP, WideKernel};
 
-/// The candidates left after the lowest (`rem` less its lowest bit), and `a` if any are
-/// left, else `b`: one `blsr`, whose zero flag the `cmov` reads (as [`pick`]).
-#[inline(always)]
-fn take(rem: u32, a: u32, b: u32) -> (u32, u32) {
-    let rest: u32;
-    let mut r = b;
-    // SAFETY: BMI1's `blsr` (every kernel has it) and a conditional move between registers
-    unsafe {
+/// Byte offsets the step's instructions address with: a frame's fields from a lane's
+/// start (`F_*`; the child's are one [`Frame`] further), a depth's [`Step`] fields from
+/// the position of the depth before (`S_*`: the step reads the next depth's), and the
+/// tables from the start of [`Hot`].
+const FRAMES: usize = offset_of!(Lane, frames);
+const F_FREE: usize = FRAMES + offset_of!(Frame, free);
+const F_REM: usize = FRAMES + offset_of!(Frame, rem);
+const F_BASE: usize = FRAMES + offset_of!(Frame, base);
+const F_UP: usize = FRAMES + offset_of!(Frame, up);
+const F_NODES: usize = FRAMES + offset_of!(Frame, nodes);
+const F_BOARD: usize = FRAMES + offset_of!(Frame, board);
+const CHILD: usize = size_of::<Frame>();
+const S_A: usize = size_of::<Step>() + offset_of!(Step, a);
+const S_B: usize = size_of::<Step>() + offset_of!(Step, b);
+const S_TABLE: usize = size_of::<Step>() + offset_of!(Step, table);
+const S_M: usize = size_of::<Step>() + offset_of!(Step, m);
+const S_ROT: usize = size_of::<Step>() + offset_of!(Step, rot);
+const KEYB: usize = offset_of!(Hot, keyb);
+const RECORDS: usize = offset_of!(Hot, records);
+/// A bucket's candidates, from its offset in words times 8 plus the records' start.
+const CANDS: usize = RECORDS + HEAD * 8;
+const IA: usize = RECORDS + offset_of!(Bucket, ia);
+const IB: usize = RECORDS + offset_of!(Bucket, ib);
+const BITS: usize = RECORDS + offset_of!(Bucket, bits);
+const OH: usize = offset_of!(Hot, oh);
+// a position is four times a frame's offset and a step's own (see `Frame`)
+const _: () = assert!(size_of::<Frame>() == 4 * at(1) && size_of::<Step>() == at(1));
+
+/// One step of a lane (see [`step`]) in instructions: the common part of both kernels,
+/// with `$free` (the child's free set, stored; `rcx` holds the piece's offset in `oh`),
+/// `$two` (the key's second colour read from the board and added; or nothing) and
+/// `$mask` (the child's mask into `{a:e}` from the bucket at `{b}` words) written in.
+macro_rules! step_asm {
+    ($t:expr, $l:expr, $pos:ident, $lane:expr, [$($free:literal),*], [$($two:literal),*],
+     [$($mask:literal),*], $($clobbers:tt)*) => {
         std::arch::asm!(
-            "blsr {rest:e}, {rem:e}",
-            "cmovnz {r:e}, {a:e}",
-            rem = in(reg) rem,
-            a = in(reg) a,
-            rest = out(reg) rest,
-            r = inout(reg) r,
-            options(pure, nomem, nostack),
-        );
-    }
-    (rest, r)
+            // the frame's untaken candidates, bucket and way up; the rest and where to go
+            // when none is left (here, if any is)
+            "mov {a:e}, dword ptr [{l} + {p}*4 + {f_rem}]",
+            "mov {b:e}, dword ptr [{l} + {p}*4 + {f_base}]",
+            "mov {u:e}, dword ptr [{l} + {p}*4 + {f_up}]",
+            "blsr ecx, {a:e}",
+            "cmovnz {u}, {p}",
+            "mov dword ptr [{l} + {p}*4 + {f_rem}], ecx",
+            "inc qword ptr [{l} + {p}*4 + {f_nodes}]",
+            // the candidate, placed on the board
+            "tzcnt {a:e}, {a:e}",
+            "lea {b}, [{t} + {b}*8]",
+            "mov {c}, qword ptr [{b} + {a}*8 + {cands}]",
+            "mov qword ptr [{l} + {p}*4 + {f_board}], {c}",
+            "movzx ecx, {c:x}",
+            $($free,)*
+            // the next depth's key: a colour from the board, one from the candidate
+            "movzx {b:e}, word ptr [{t} + {p} + {s_a}]",
+            "movzx {b:e}, byte ptr [{l} + {b} + {frames}]",
+            "shl {b:e}, 5",
+            "add {b:e}, dword ptr [{t} + {p} + {s_table}]",
+            $($two,)*
+            "movzx ecx, byte ptr [{t} + {p} + {s_rot}]",
+            "ror {c}, cl",
+            "and {c:e}, dword ptr [{t} + {p} + {s_m}]",
+            "add {b:e}, {c:e}",
+            "movzx {b:e}, word ptr [{t} + {b}*2 + {keyb}]",
+            $($mask,)*
+            // the child's frame, and the lane's next position
+            "mov dword ptr [{l} + {p}*4 + {f_rem} + {child}], {a:e}",
+            "mov dword ptr [{l} + {p}*4 + {f_base} + {child}], {b:e}",
+            "mov dword ptr [{l} + {p}*4 + {f_up} + {child}], {u:e}",
+            "add {p}, {one}",
+            "test {a:e}, {a:e}",
+            "cmovz {p}, {u}",
+            // (what only some kernels or keys read)
+            "/* {s_b} {ib} */",
+            t = in(reg) $t,
+            l = in(reg) $l,
+            p = inout(reg) $pos,
+            a = out(reg) _,
+            b = out(reg) _,
+            u = out(reg) _,
+            c = out(reg) _,
+            out("rcx") _,
+            f_free = const $lane + F_FREE,
+            f_rem = const $lane + F_REM,
+            f_base = const $lane + F_BASE,
+            f_up = const $lane + F_UP,
+            f_nodes = const $lane + F_NODES,
+            f_board = const $lane + F_BOARD,
+            frames = const $lane + FRAMES,
+            child = const CHILD,
+            s_a = const S_A,
+            s_b = const S_B,
+            s_table = const S_TABLE,
+            s_m = const S_M,
+            s_rot = const S_ROT,
+            keyb = const KEYB,
+            cands = const CANDS,
+            ia = const IA,
+            ib = const IB,
+            bits = const BITS,
+            oh = const OH,
+            one = const at(1),
+            $($clobbers)*
+            options(nostack),
+        )
+    };
 }
 
-/// `cond != 0 ? a : b` as a `cmov` (LLVM turned every safe form of this select into a
-/// branch; see the module's docs).
-#[inline(always)]
-fn pick(cond: u32, a: u32, b: u32) -> u32 {
-    let mut r = b;
-    // SAFETY: a test and a conditional move between registers
-    unsafe {
-        std::arch::asm!(
-            "test {c:e}, {c:e}",
-            "cmovnz {r:e}, {a:e}",
-            c = in(reg) cond,
-            a = in(reg) a,
-            r = inout(reg) r,
-            options(pure, nomem, nostack),
-        );
-    }
-    r
-}
-
-/// How a kernel works out a child's frame: its free set (the parent's less the piece
-/// placed) and the mask of its bucket's candidates free in it.
+/// How a kernel steps a lane: the child's free set (its parent's less the piece placed)
+/// and the mask of its bucket's candidates free in it, in its instructions.
 pub(super) trait Child {
-    /// Writes `from` less the piece `oh` to `to` and returns the mask of `bucket`'s
-    /// candidates whose pieces are free in it.
+    /// One step of the lane `K` times [`Stride::STRIDE`] bytes from `l`, at position
+    /// `pos`: see [`step`].
     ///
     /// # Safety
-    /// The kernel's features are available; the pointers are to live, aligned frames and
-    /// an `oh` entry; `bucket` was filled for this kernel.
-    unsafe fn child(
-        from: *const [__m128i; 2],
-        oh: *const [__m128i; 2],
-        bucket: &Bucket,
-        to: *mut [__m128i; 2],
-    ) -> u32;
+    /// As [`step`]; `l` plus `K` times `S::STRIDE` bytes is the lane's start.
+    unsafe fn step<const TWO: bool, const K: usize, S: Stride>(
+        t: *const Hot,
+        l: *mut Lane,
+        pos: usize,
+    ) -> usize;
 }
 
 /// SSSE3: the free set as two halves, a `pshufb` of each, one compare.
@@ -73,25 +151,48 @@ pub(super) struct Ssse3;
 
 impl Child for Ssse3 {
     #[inline(always)]
-    unsafe fn child(
-        from: *const [__m128i; 2],
-        oh: *const [__m128i; 2],
-        bucket: &Bucket,
-        to: *mut [__m128i; 2],
-    ) -> u32 {
-        // SAFETY: the caller's
+    unsafe fn step<const TWO: bool, const K: usize, S: Stride>(
+        t: *const Hot,
+        l: *mut Lane,
+        mut pos: usize,
+    ) -> usize {
+        // SAFETY: the caller's (see `step`); the frames, `oh` entries and buckets are
+        // 16-byte aligned (`Frame`, `Hot`, `fill_buckets`)
         unsafe {
-            let (f, oh) = (*from, *oh);
-            let free = [_mm_andnot_si128(oh[0], f[0]), _mm_andnot_si128(oh[1], f[1])];
-            let got = _mm_or_si128(
-                _mm_shuffle_epi8(free[0], bucket.ia),
-                _mm_shuffle_epi8(free[1], bucket.ib),
-            );
-            let bits = bucket.bits;
-            let mask = _mm_movemask_epi8(_mm_cmpeq_epi8(_mm_and_si128(got, bits), bits)) as u32;
-            *to = free;
-            mask
+            macro_rules! ssse3 {
+                ($two:tt) => {
+                    step_asm!(t, l, pos, K * S::STRIDE,
+                        [
+                            "movdqa xmm0, xmmword ptr [{t} + rcx + {oh}]",
+                            "movdqa xmm1, xmmword ptr [{t} + rcx + {oh} + 16]",
+                            "pandn xmm0, xmmword ptr [{l} + {p}*4 + {f_free}]",
+                            "pandn xmm1, xmmword ptr [{l} + {p}*4 + {f_free} + 16]",
+                            "movdqa xmmword ptr [{l} + {p}*4 + {f_free} + {child}], xmm0",
+                            "movdqa xmmword ptr [{l} + {p}*4 + {f_free} + {child} + 16], xmm1"
+                        ],
+                        $two,
+                        [
+                            "pshufb xmm0, xmmword ptr [{t} + {b}*8 + {ia}]",
+                            "pshufb xmm1, xmmword ptr [{t} + {b}*8 + {ib}]",
+                            "por xmm0, xmm1",
+                            "pand xmm0, xmmword ptr [{t} + {b}*8 + {bits}]",
+                            "pcmpeqb xmm0, xmmword ptr [{t} + {b}*8 + {bits}]",
+                            "pmovmskb {a:e}, xmm0"
+                        ],
+                        out("xmm0") _, out("xmm1") _,)
+                };
+            }
+            if TWO {
+                ssse3!([
+                    "movzx ecx, word ptr [{t} + {p} + {s_b}]",
+                    "movzx ecx, byte ptr [{l} + rcx + {frames}]",
+                    "add {b:e}, ecx"
+                ]);
+            } else {
+                ssse3!([]);
+            }
         }
+        pos
     }
 }
 
@@ -101,84 +202,90 @@ pub(super) struct Avx512;
 
 impl Child for Avx512 {
     #[inline(always)]
-    unsafe fn child(
-        from: *const [__m128i; 2],
-        oh: *const [__m128i; 2],
-        bucket: &Bucket,
-        to: *mut [__m128i; 2],
-    ) -> u32 {
-        // SAFETY: the caller's; a frame's set and an `oh` entry are 32 bytes each
+    unsafe fn step<const TWO: bool, const K: usize, S: Stride>(
+        t: *const Hot,
+        l: *mut Lane,
+        mut pos: usize,
+    ) -> usize {
+        // SAFETY: the caller's (see `step`); the upper half of the `vpermb` index (zero,
+        // from the 16-byte load) picks bytes the test never reads
         unsafe {
-            let f = _mm256_loadu_si256(from.cast());
-            let oh = _mm256_loadu_si256(oh.cast());
-            let free = _mm256_andnot_si256(oh, f);
-            // the upper half of the index picks bytes the test below never reads
-            let got = _mm256_permutexvar_epi8(_mm256_castsi128_si256(bucket.ia), free);
-            let mask = _mm_test_epi8_mask(_mm256_castsi256_si128(got), bucket.bits) as u32;
-            _mm256_storeu_si256(to.cast(), free);
-            mask
+            macro_rules! avx512 {
+                ($two:tt) => {
+                    step_asm!(t, l, pos, K * S::STRIDE,
+                        [
+                            "vmovdqu ymm0, ymmword ptr [{t} + rcx + {oh}]",
+                            "vpandn ymm0, ymm0, ymmword ptr [{l} + {p}*4 + {f_free}]",
+                            "vmovdqa ymmword ptr [{l} + {p}*4 + {f_free} + {child}], ymm0"
+                        ],
+                        $two,
+                        [
+                            "vmovdqa xmm1, xmmword ptr [{t} + {b}*8 + {ia}]",
+                            "vpermb ymm1, ymm1, ymm0",
+                            "vptestmb k1, xmm1, xmmword ptr [{t} + {b}*8 + {bits}]",
+                            "kmovw {a:e}, k1"
+                        ],
+                        out("ymm0") _, out("ymm1") _, out("k1") _,)
+                };
+            }
+            if TWO {
+                avx512!([
+                    "movzx ecx, word ptr [{t} + {p} + {s_b}]",
+                    "movzx ecx, byte ptr [{l} + rcx + {frames}]",
+                    "add {b:e}, ecx"
+                ]);
+            } else {
+                avx512!([]);
+            }
         }
+        pos
     }
 }
 
-/// One step of lane `l` at position `pos` (see [`Frame`]): commits the node there, writes
-/// the child's frame, and returns the position of the lane's next step (the child, the
-/// next sibling or the frame above). The lane's head is the caller's: the kernel keeps
-/// each lane's position in a register through its loop.
+/// One step of a lane at position `pos` (see [`Frame`]): commits the node there (its
+/// count, the board's slot), writes the child's frame (free set, mask, bucket, way up)
+/// and returns the position of the lane's next step: the child if it has candidates,
+/// else the frame itself if it has candidates left, else its way up; written in
+/// instructions (`step_asm!`; the module's docs say why). The lane's head is the
+/// caller's.
 ///
 /// # Safety
 /// `K`'s features are available, the tables were filled for `K`, and `pos` is a real
 /// depth's (below the plan's depths, not [`STOP`]), as the driver only steps such lanes.
+/// Every address the step forms is then in range: `pos + 16` is at most the plan's
+/// depths' < D's; a bucket's mask has bits only for its candidates, so `base + HEAD +
+/// i` is one of its candidates in `records`; keys are below KEYS (`Hot::key`,
+/// `Tables::new`); `keyb` holds offsets of built buckets; a candidate's low 16 bits are
+/// its piece (below 256) times the size of an `oh` entry (`Tables::new`), inside `oh`;
+/// with `TWO` unset no step's second read is a real cell's.
 #[inline(always)]
-unsafe fn step<const TWO: bool, K: Child>(t: &Hot, l: &mut Lane, pos: usize) -> usize {
-    // SAFETY (every read below): `pos` is a real depth's (the caller's), `pos + 16` at most
-    // the plan's depths' < D's; a bucket's mask has bits only for its candidates, so
-    // `base + HEAD + i` is one of its candidates in `records`; keys are below KEYS
-    // (`Hot::key`, `Tables::new`); `keyb` holds offsets of built buckets; a candidate's
-    // low 16 bits are its piece (below 256) times the size of an `oh` entry
-    // (`Tables::new`), inside `oh`
-    unsafe {
-        // the frame (four times the position) and its child (the next frame)
-        let fp = l
-            .frames
-            .as_mut_ptr()
-            .cast::<u8>()
-            .add(pos * 4)
-            .cast::<Frame>();
-        let fr = &mut *fp;
-        let rem = fr.rem;
-        let i = rem.trailing_zeros() as usize;
-        let (rest, up) = take(rem, pos as u32, fr.up);
-        fr.rem = rest;
-        fr.nodes += 1;
-        let words = t.records.0.as_ptr();
-        let c = *words.add(fr.base as usize + HEAD + i);
-        fr.board = c;
-        // the piece's bits, at the byte offset the candidate's top bits hold
-        let oh =
-            t.oh.as_ptr()
-                .cast::<u8>()
-                .add(c as u16 as usize)
-                .cast::<[__m128i; 2]>();
-        let next = pos + at(1);
-        let key = t.key::<TWO>(&l.frames, next, c);
-        let base = *t.keyb.get_unchecked(key) as u32;
-        let bucket = &*words.add(base as usize).cast::<Bucket>();
-        let child = fp.add(1);
-        let mask = K::child(&raw const fr.free, oh, bucket, &raw mut (*child).free);
-        let child = &mut *child;
-        child.rem = mask;
-        child.base = base;
-        child.up = up;
-        pick(mask, next as u32, up) as usize
-    }
+unsafe fn step<const TWO: bool, K: Child, const LANE: usize, S: Stride>(
+    t: &Hot,
+    l: *mut Lane,
+    pos: usize,
+) -> usize {
+    // SAFETY: the caller's
+    unsafe { K::step::<TWO, LANE, S>(t, l, pos) }
 }
 
-/// `N` lanes, as the kernel reaches them: all four of a thread's in their array (one
-/// base address, each lane at a fixed offset from it: the common case, and ~15% faster
-/// than through four pointers), or some of them through references.
-pub(super) trait LaneRefs<const N: usize> {
+/// How far apart the lanes a drive steps are from the address it is given for each:
+/// [`size_of::<Lane>()`] for a thread's lanes in their array (one base address, each
+/// lane at a fixed offset from it: the common case, and ~15% faster than through
+/// pointers), 0 for lanes through references (each its own address).
+pub(super) trait Stride {
+    const STRIDE: usize;
+}
+
+/// `N` lanes, as the kernel reaches them: all of a thread's in their array, or some of
+/// them through references.
+pub(super) trait LaneRefs<const N: usize>: Stride {
     fn lane(&mut self, k: usize) -> &mut Lane;
+    /// The address lane `k` is [`Stride::STRIDE`] times `k` bytes from.
+    fn base(&mut self, k: usize) -> *mut Lane;
+}
+
+impl Stride for &mut [Lane; LANES] {
+    const STRIDE: usize = size_of::<Lane>();
 }
 
 impl LaneRefs<LANES> for &mut [Lane; LANES] {
@@ -186,6 +293,14 @@ impl LaneRefs<LANES> for &mut [Lane; LANES] {
     fn lane(&mut self, k: usize) -> &mut Lane {
         &mut self[k]
     }
+    #[inline(always)]
+    fn base(&mut self, _: usize) -> *mut Lane {
+        self.as_mut_ptr()
+    }
+}
+
+impl<const N: usize> Stride for [&mut Lane; N] {
+    const STRIDE: usize = 0;
 }
 
 impl<const N: usize> LaneRefs<N> for [&mut Lane; N] {
@@ -193,13 +308,16 @@ impl<const N: usize> LaneRefs<N> for [&mut Lane; N] {
     fn lane(&mut self, k: usize) -> &mut Lane {
         self[k]
     }
+    #[inline(always)]
+    fn base(&mut self, k: usize) -> *mut Lane {
+        &raw mut *self[k]
+    }
 }
 
 /// Steps `N` lanes in turn until one needs its cold path. Each enters with steps left on
 /// its countdown and its next node above its watch (the cold path leaves it so). They
 /// take as many steps as the shortest countdown at most, so one counter stands for all;
-/// and a depth below its watch is one where `depth - watch` is negative, so one sign test
-/// of the lanes' ANDed differences asks it of every lane.
+/// after each round, one compare a lane asks whether any is at or past its watch.
 ///
 /// # Safety
 /// `K`'s features are available and the tables were filled for it.
@@ -219,7 +337,6 @@ unsafe fn drive_n<const N: usize, const TWO: bool, K: Child, L: LaneRefs<N>>(
         d[k] = at(lanes.lane(k).h.d);
         watch[k] = at(lanes.lane(k).h.watch);
     }
-    let mut steps = 0;
     macro_rules! round {
         // one step of every lane; `$last`: each lane's depth before it is kept as its
         // last depth
@@ -232,7 +349,6 @@ unsafe fn drive_n<const N: usize, const TWO: bool, K: Child, L: LaneRefs<N>>(
             round!(@lane 5, $last);
             round!(@lane 6, $last);
             round!(@lane 7, $last);
-            steps += 1;
         };
         (@lane $k:literal, $last:literal) => {
             if $k < N {
@@ -241,31 +357,38 @@ unsafe fn drive_n<const N: usize, const TWO: bool, K: Child, L: LaneRefs<N>>(
                 }
                 // SAFETY: the features are the caller's; each lane is at a real depth
                 // (above its watch, which is below the plan's depths)
-                d[$k] = unsafe { step::<TWO, K>(t, lanes.lane($k), d[$k]) };
+                d[$k] = unsafe { step::<TWO, K, $k, L>(t, lanes.base($k), d[$k]) };
             }
         };
     }
-    // `depth - watch` is negative in every lane until one is at or past its watch
+    // a lane stops at its watch: one compare and a branch (not taken) each
     let watched = |d: &[usize; MOST_LANES]| {
-        let mut above = usize::MAX;
+        let mut any = false;
         for k in 0..N {
-            above &= d[k].wrapping_sub(watch[k]);
+            if d[k] >= watch[k] {
+                any = true;
+                break;
+            }
         }
-        (above as isize) >= 0
+        any
     };
     // a lane's last depth matters only where its countdown ends (the cold path's cursor);
     // after a watch, the cold path takes the next step itself. So only the round that
     // may end the countdowns keeps them (not a store a lane a round)
     let mut at_watch = false;
-    while steps + 1 < most {
+    let full = most.saturating_sub(1);
+    let mut steps = full;
+    for r in 0..full {
         round!(false);
         if watched(&d) {
             at_watch = true;
+            steps = r + 1;
             break;
         }
     }
     if !at_watch {
         round!(true);
+        steps += 1;
     }
     for k in 0..N {
         let h = &mut lanes.lane(k).h;
@@ -316,7 +439,7 @@ macro_rules! entries {
             let d = l.h.d;
             l.h.last = d;
             // SAFETY: the caller's
-            l.h.d = unsafe { step::<true, $k>(t, l, at(d)) } / at(1);
+            l.h.d = unsafe { step::<true, $k, 0, [&mut Lane; 1]>(t, l, at(d)) } / at(1);
         }
 
         impl Kernel for $k {

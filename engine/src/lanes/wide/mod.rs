@@ -32,11 +32,13 @@
 //! `docs/engine-design.md`):
 //! - each kernel (`kernel::drive_n` for SSSE3 or AVX-512) is a `#[target_feature]`
 //!   function, called only when [`Tables::new`] found its features on this processor;
-//! - the two selects of a step are a `cmov` in inline assembly (`kernel::pick`): LLVM turned
-//!   `select_unpredictable` (and the same select written with masks) into a branch
-//!   around a load, and the mispredicts serialised the lanes (0.44x);
-//! - the step's table reads are unchecked: every index it forms is in range by the way
-//!   the tables are built, which [`Tables::new`] checks (each read says which check).
+//! - a step is written in inline assembly (`kernel::step`): its two selects must be
+//!   `cmov`s (LLVM turned `select_unpredictable`, and the same select written with
+//!   masks, into a branch around a load, and the mispredicts serialised the lanes:
+//!   0.44x), and LLVM's own code for the step spent ~9% more instructions, mostly
+//!   moving the lanes' positions between registers (the kernel module's docs);
+//! - the step's table reads are unchecked: every address it forms is in range by the
+//!   way the tables are built, which [`Tables::new`] checks (`kernel::step` says which).
 
 #![allow(unsafe_code)]
 
