@@ -616,8 +616,9 @@ impl LaneEngine {
 /// [`lanes_release`]) is run again. 2: the wide form (16x16 boards); 3: the wide form's
 /// kernel keeps each lane's depth in a register (~1.25x on the hard 16x16 boards); 4: the
 /// wide form's AVX-512 kernel where the processor has it, ~40 instructions a node, and
-/// six lanes a thread.
-pub const LANES_REVISION: u32 = 4;
+/// six lanes a thread; 5: the wide form's step written in instructions (36.5 a node with
+/// AVX-512, 41.5 with SSSE3 on scan orders).
+pub const LANES_REVISION: u32 = 5;
 
 /// The lane engine's release id: the same program for every puzzle.
 pub fn lanes_release() -> String {
