@@ -7,13 +7,13 @@
 //!
 //! # Why the step is written in instructions
 //! The same step in Rust (intrinsics, and a `cmov` in inline assembly for each select)
-//! compiled to 45.5 instructions a node with SSSE3 and 39.7 with AVX-512 on the hard
+//! compiled to 45.6 instructions a node with SSSE3 and 39.8 with AVX-512 on the hard
 //! boards' scan orders: LLVM kept the six lanes' positions in registers that moved
 //! round to round (ten or so `mov`s a round), spilled three values, split an address
 //! into a shift and an add, and tested the watches with six subtractions and five ANDs.
 //! Written out, a step is 39 instructions with SSSE3 and 34 with AVX-512, each lane's
 //! position stays in one register through the loop, and a round's watches are a compare
-//! and a branch a lane: 41.5 and 36.5 a node, 3-5% faster with AVX-512 on an Intel Xeon
+//! and a branch a lane: 41.6 and 36.6 a node, 1.00-1.05x the speed on an Intel Xeon
 //! (docs/benchmarks.md). Reading the colour facing the cell before from the board
 //! instead of rotating it out of the candidate saves one more instruction a step but
 //! waits for the candidate's store: 3% slower with AVX-512, so the rotation stays.
