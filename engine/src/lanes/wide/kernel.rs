@@ -1,9 +1,9 @@
-//! The wide form's kernels: one step of a lane ([`step`], in instructions), the loop that
+//! The wide form's kernels: one step of a lane ([`LaneStep::step`], in instructions), the loop that
 //! steps the lanes in turn ([`drive_n`]), and their two instances, each a
 //! `#[target_feature]` function for its instructions ([`Ssse3`], [`Avx512`]; which one
 //! runs is the tables' [`WideKernel`], chosen when they are built). The tables they read
 //! and the frames they write are the module's (`super`); every address a step forms is
-//! in range by the way those are built ([`step`] says why).
+//! in range by the way those are built ([`LaneStep::step`] says why).
 //!
 //! # Why the step is written in instructions
 //! The same step in Rust (intrinsics, and a `cmov` in inline assembly for each select)
@@ -52,7 +52,7 @@ const OH: usize = offset_of!(Hot, oh);
 // a position is four times a frame's offset and a step's own (see `Frame`)
 const _: () = assert!(size_of::<Frame>() == 4 * at(1) && size_of::<Step>() == at(1));
 
-/// One step of a lane (see [`step`]) in instructions: the common part of both kernels,
+/// One step of a lane (see [`LaneStep::step`]) in instructions: the common part of both kernels,
 /// with `$free` (the child's free set, stored; `rcx` holds the piece's offset in `oh`),
 /// `$two` (the key's second colour read from the board and added; or nothing) and
 /// `$mask` (the child's mask into `{a:e}` from the bucket at `{b}` words) written in.
@@ -131,15 +131,27 @@ macro_rules! step_asm {
     };
 }
 
-/// How a kernel steps a lane: the child's free set (its parent's less the piece placed)
-/// and the mask of its bucket's candidates free in it, in its instructions.
-pub(super) trait Child {
-    /// One step of the lane `K` times [`Stride::STRIDE`] bytes from `l`, at position
-    /// `pos`: see [`step`].
+/// How a kernel steps a lane: the common instructions of `step_asm!` with its own for
+/// the child's free set and mask.
+pub(super) trait LaneStep {
+    /// One step of a lane at position `pos` (see [`Frame`]): commits the node there (its
+    /// count, the board's slot), writes the child's frame (free set, mask, bucket, way up)
+    /// and returns the position of the lane's next step: the child if it has candidates,
+    /// else the frame itself if it has candidates left, else its way up; written in
+    /// instructions (`step_asm!`; the module's docs say why). The lane starts `LANE`
+    /// times `S::STRIDE` bytes from `l`; its head is the caller's.
     ///
     /// # Safety
-    /// As [`step`]; `l` plus `K` times `S::STRIDE` bytes is the lane's start.
-    unsafe fn step<const TWO: bool, const K: usize, S: Stride>(
+    /// `l` plus `LANE` times `S::STRIDE` bytes is a lane's start; this kernel's features
+    /// are available, the tables were filled for it, and `pos` is a real
+    /// depth's (below the plan's depths, not [`STOP`]), as the driver only steps such lanes.
+    /// Every address the step forms is then in range: `pos + 16` is at most the plan's
+    /// depths' < D's; a bucket's mask has bits only for its candidates, so `base + HEAD +
+    /// i` is one of its candidates in `records`; keys are below KEYS (`Hot::key`,
+    /// `Tables::new`); `keyb` holds offsets of built buckets; a candidate's low 16 bits are
+    /// its piece (below 256) times the size of an `oh` entry (`Tables::new`), inside `oh`;
+    /// with `TWO` unset no step's second read is a real cell's.
+    unsafe fn step<const TWO: bool, const LANE: usize, S: Stride>(
         t: *const Hot,
         l: *mut Lane,
         pos: usize,
@@ -149,19 +161,19 @@ pub(super) trait Child {
 /// SSSE3: the free set as two halves, a `pshufb` of each, one compare.
 pub(super) struct Ssse3;
 
-impl Child for Ssse3 {
+impl LaneStep for Ssse3 {
     #[inline(always)]
-    unsafe fn step<const TWO: bool, const K: usize, S: Stride>(
+    unsafe fn step<const TWO: bool, const LANE: usize, S: Stride>(
         t: *const Hot,
         l: *mut Lane,
         mut pos: usize,
     ) -> usize {
-        // SAFETY: the caller's (see `step`); the frames, `oh` entries and buckets are
+        // SAFETY: the caller's (see `LaneStep::step`); the frames, `oh` entries and buckets are
         // 16-byte aligned (`Frame`, `Hot`, `fill_buckets`)
         unsafe {
             macro_rules! ssse3 {
                 ($two:tt) => {
-                    step_asm!(t, l, pos, K * S::STRIDE,
+                    step_asm!(t, l, pos, LANE * S::STRIDE,
                         [
                             "movdqa xmm0, xmmword ptr [{t} + rcx + {oh}]",
                             "movdqa xmm1, xmmword ptr [{t} + rcx + {oh} + 16]",
@@ -200,19 +212,19 @@ impl Child for Ssse3 {
 /// one `vptestmb` into the mask.
 pub(super) struct Avx512;
 
-impl Child for Avx512 {
+impl LaneStep for Avx512 {
     #[inline(always)]
-    unsafe fn step<const TWO: bool, const K: usize, S: Stride>(
+    unsafe fn step<const TWO: bool, const LANE: usize, S: Stride>(
         t: *const Hot,
         l: *mut Lane,
         mut pos: usize,
     ) -> usize {
-        // SAFETY: the caller's (see `step`); the upper half of the `vpermb` index (zero,
+        // SAFETY: the caller's (see `LaneStep::step`); the upper half of the `vpermb` index (zero,
         // from the 16-byte load) picks bytes the test never reads
         unsafe {
             macro_rules! avx512 {
                 ($two:tt) => {
-                    step_asm!(t, l, pos, K * S::STRIDE,
+                    step_asm!(t, l, pos, LANE * S::STRIDE,
                         [
                             "vmovdqu ymm0, ymmword ptr [{t} + rcx + {oh}]",
                             "vpandn ymm0, ymm0, ymmword ptr [{l} + {p}*4 + {f_free}]",
@@ -240,32 +252,6 @@ impl Child for Avx512 {
         }
         pos
     }
-}
-
-/// One step of a lane at position `pos` (see [`Frame`]): commits the node there (its
-/// count, the board's slot), writes the child's frame (free set, mask, bucket, way up)
-/// and returns the position of the lane's next step: the child if it has candidates,
-/// else the frame itself if it has candidates left, else its way up; written in
-/// instructions (`step_asm!`; the module's docs say why). The lane's head is the
-/// caller's.
-///
-/// # Safety
-/// `K`'s features are available, the tables were filled for `K`, and `pos` is a real
-/// depth's (below the plan's depths, not [`STOP`]), as the driver only steps such lanes.
-/// Every address the step forms is then in range: `pos + 16` is at most the plan's
-/// depths' < D's; a bucket's mask has bits only for its candidates, so `base + HEAD +
-/// i` is one of its candidates in `records`; keys are below KEYS (`Hot::key`,
-/// `Tables::new`); `keyb` holds offsets of built buckets; a candidate's low 16 bits are
-/// its piece (below 256) times the size of an `oh` entry (`Tables::new`), inside `oh`;
-/// with `TWO` unset no step's second read is a real cell's.
-#[inline(always)]
-unsafe fn step<const TWO: bool, K: Child, const LANE: usize, S: Stride>(
-    t: &Hot,
-    l: *mut Lane,
-    pos: usize,
-) -> usize {
-    // SAFETY: the caller's
-    unsafe { K::step::<TWO, LANE, S>(t, l, pos) }
 }
 
 /// How far apart the lanes a drive steps are from the address it is given for each:
@@ -322,7 +308,7 @@ impl<const N: usize> LaneRefs<N> for [&mut Lane; N] {
 /// # Safety
 /// `K`'s features are available and the tables were filled for it.
 #[inline(always)]
-unsafe fn drive_n<const N: usize, const TWO: bool, K: Child, L: LaneRefs<N>>(
+unsafe fn drive_n<const N: usize, const TWO: bool, K: LaneStep, L: LaneRefs<N>>(
     t: &Hot,
     mut lanes: L,
 ) {
@@ -357,7 +343,7 @@ unsafe fn drive_n<const N: usize, const TWO: bool, K: Child, L: LaneRefs<N>>(
                 }
                 // SAFETY: the features are the caller's; each lane is at a real depth
                 // (above its watch, which is below the plan's depths)
-                d[$k] = unsafe { step::<TWO, K, $k, L>(t, lanes.base($k), d[$k]) };
+                d[$k] = unsafe { K::step::<TWO, $k, L>(t, lanes.base($k), d[$k]) };
             }
         };
     }
@@ -401,7 +387,7 @@ unsafe fn drive_n<const N: usize, const TWO: bool, K: Child, L: LaneRefs<N>>(
 }
 
 /// A kernel's entry points, with its features enabled.
-pub(super) trait Kernel: Child {
+pub(super) trait Kernel: LaneStep {
     /// [`drive_n`] with this kernel.
     ///
     /// # Safety
@@ -410,7 +396,7 @@ pub(super) trait Kernel: Child {
     /// One step of one lane alone (the cold path's).
     ///
     /// # Safety
-    /// As [`step`]; the lane is at a real depth.
+    /// As [`LaneStep::step`]; the lane is at a real depth.
     unsafe fn step_alone(t: &Hot, l: &mut Lane);
 }
 
@@ -439,7 +425,7 @@ macro_rules! entries {
             let d = l.h.d;
             l.h.last = d;
             // SAFETY: the caller's
-            l.h.d = unsafe { step::<true, $k, 0, [&mut Lane; 1]>(t, l, at(d)) } / at(1);
+            l.h.d = unsafe { <$k>::step::<true, 0, [&mut Lane; 1]>(t, l, at(d)) } / at(1);
         }
 
         impl Kernel for $k {
