@@ -4,7 +4,15 @@
 //! Each simulated worker has its own identity and token and loops: lease one unit, "think"
 //! (the time a real engine would spend), walk it for real with a 1-node budget (so every
 //! report is a genuine, verifiable result whose cursor becomes the next continuation
-//! unit: an endless supply), report. Workers share a pool of HTTP/2 connections; they
+//! unit: an endless supply), report. A think time is drawn uniformly within
+//! `--think-jitter-pct` (default 5%) of `--think-ms`: real units differ in length (a
+//! budgeted minute on one machine and the next differs by far more than the 20 ms that
+//! 5% of 400 ms is), and workers that all think exactly as long fall into step. The
+//! workers one batch answers together then lease together, report together 400 ms
+//! later and join the next cohort that arrives while they wait, so the batches grow into
+//! bursts with idle gaps between them (a third of report batches found the queue empty
+//! behind them), and latency grows over the run; `--think-jitter-pct 0` measures that
+//! lockstep fleet (docs/benchmarks.md). Workers share a pool of HTTP/2 connections; they
 //! start spread over one think time and run on their own runtime at nice 19
 //! (`--workers-nice N`), the coordinator on another. Throughput and latencies are taken
 //! over the same steady window, after one think time of warm-up.
@@ -161,6 +169,8 @@ async fn run() {
     e2fleet_proto::logs::init(e2fleet_proto::logs::LogFormat::Text, "warn");
     let workers = arg("--workers", 1000) as usize;
     let think = Duration::from_millis(arg("--think-ms", 100));
+    // each unit's think drawn within this fraction of `think` (see the module docs)
+    let jitter = arg("--think-jitter-pct", 5).min(100) as f64 / 100.0;
     let seconds = arg("--seconds", 20);
     let channels = arg("--connections", 32) as usize;
     // jobs running side by side (equal shares): the lease path then follows the shares
@@ -252,6 +262,7 @@ async fn run() {
     let sim = Sim {
         workers,
         think,
+        jitter,
         stop: stop.clone(),
         done: done.clone(),
         measuring: measuring.clone(),
@@ -333,9 +344,10 @@ async fn run() {
         .await
         .unwrap();
     println!(
-        "coordinators {coordinators} ({})  workers {workers}  think {} ms  completed {:.0} units/s  lease p50 {:.1} ms p99 {:.1} ms  report p50 {:.1} ms p99 {:.1} ms  (job nodes {}, units done {})",
+        "coordinators {coordinators} ({})  workers {workers}  think {} ms ±{:.0}%  completed {:.0} units/s  lease p50 {:.1} ms p99 {:.1} ms  report p50 {:.1} ms p99 {:.1} ms  (job nodes {}, units done {})",
         fleet.store_backend(),
         think.as_millis(),
+        jitter * 100.0,
         completed as f64 / elapsed,
         pct(&l, 0.5),
         pct(&l, 0.99),
@@ -481,6 +493,8 @@ async fn start_coordinators(
 struct Sim {
     workers: usize,
     think: Duration,
+    /// Each unit's think is drawn uniformly within this fraction of `think`.
+    jitter: f64,
     stop: Arc<AtomicBool>,
     done: Arc<AtomicU64>,
     measuring: Arc<AtomicBool>,
@@ -558,6 +572,7 @@ async fn sim_worker(
     let Sim {
         workers,
         think,
+        jitter,
         stop,
         done,
         measuring,
@@ -625,7 +640,8 @@ async fn sim_worker(
             continue;
         };
         *held.lock().unwrap() = Some(lease.lease_id.clone());
-        tokio::time::sleep(think).await;
+        let thought = think.mul_f64(1.0 + jitter * (2.0 * rand::random::<f64>() - 1.0));
+        tokio::time::sleep(thought).await;
         let unit = Unit {
             prefix: path_from_wire(&lease.prefix, "p").unwrap(),
             cursor: path_from_wire(&lease.cursor, "c").unwrap(),
@@ -645,7 +661,7 @@ async fn sim_worker(
                     lease_id: lease.lease_id,
                     unit_id: lease.unit_id,
                     result: Some(result_to_wire(&result)),
-                    engine_seconds: think.as_secs_f64(),
+                    engine_seconds: thought.as_secs_f64(),
                     engine_kind: v2::EngineKind::Reference.into(),
                     engine_build: "load".into(),
                 },
