@@ -206,6 +206,15 @@ pub struct PostgresServer {
 impl PostgresServer {
     /// Starts one, or says why it cannot.
     pub fn start() -> Result<PostgresServer, String> {
+        PostgresServer::start_with(None)
+    }
+
+    /// Starts one that also offers TLS with this certificate (chain) and key, both PEM.
+    pub fn start_with_tls(cert_pem: &str, key_pem: &str) -> Result<PostgresServer, String> {
+        PostgresServer::start_with(Some((cert_pem, key_pem)))
+    }
+
+    fn start_with(tls: Option<(&str, &str)>) -> Result<PostgresServer, String> {
         let bin = binaries().ok_or(
             "no PostgreSQL server binaries (initdb, pg_ctl) found: apt-get install postgresql",
         )?;
@@ -241,11 +250,25 @@ impl PostgresServer {
                 "--no-sync".as_ref(),
             ],
         )?;
-        let options = format!(
+        let mut options = format!(
             "-p {port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={} \
              -c max_connections=400 -c fsync=off -c synchronous_commit=off -c full_page_writes=off",
             server.data.path().display()
         );
+        if let Some((cert, key)) = tls {
+            // in the data folder, which the server owns: it refuses a key others may read
+            for (name, pem) in [("server.crt", cert), ("server.key", key)] {
+                let path = dir.join(name);
+                std::fs::write(&path, pem).map_err(|e| e.to_string())?;
+                use std::os::unix::fs::PermissionsExt;
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
+                    .map_err(|e| e.to_string())?;
+                if root {
+                    run(Command::new("chown").arg("postgres:postgres").arg(&path))?;
+                }
+            }
+            options.push_str(" -c ssl=on");
+        }
         let log = server.data.path().join("log");
         server.pg(
             "pg_ctl",

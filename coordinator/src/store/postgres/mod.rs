@@ -42,6 +42,9 @@
 //! - The hot tables (units, leases, results, bodies) carry no foreign keys: every row is
 //!   written from rows the same transaction just read, so the checks never fired, and
 //!   each cost a locking read of the row it named (`migrations/postgres/0023_hot_path.sql`).
+//! - **TLS**: both the read pool (sqlx) and the writer's connections (tokio-postgres, with
+//!   rustls: [`tls`]) protect the link as the address's `sslmode` says, with libpq's
+//!   meaning (`prefer` by default; `verify-full` and `sslrootcert` to check the server).
 //! - **Reads** run on a pool (sqlx), each in a `REPEATABLE READ READ ONLY` transaction:
 //!   one consistent snapshot, never blocking or blocked by the writers.
 //! - The fleet logic is synchronous (closures over `&mut dyn Tx`); its statements are run
@@ -83,10 +86,12 @@ use super::sql::{Conn, Kind, Row, SqlTx, Value, for_postgres};
 use super::traffic::{Traffic, TrafficTotals};
 
 mod session;
+mod tls;
 use super::tx::StoreResult;
 use super::writer::{MAX_QUEUED, WriteLock, Writer, WriterTotals};
 use super::{StoreError, Tx};
 use session::PgSession;
+use tls::WriterAddress;
 
 /// The advisory lock a write transaction holds until its commit to exclude lease batches
 /// (any 64-bit key the operator's other applications do not use: "e2fleet" in ASCII).
@@ -198,8 +203,10 @@ impl PgStore {
             })?
         };
         let traffic = Arc::new(Traffic::default());
+        let address = writer_config(url)?;
+        info!(sslmode = ?address.mode, "connecting the writer to PostgreSQL");
         let sessions = (0..WRITERS)
-            .map(|_| PgSession::connect(writer_config(url)?, traffic.clone()))
+            .map(|_| PgSession::connect(address.clone(), traffic.clone()))
             .collect::<Result<Vec<_>, _>>()?;
         let writer = Writer::start_many(sessions, MAX_QUEUED)?;
         let leader = Arc::new(AtomicBool::new(false));
@@ -321,21 +328,21 @@ impl PgStore {
 const WRITER_PLANNING: &str =
     "-c jit=off -c enable_seqscan=off -c enable_hashjoin=off -c enable_mergejoin=off";
 
-/// The writer connection's settings: the same address, name and session limits as the
+/// The writer connection's settings: the same address, name, session limits and TLS
+/// (`sslmode`, `sslrootcert`, read as libpq and the read pool read them: [`tls`]) as the
 /// read pool's (tokio-postgres reads the same URL forms: host, port, user, password,
-/// database, `?host=/run/postgresql` for a socket, `sslmode=disable|prefer`), and
-/// [`WRITER_PLANNING`].
-pub(super) fn writer_config(url: &str) -> Result<tokio_postgres::Config, StoreError> {
-    let mut config = tokio_postgres::Config::from_str(url)
-        .map_err(|e| StoreError::Open(format!("bad PostgreSQL address: {e}")))?;
-    config
+/// database, `?host=/run/postgresql` for a socket), and [`WRITER_PLANNING`].
+pub(super) fn writer_config(url: &str) -> Result<WriterAddress, StoreError> {
+    let mut address = WriterAddress::parse(url)?;
+    address
+        .config
         .application_name("e2fleet-coordinator")
         .connect_timeout(STATEMENT_LIMIT)
         .options(format!(
             "-c idle_in_transaction_session_timeout={} {WRITER_PLANNING}",
             IDLE_IN_TRANSACTION.as_millis()
         ));
-    Ok(config)
+    Ok(address)
 }
 
 /// Keeps trying to hold [`LEADER_LOCK`] on a connection of its own; `leader` says

@@ -42,6 +42,7 @@ use tokio_postgres::types::{IsNull, ToSql, Type, to_sql_checked};
 use tokio_postgres::{Client, NoTls, Statement};
 use tracing::warn;
 
+use super::tls::WriterAddress;
 use super::{BATCH_TIME, LEASES_LOCK, REPORTS_LOCK, STATEMENT_LIMIT, silent};
 use crate::store::StoreError;
 use crate::store::sql::{Conn, ConnExt, Kind, Row, Value, for_postgres};
@@ -60,7 +61,7 @@ const MAX_PREPARED: usize = 1_024;
 pub(super) struct PgSession {
     rt: Runtime,
     link: Option<Link>,
-    config: tokio_postgres::Config,
+    config: WriterAddress,
     /// Statements that may have changed rows or failed (see [`Session::changes`]).
     writes: i64,
     traffic: Arc<Traffic>,
@@ -100,7 +101,7 @@ enum Trip<T> {
 impl PgSession {
     /// Connects, from a thread of its own (this may be called inside another runtime).
     pub(super) fn connect(
-        config: tokio_postgres::Config,
+        config: WriterAddress,
         traffic: Arc<Traffic>,
     ) -> Result<PgSession, StoreError> {
         std::thread::spawn(move || {
@@ -314,13 +315,30 @@ fn round_trip<T>(
         .unwrap_or(Trip::Silent)
 }
 
-async fn open_link(config: &tokio_postgres::Config) -> Result<Link, StoreError> {
-    let (client, connection) = config.connect(NoTls).await?;
-    tokio::spawn(async move {
-        if let Err(e) = connection.await {
-            warn!(error = %e, "the write connection to PostgreSQL ended");
+async fn open_link(address: &WriterAddress) -> Result<Link, StoreError> {
+    fn watch<S, T>(connection: tokio_postgres::Connection<S, T>)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+        T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                warn!(error = %e, "the write connection to PostgreSQL ended");
+            }
+        });
+    }
+    let client = match &address.tls {
+        None => {
+            let (client, connection) = address.config.connect(NoTls).await?;
+            watch(connection);
+            client
         }
-    });
+        Some(tls) => {
+            let (client, connection) = address.config.connect(tls.clone()).await?;
+            watch(connection);
+            client
+        }
+    };
     Ok(Link {
         client,
         prepared: HashMap::new(),

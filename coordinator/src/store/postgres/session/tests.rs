@@ -240,3 +240,110 @@ fn lease_and_report_writes_run_side_by_side_and_every_other_write_excludes_both(
         assert!(alone, "a lease write with no report write open runs alone");
     });
 }
+
+/// A test CA, and a server certificate and key it signed for `localhost` (PEM).
+fn certificates() -> (String, String, String) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(DnType::CommonName, "e2fleet test CA");
+    let ca = ca.self_signed(&ca_key).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let cert = CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca, &ca_key)
+        .unwrap();
+    (ca.pem(), cert.pem(), key.serialize_pem())
+}
+
+/// Whether the writer's connection to `address` is encrypted (an error: it could not
+/// connect).
+fn writer_encrypted(rt: &tokio::runtime::Runtime, address: &str) -> Result<bool, StoreError> {
+    let session = PgSession::connect(writer_config(address)?, Arc::new(Traffic::default()))?;
+    let writer = Writer::start(session, 4)?;
+    let ssl: i64 = rt.block_on(writer.write(|c| {
+        c.one(
+            "SELECT CASE WHEN ssl THEN 1 ELSE 0 END FROM pg_stat_ssl WHERE pid = pg_backend_pid()",
+            &[],
+        )
+    }))?;
+    Ok(ssl == 1)
+}
+
+/// The writer reads `sslmode` and `sslrootcert` as libpq does (the read pool, sqlx, reads
+/// them itself): plain, encrypted unchecked, encrypted with the chain checked, and with
+/// the host's name too; a certificate that fails the check is a connection refused. A
+/// whole store opened with `verify-full` has every connection encrypted.
+#[test]
+#[cfg_attr(
+    not(has_postgres),
+    ignore = "no PostgreSQL server programs: apt-get install postgresql"
+)]
+fn the_links_are_encrypted_and_checked_as_the_address_asks() {
+    let (ca, cert, key) = certificates();
+    let (other_ca, _, _) = certificates();
+    let server = PostgresServer::start_with_tls(&cert, &key)
+        .unwrap_or_else(|why| panic!("PostgreSQL cannot start here: {why}"));
+    let dir = tempfile::tempdir().unwrap();
+    let (ca_path, other_path) = (dir.path().join("ca.pem"), dir.path().join("other.pem"));
+    std::fs::write(&ca_path, ca).unwrap();
+    std::fs::write(&other_path, other_ca).unwrap();
+    let (ca, other) = (ca_path.display(), other_path.display());
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let url = rt
+        .block_on(create_database(server.url(), "e2fleet_tls"))
+        .unwrap();
+    // the certificate names localhost, not the address 127.0.0.1
+    let named = url.replace("127.0.0.1", "localhost");
+    assert!(named.contains("localhost"), "{named}");
+    for (address, encrypted) in [
+        (format!("{url}?sslmode=disable"), false),
+        (url.clone(), true),
+        (format!("{url}?sslmode=require"), true),
+        (format!("{url}?sslmode=verify-ca&sslrootcert={ca}"), true),
+        (
+            format!("{named}?sslmode=verify-full&sslrootcert={ca}"),
+            true,
+        ),
+    ] {
+        assert_eq!(
+            writer_encrypted(&rt, &address).unwrap_or_else(|e| panic!("{address}: {e}")),
+            encrypted,
+            "{address}"
+        );
+    }
+    for address in [
+        format!("{url}?sslmode=verify-full&sslrootcert={ca}"),
+        format!("{named}?sslmode=verify-ca&sslrootcert={other}"),
+    ] {
+        let refused = writer_encrypted(&rt, &address);
+        assert!(
+            matches!(&refused, Err(e) if e.to_string().contains("certificate")),
+            "{address}: {refused:?}"
+        );
+    }
+
+    // the whole store: the read pool and both writer connections
+    let store = rt
+        .block_on(super::super::PgStore::open(&format!(
+            "{named}?sslmode=verify-full&sslrootcert={ca}"
+        )))
+        .unwrap();
+    let (plain, all): (i64, i64) = rt.block_on(async {
+        let mut c = <sqlx::PgConnection as sqlx::Connection>::connect(&url)
+            .await
+            .unwrap();
+        sqlx::query_as(
+            "SELECT COUNT(*) FILTER (WHERE NOT s.ssl), COUNT(*) FROM pg_stat_ssl s \
+             JOIN pg_stat_activity a USING (pid) WHERE a.application_name = 'e2fleet-coordinator'",
+        )
+        .fetch_one(&mut c)
+        .await
+        .unwrap()
+    });
+    assert_eq!(plain, 0, "every connection of the store is encrypted");
+    assert!(all >= 3, "the read pool and two writers: {all} connections");
+    drop(store);
+}
