@@ -43,7 +43,7 @@
 //!   written from rows the same transaction just read, so the checks never fired, and
 //!   each cost a locking read of the row it named (`migrations/postgres/0023_hot_path.sql`).
 //! - **TLS**: both the read pool (sqlx) and the writer's connections (tokio-postgres, with
-//!   rustls: [`tls`]) protect the link as the address's `sslmode` says, with libpq's
+//!   rustls: `store/postgres/tls.rs`) protect the link as the address's `sslmode` says, with libpq's
 //!   meaning (`prefer` by default; `verify-full` and `sslrootcert` to check the server).
 //! - **Reads** run on a pool (sqlx), each in a `REPEATABLE READ READ ONLY` transaction:
 //!   one consistent snapshot, never blocking or blocked by the writers.

@@ -323,7 +323,8 @@ async fn open_link(address: &WriterAddress) -> Result<Link, StoreError> {
     {
         tokio::spawn(async move {
             if let Err(e) = connection.await {
-                warn!(error = %e, "the write connection to PostgreSQL ended");
+                // (as a store error: with its cause, which tokio-postgres keeps apart)
+                warn!(error = %StoreError::from(e), "the write connection to PostgreSQL ended");
             }
         });
     }
