@@ -143,10 +143,9 @@ pub fn endpoint(url: &str, ca_cert: Option<&Path>) -> Result<Endpoint, String> {
     Ok(endpoint)
 }
 
-/// A connection failure as one line: the URL, what failed (each distinct cause in the
-/// error's chain once, instead of "tcp connect error: tcp connect error: ..."), and the
-/// likely reason when it can be told.
-pub fn explain_connect_error(url: &str, e: &(dyn std::error::Error + 'static)) -> String {
+/// An error and its causes as one line, each distinct cause once ("a: b: c", where a
+/// layer that only repeats or wraps its source's text adds nothing).
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut next: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = next {
@@ -166,7 +165,14 @@ pub fn explain_connect_error(url: &str, e: &(dyn std::error::Error + 'static)) -
         }
         next = err.source();
     }
-    let detail = parts.join(": ");
+    parts.join(": ")
+}
+
+/// A connection failure as one line: the URL, what failed (each distinct cause in the
+/// error's chain once, instead of "tcp connect error: tcp connect error: ..."), and the
+/// likely reason when it can be told.
+pub fn explain_connect_error(url: &str, e: &(dyn std::error::Error + 'static)) -> String {
+    let detail = error_chain(e);
     let lower = detail.to_lowercase();
     let hint = if lower.contains("caused as end") || lower.contains("causedasendentity") {
         "the coordinator's certificate is itself a CA certificate, which clients refuse as a server's own \

@@ -53,7 +53,7 @@ pub enum StoreError {
     /// The PostgreSQL writer's connection failed, or a statement on it (with its causes:
     /// tokio-postgres says "db error" or "error performing TLS handshake" and keeps the
     /// server's message or the certificate's fault in its source).
-    #[error("database: {}", with_causes(.0))]
+    #[error("database: {}", e2fleet_proto::client::error_chain(.0))]
     Postgres(tokio_postgres::Error),
     /// A migration failed.
     #[error("migration: {0}")]
@@ -85,21 +85,6 @@ impl From<sqlx::migrate::MigrateError> for StoreError {
     fn from(e: sqlx::migrate::MigrateError) -> Self {
         StoreError::Migrate(e)
     }
-}
-
-/// An error's message followed by its causes', each once.
-fn with_causes(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let said = c.to_string();
-        if !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
-        }
-        cause = c.source();
-    }
-    text
 }
 
 impl From<tokio_postgres::Error> for StoreError {

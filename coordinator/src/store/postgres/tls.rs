@@ -27,7 +27,7 @@ use tokio_rustls::rustls::client::WebPkiServerVerifier;
 use tokio_rustls::rustls::client::danger::{
     HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier,
 };
-use tokio_rustls::rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
+use tokio_rustls::rustls::crypto::WebPkiSupportedAlgorithms;
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use tokio_rustls::rustls::{CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore};
@@ -133,16 +133,23 @@ fn client_config(mode: SslMode, root: Option<PathBuf>) -> Result<Option<ClientCo
     let builder = ClientConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| StoreError::Open(format!("TLS to PostgreSQL: {e}")))?;
+    let algorithms = provider.signature_verification_algorithms;
     let verifier: Arc<dyn ServerCertVerifier> = match mode {
         SslMode::Disable => return Ok(None),
-        SslMode::Prefer | SslMode::Require => Arc::new(Unchecked(provider)),
+        SslMode::Prefer | SslMode::Require => Arc::new(Lenient {
+            chain: None,
+            algorithms,
+        }),
         SslMode::VerifyCa | SslMode::VerifyFull => {
             let roots = Arc::new(roots(root)?);
             let chain = WebPkiServerVerifier::builder_with_provider(roots, provider)
                 .build()
                 .map_err(|e| StoreError::Open(format!("TLS to PostgreSQL: {e}")))?;
             if mode == SslMode::VerifyCa {
-                Arc::new(AnyName(chain))
+                Arc::new(Lenient {
+                    chain: Some(chain),
+                    algorithms,
+                })
             } else {
                 chain
             }
@@ -185,58 +192,17 @@ fn roots(root: Option<PathBuf>) -> Result<RootCertStore, StoreError> {
     Ok(store)
 }
 
-/// `prefer` and `require`: any certificate, the handshake's signatures still checked
-/// against it (libpq checks nothing in these modes; see the module docs).
+/// The certificate checks short of `verify-full`: none (`prefer`, `require`: libpq checks
+/// nothing in these modes; see the module docs) or the chain alone (`verify-ca`: `chain`,
+/// the name the certificate gives not compared with the host). Either way the
+/// handshake's signatures are checked against the certificate presented.
 #[derive(Debug)]
-struct Unchecked(Arc<CryptoProvider>);
-
-impl Unchecked {
-    fn algorithms(&self) -> &WebPkiSupportedAlgorithms {
-        &self.0.signature_verification_algorithms
-    }
+struct Lenient {
+    chain: Option<Arc<WebPkiServerVerifier>>,
+    algorithms: WebPkiSupportedAlgorithms,
 }
 
-impl ServerCertVerifier for Unchecked {
-    fn verify_server_cert(
-        &self,
-        _end_entity: &CertificateDer<'_>,
-        _intermediates: &[CertificateDer<'_>],
-        _server_name: &ServerName<'_>,
-        _ocsp_response: &[u8],
-        _now: UnixTime,
-    ) -> Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, self.algorithms())
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, self.algorithms())
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.algorithms().supported_schemes()
-    }
-}
-
-/// `verify-ca`: the chain checked, the name the certificate gives not compared with the
-/// host.
-#[derive(Debug)]
-struct AnyName(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for AnyName {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -245,10 +211,10 @@ impl ServerCertVerifier for AnyName {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
-        {
+        let Some(chain) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match chain.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -262,7 +228,7 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algorithms)
     }
 
     fn verify_tls13_signature(
@@ -271,11 +237,11 @@ impl ServerCertVerifier for AnyName {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algorithms)
     }
 
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.algorithms.supported_schemes()
     }
 }
 
