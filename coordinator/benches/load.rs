@@ -83,6 +83,44 @@ fn pct(sorted: &[u64], p: f64) -> f64 {
     sorted[((sorted.len() - 1) as f64 * p) as usize] as f64 / 1000.0
 }
 
+/// A measured call's sample: when it was answered (microseconds from `origin`) and how
+/// long it took.
+fn sample(origin: Instant, sent: Instant) -> (u64, u64) {
+    let now = Instant::now();
+    (
+        now.duration_since(origin).as_micros() as u64,
+        now.duration_since(sent).as_micros() as u64,
+    )
+}
+
+/// `--timeline`: each second of the window, the calls answered in it and their p50 and
+/// p99, to tell a steady tail from a few bad seconds (a stall of the server, the machine
+/// or the coordinator's periodic work).
+fn print_timeline(leases: &[(u64, u64)], reports: &[(u64, u64)], from: u64, seconds: u64) {
+    let second = |samples: &[(u64, u64)], s: u64| {
+        let mut lat: Vec<u64> = samples
+            .iter()
+            .filter(|(at, _)| at.saturating_sub(from) / 1_000_000 == s && *at >= from)
+            .map(|x| x.1)
+            .collect();
+        lat.sort_unstable();
+        lat
+    };
+    println!("second  leases  p50 ms  p99 ms  reports  p50 ms  p99 ms");
+    for s in 0..seconds {
+        let (l, r) = (second(leases, s), second(reports, s));
+        println!(
+            "{s:>6}  {:>6}  {:>6.1}  {:>6.1}  {:>7}  {:>6.1}  {:>6.1}",
+            l.len(),
+            pct(&l, 0.5),
+            pct(&l, 0.99),
+            r.len(),
+            pct(&r, 0.5),
+            pct(&r, 0.99)
+        );
+    }
+}
+
 fn main() {
     // the simulated workers stand in for machines elsewhere: their threads run at the
     // lowest priority (nice 19; `--workers-nice 0` to share the CPU equally) so that on
@@ -254,6 +292,7 @@ async fn run() {
     // register every worker first (64 at a time), so that registration does not queue
     // behind the load the first workers already make
     let registered_at = Instant::now();
+    let origin = registered_at;
     let tokens = register_workers(&pool, workers, &enrol).await;
     eprintln!(
         "{workers} workers registered in {:.1} s",
@@ -268,6 +307,7 @@ async fn run() {
         measuring: measuring.clone(),
         lease_lat: lease_lat.clone(),
         report_lat: report_lat.clone(),
+        origin,
         beat,
         beat_lat: beat_lat.clone(),
     };
@@ -334,10 +374,13 @@ async fn run() {
     for t in tasks {
         let _ = t.await;
     }
-    let mut l = lease_lat.lock().unwrap().clone();
-    let mut r = report_lat.lock().unwrap().clone();
-    l.sort_unstable();
-    r.sort_unstable();
+    let (leases, reports) = (lease_lat.lock().unwrap(), report_lat.lock().unwrap());
+    let sorted = |samples: &[(u64, u64)]| {
+        let mut lat: Vec<u64> = samples.iter().map(|s| s.1).collect();
+        lat.sort_unstable();
+        lat
+    };
+    let (l, r) = (sorted(&leases), sorted(&reports));
     let status_fleet = fleet.clone();
     let doc = coordinator
         .spawn(async move { status_fleet.job_status(job_id).await.unwrap() })
@@ -357,6 +400,10 @@ async fn run() {
         doc.units.done,
     );
     print_calls(c1.0.since(&c0.0), c1.1.since(&c0.1));
+    if std::env::args().any(|a| a == "--timeline") {
+        let from = started.duration_since(origin).as_micros() as u64;
+        print_timeline(&leases, &reports, from, seconds);
+    }
     if let Some(beat) = beat {
         let mut b = beat_lat.lock().unwrap().clone();
         b.sort_unstable();
@@ -498,8 +545,11 @@ struct Sim {
     stop: Arc<AtomicBool>,
     done: Arc<AtomicU64>,
     measuring: Arc<AtomicBool>,
-    lease_lat: Arc<std::sync::Mutex<Vec<u64>>>,
-    report_lat: Arc<std::sync::Mutex<Vec<u64>>>,
+    /// Each measured call's answer time (from `origin`) and latency, in microseconds.
+    lease_lat: Arc<std::sync::Mutex<Vec<(u64, u64)>>>,
+    report_lat: Arc<std::sync::Mutex<Vec<(u64, u64)>>>,
+    /// What the answer times count from.
+    origin: Instant,
     /// Every how long a worker heartbeats (`None`: never).
     beat: Option<Duration>,
     beat_lat: Arc<std::sync::Mutex<Vec<u64>>>,
@@ -578,6 +628,7 @@ async fn sim_worker(
         measuring,
         lease_lat,
         report_lat,
+        origin,
         beat,
         beat_lat,
     } = sim;
@@ -633,7 +684,7 @@ async fn sim_worker(
             break;
         };
         if measuring.load(Ordering::Relaxed) {
-            ll.push(t.elapsed().as_micros() as u64);
+            ll.push(sample(origin, t));
         }
         let Some(lease) = r.into_inner().leases.pop() else {
             tokio::time::sleep(think).await;
@@ -669,7 +720,7 @@ async fn sim_worker(
             .await
             .is_ok();
         if measuring.load(Ordering::Relaxed) {
-            rl.push(t.elapsed().as_micros() as u64);
+            rl.push(sample(origin, t));
         }
         *held.lock().unwrap() = None;
         if ok {

@@ -237,16 +237,12 @@ impl Fleet {
                 .map(|room| room.as_ref().is_some_and(|(_, a)| self.trusted(a)))
                 .collect();
             let disputed = if trusted.contains(&true) { wanted } else { 0 };
-            let mut open = if wanted > 0 {
+            // (claimed as they are read)
+            let open = if wanted > 0 {
                 tx.open_units_with_runs(2 * wanted + 16, disputed)?
             } else {
                 Vec::new()
             };
-            if !open.is_empty() {
-                let ids: Vec<UnitId> = open.iter().map(|c| c.unit.id).collect();
-                let claimed = tx.claim_open_units(&ids)?;
-                open.retain(|c| claimed.contains(&c.unit.id));
-            }
             let mut taken: Vec<UnitId> = Vec::new();
             let mut leases: Vec<LeaseRecord> = Vec::new();
             // leases the part granted each volunteer account so far

@@ -551,7 +551,9 @@ pub trait Batches {
     ) -> StoreResult<Vec<Option<LeaseView>>>;
     /// The oldest open units of running, unpaused jobs (at most `open`), after the
     /// disputed ones (at most `disputed`; a disputed unit is open too, so it may come
-    /// twice), each with the runs that bar a worker from it ([`OpenUnit::open_to`]).
+    /// twice), each with the runs that bar a worker from it ([`OpenUnit::open_to`]), and
+    /// each claimed as [`Batches::claim_open_units`] claims it: on PostgreSQL the read
+    /// passes over a unit whose row a report batch holds and takes the next one instead.
     fn open_units_with_runs(&mut self, open: usize, disputed: usize) -> StoreResult<Vec<OpenUnit>>;
     /// Of `units`, read open for a lease, those still open, each now held by this write
     /// until its commit. On PostgreSQL a unit whose row a report batch beside this write

@@ -468,15 +468,22 @@ impl Batches for SqlTx<'_> {
             agg("leases", "l", "l.state = 'active'"),
             agg("results", "r", "r.verdict NOT IN ('wrong', 'void')")
         );
+        // on PostgreSQL each unit read is claimed as it is read (see the trait): a row a
+        // report batch holds is passed over for the next, so the limit counts claimed rows
+        let claim = if self.c.is_postgres() {
+            " FOR UPDATE OF u SKIP LOCKED"
+        } else {
+            ""
+        };
         let sql = format!(
             "SELECT * FROM (SELECT {columns}, 0 AS part FROM units u INDEXED BY units_disputed \
                JOIN jobs j ON j.id = u.job_id \
                WHERE u.state = 'open' AND u.disputed = 1 AND j.state = 'running' AND j.paused = 0 \
-               ORDER BY u.id LIMIT ?2) AS disputed \
+               ORDER BY u.id LIMIT ?2{claim}) AS disputed \
              UNION ALL SELECT * FROM (SELECT {columns}, 1 AS part FROM units u INDEXED BY units_by_state \
                JOIN jobs j ON j.id = u.job_id \
                WHERE u.state = 'open' AND j.state = 'running' AND j.paused = 0 \
-               ORDER BY u.id LIMIT ?1) AS oldest"
+               ORDER BY u.id LIMIT ?1{claim}) AS oldest"
         );
         const AT: usize = width(U_COLUMNS);
         let mut units = self.c.map(&sql, args![open as i64, disputed as i64], |r| {
