@@ -32,6 +32,9 @@
 //! cargo bench -p e2fleet-coordinator --bench load -- --workers 1000 --think-ms 400 --seconds 20 --heartbeat-s 20
 //! (`--heartbeat-s N`: each worker also heartbeats its lease every N s, as a worker does
 //! at a third of its lease: 20 s with `serve`'s default 60 s lease; their latencies printed)
+//! cargo bench -p e2fleet-coordinator --bench load -- --workers 1000 --think-ms 400 --seconds 20 --timeline
+//! (`--timeline`: also each second of the window, its calls and their p50 and p99: a
+//! tail made of a few bad seconds reads differently from a steady one)
 //! cargo bench -p e2fleet-coordinator --bench load -- --db postgres://postgres@127.0.0.1/postgres --coordinators 2
 //! (`--db postgres://SERVER/DB`: on a fresh database of that PostgreSQL server, dropped
 //! at the end unless `--keep`;

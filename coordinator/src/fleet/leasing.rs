@@ -229,8 +229,9 @@ impl Fleet {
             } else {
                 0
             };
-            // enough of the oldest open units for every request of the part (twice: a
-            // few may be barred to some), and the disputed ones if a trusted worker asks
+            // enough of the oldest open units for every request of the part, and a quarter
+            // and 16 more (a few may be barred to some: a request short of units goes
+            // alone), and the disputed ones if a trusted worker asks
             let wanted: usize = rooms.iter().flatten().map(|(max, _)| max).sum();
             let trusted: Vec<bool> = rooms
                 .iter()
@@ -239,7 +240,7 @@ impl Fleet {
             let disputed = if trusted.contains(&true) { wanted } else { 0 };
             // (claimed as they are read)
             let open = if wanted > 0 {
-                tx.open_units_with_runs(2 * wanted + 16, disputed)?
+                tx.open_units_with_runs(wanted + wanted / 4 + 16, disputed)?
             } else {
                 Vec::new()
             };
