@@ -377,7 +377,8 @@ async fn run() {
     for t in tasks {
         let _ = t.await;
     }
-    let (leases, reports) = (lease_lat.lock().unwrap(), report_lat.lock().unwrap());
+    let leases = std::mem::take(&mut *lease_lat.lock().unwrap());
+    let reports = std::mem::take(&mut *report_lat.lock().unwrap());
     let sorted = |samples: &[(u64, u64)]| {
         let mut lat: Vec<u64> = samples.iter().map(|s| s.1).collect();
         lat.sort_unstable();
