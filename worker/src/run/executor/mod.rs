@@ -76,6 +76,21 @@ struct Shared {
     /// The most units an engine of this executor has held at once (the lane engine 2 or
     /// 4, walking; the compiled engine 2, one walking and one waiting in its process).
     in_hand: AtomicUsize,
+    /// The most units running at once since the executor started (for the tests, which
+    /// would miss the moment by sampling on a busy machine).
+    #[cfg(test)]
+    most_running: AtomicUsize,
+}
+
+impl Shared {
+    /// Publishes a lease's run as started, with its progress.
+    fn started(&self, lease_id: LeaseId, progress: Arc<AtomicU64>) {
+        let mut running = self.running.lock().expect("running");
+        running.insert(lease_id, progress);
+        #[cfg(test)]
+        self.most_running
+            .fetch_max(running.len(), Ordering::Relaxed);
+    }
 }
 
 /// How long an engine walks between two rests under `--cpu-percent`.
@@ -198,6 +213,13 @@ impl Executor {
             self.shared.queue.lock().expect("queue").len(),
             self.shared.running.lock().expect("running").len(),
         )
+    }
+
+    /// The most units this executor's engines have walked at once since it started (a
+    /// lane engine walks several on one thread).
+    #[cfg(test)]
+    pub fn most_running(&self) -> usize {
+        self.shared.most_running.load(Ordering::Relaxed)
     }
 
     /// Every lease held (queued or running) with its progress.
@@ -442,11 +464,7 @@ fn run_probe(shared: &Shared, results: &UnboundedSender<Outcome>, task: Task, pr
     let lease = task.lease;
     let span = info_span!("unit", lease_id = %lease.lease_id, unit_id = %lease.unit_id, job_id = %lease.job_id);
     let _unit = span.entered();
-    shared
-        .running
-        .lock()
-        .expect("running")
-        .insert(lease.lease_id, Arc::new(AtomicU64::new(0)));
+    shared.started(lease.lease_id, Arc::new(AtomicU64::new(0)));
     let started = Instant::now();
     let outcome = e2fleet_engine::search::estimate::probe::probe(
         task.engine.plan(),
@@ -536,11 +554,7 @@ impl<'s> LeaseFeed<'s> {
         let span = info_span!("unit", lease_id = %lease.lease_id, unit_id = %lease.unit_id, job_id = %lease.job_id);
         span.in_scope(|| info!(budget = ?lease.budget, prefix_depth = lease.unit.prefix.len(), "unit started"));
         let progress = Arc::new(AtomicU64::new(0));
-        self.shared
-            .running
-            .lock()
-            .expect("running")
-            .insert(lease.lease_id, progress.clone());
+        self.shared.started(lease.lease_id, progress.clone());
         let tag = (0..)
             .find(|t| !self.walking.contains_key(t))
             .expect("a free tag");
