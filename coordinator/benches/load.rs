@@ -100,26 +100,33 @@ fn sample(origin: Instant, sent: Instant) -> (u64, u64) {
 /// p99, to tell a steady tail from a few bad seconds (a stall of the server, the machine
 /// or the coordinator's periodic work).
 fn print_timeline(leases: &[(u64, u64)], reports: &[(u64, u64)], from: u64, seconds: u64) {
-    let second = |samples: &[(u64, u64)], s: u64| {
-        let mut lat: Vec<u64> = samples
-            .iter()
-            .filter(|(at, _)| at.saturating_sub(from) / 1_000_000 == s && *at >= from)
-            .map(|x| x.1)
-            .collect();
-        lat.sort_unstable();
-        lat
+    // each second's latencies, sorted, in one pass over the samples
+    let by_second = |samples: &[(u64, u64)]| {
+        let mut seconds = vec![Vec::new(); seconds as usize];
+        for &(at, lat) in samples {
+            if let Some(second) = at
+                .checked_sub(from)
+                .and_then(|t| seconds.get_mut((t / 1_000_000) as usize))
+            {
+                second.push(lat);
+            }
+        }
+        for second in &mut seconds {
+            second.sort_unstable();
+        }
+        seconds
     };
+    let (leases, reports) = (by_second(leases), by_second(reports));
     println!("second  leases  p50 ms  p99 ms  reports  p50 ms  p99 ms");
-    for s in 0..seconds {
-        let (l, r) = (second(leases, s), second(reports, s));
+    for (s, (l, r)) in leases.iter().zip(&reports).enumerate() {
         println!(
             "{s:>6}  {:>6}  {:>6.1}  {:>6.1}  {:>7}  {:>6.1}  {:>6.1}",
             l.len(),
-            pct(&l, 0.5),
-            pct(&l, 0.99),
+            pct(l, 0.5),
+            pct(l, 0.99),
             r.len(),
-            pct(&r, 0.5),
-            pct(&r, 0.99)
+            pct(r, 0.5),
+            pct(r, 0.99)
         );
     }
 }
