@@ -127,18 +127,25 @@ impl UnitResult {
 /// `serde_json::json!` form it was first defined by.
 pub fn result_digest(r: &UnitResult) -> String {
     use sha2::{Digest, Sha256};
-    use std::fmt::Write;
+    // numbers through `itoa`, not `write!`: the formatting machinery was most of a
+    // digest's time (the coordinator digests every report)
+    fn number(out: &mut String, n: impl itoa::Integer) {
+        out.push_str(itoa::Buffer::new().format(n));
+    }
     fn path(out: &mut String, path: &[Placement]) {
         out.push('[');
         for (i, p) in path.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            let _ = write!(
-                out,
-                r#"{{"piece":{},"pos":{},"rot":{}}}"#,
-                p.piece, p.pos, p.rot
-            );
+            out.push_str(if i == 0 {
+                r#"{"piece":"#
+            } else {
+                r#",{"piece":"#
+            });
+            number(out, p.piece);
+            out.push_str(r#","pos":"#);
+            number(out, p.pos);
+            out.push_str(r#","rot":"#);
+            number(out, p.rot);
+            out.push('}');
         }
         out.push(']');
     }
@@ -150,12 +157,14 @@ pub fn result_digest(r: &UnitResult) -> String {
     }
     out.push_str(r#","deepest":"#);
     path(&mut out, &r.deepest);
-    let _ = write!(out, r#","max_depth":{},"nodes":["#, r.max_depth);
+    out.push_str(r#","max_depth":"#);
+    number(&mut out, r.max_depth);
+    out.push_str(r#","nodes":["#);
     for (i, n) in r.nodes_by_depth.iter().enumerate() {
         if i > 0 {
             out.push(',');
         }
-        let _ = write!(out, "{n}");
+        number(&mut out, *n);
     }
     out.push_str(r#"],"solutions":["#);
     for (i, s) in r.solutions.iter().enumerate() {
@@ -164,11 +173,15 @@ pub fn result_digest(r: &UnitResult) -> String {
         }
         path(&mut out, s);
     }
-    let _ = write!(out, r#"],"solutions_count":{}}}"#, r.solutions_count);
+    out.push_str(r#"],"solutions_count":"#);
+    number(&mut out, r.solutions_count);
+    out.push('}');
     let hash = Sha256::digest(out.as_bytes());
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut hex = String::with_capacity(64);
     for b in hash {
-        let _ = write!(hex, "{b:02x}");
+        hex.push(char::from(HEX[usize::from(b >> 4)]));
+        hex.push(char::from(HEX[usize::from(b & 15)]));
     }
     hex
 }
