@@ -127,8 +127,8 @@ impl UnitResult {
 /// `serde_json::json!` form it was first defined by.
 pub fn result_digest(r: &UnitResult) -> String {
     use sha2::{Digest, Sha256};
-    // numbers through `itoa`, not `write!`: the formatting machinery was most of a
-    // digest's time (the coordinator digests every report)
+    // numbers through `itoa` and bytes through `hex`, not `write!`: the formatting
+    // machinery was most of a digest's time (the coordinator digests every report)
     fn number(out: &mut String, n: impl itoa::Integer) {
         out.push_str(itoa::Buffer::new().format(n));
     }
@@ -176,14 +176,7 @@ pub fn result_digest(r: &UnitResult) -> String {
     out.push_str(r#"],"solutions_count":"#);
     number(&mut out, r.solutions_count);
     out.push('}');
-    let hash = Sha256::digest(out.as_bytes());
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    let mut hex = String::with_capacity(64);
-    for b in hash {
-        hex.push(char::from(HEX[usize::from(b >> 4)]));
-        hex.push(char::from(HEX[usize::from(b & 15)]));
-    }
-    hex
+    hex::encode(Sha256::digest(out.as_bytes()))
 }
 
 /// Adds `b` into `a` depth by depth.
@@ -212,10 +205,7 @@ mod digest_tests {
             "max_depth": r.max_depth,
             "deepest": r.deepest,
         });
-        Sha256::digest(canonical.to_string().as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        hex::encode(Sha256::digest(canonical.to_string().as_bytes()))
     }
 
     fn placement() -> impl Strategy<Value = Placement> {

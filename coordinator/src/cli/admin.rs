@@ -180,10 +180,7 @@ async fn export(id: &str, out: &std::path::Path, partial: bool, admin: &AdminArg
     // line inside it seals the content, not the gzip around it)
     let file_sha256: String = {
         use sha2::{Digest, Sha256};
-        Sha256::digest(&file)
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect()
+        hex::encode(Sha256::digest(&file))
     };
     if admin.json {
         outln!(

@@ -6,15 +6,12 @@ use sha2::{Digest, Sha256};
 
 /// Lowercase hex SHA-256.
 pub(crate) fn sha256_hex(data: &[u8]) -> String {
-    Sha256::digest(data)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(Sha256::digest(data))
 }
 
 /// A fresh random token (192 bits, hex).
 pub fn random_token() -> String {
     let mut bytes = [0u8; 24];
     rand::rng().fill_bytes(&mut bytes);
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    hex::encode(bytes)
 }

@@ -329,7 +329,7 @@ impl Default for Limits {
 impl Certificate {
     /// SHA-256 (hex) of the body: the certificate's name, to publish with its root.
     pub fn digest(&self) -> String {
-        hex(&Sha256::digest(self.body()))
+        hex::encode(Sha256::digest(self.body()))
     }
 
     fn body(&self) -> Vec<u8> {
@@ -340,7 +340,7 @@ impl Certificate {
 /// Writes a certificate: gzip of the body and its digest line.
 pub fn encode(cert: &Certificate) -> Vec<u8> {
     let body = cert.body();
-    let digest = hex(&Sha256::digest(&body));
+    let digest = hex::encode(Sha256::digest(&body));
     seal(&body, &digest)
 }
 
@@ -389,7 +389,7 @@ pub fn unseal_within(file: &[u8], limits: &Limits) -> Result<Vec<u8>, Certificat
         .and_then(|l| l.strip_prefix("sha256:"))
         .ok_or_else(|| CertificateError::Invalid("the last line is not sha256:<hex>".into()))?
         .to_string();
-    let actual = hex(&Sha256::digest(body));
+    let actual = hex::encode(Sha256::digest(body));
     if actual != stated {
         return Err(CertificateError::Digest { actual, stated });
     }
@@ -456,12 +456,12 @@ fn level_up(level: &[[u8; 32]]) -> Vec<[u8; 32]> {
 pub fn merkle_root(units: &[CertUnit]) -> String {
     let mut level: Vec<[u8; 32]> = units.iter().map(leaf_hash).collect();
     if level.is_empty() {
-        return hex(&Sha256::digest([]));
+        return hex::encode(Sha256::digest([]));
     }
     while level.len() > 1 {
         level = level_up(&level);
     }
-    hex(&level[0])
+    hex::encode(level[0])
 }
 
 /// A Merkle inclusion proof: the sibling hashes from unit `index`'s leaf to the root,
@@ -488,7 +488,7 @@ pub fn merkle_proof(units: &[CertUnit], index: usize) -> Option<MerkleProof> {
     while level.len() > 1 {
         let sibling = at ^ 1;
         if sibling < level.len() {
-            path.push((hex(&level[sibling]), sibling < at));
+            path.push((hex::encode(level[sibling]), sibling < at));
         }
         level = level_up(&level);
         at /= 2;
@@ -513,16 +513,7 @@ pub fn verify_proof(unit: &CertUnit, proof: &MerkleProof, root: &str) -> bool {
             node_hash(&h, &s)
         };
     }
-    hex(&h) == root
-}
-
-fn hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    let mut s = String::with_capacity(bytes.len() * 2);
-    for b in bytes {
-        let _ = write!(s, "{b:02x}");
-    }
-    s
+    hex::encode(h) == root
 }
 
 fn unhex32(s: &str) -> Option<[u8; 32]> {
@@ -583,7 +574,7 @@ mod tests {
     #[test]
     fn a_changed_byte_fails_the_seal() {
         let body = br#"{"format":"x"}"#;
-        let digest = hex(&Sha256::digest(body));
+        let digest = hex::encode(Sha256::digest(body));
         let file = seal(body, &digest);
         assert_eq!(unseal(&file).expect("sealed"), body);
         let forged = seal(br#"{"format":"y"}"#, &digest);

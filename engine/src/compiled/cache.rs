@@ -123,7 +123,7 @@ impl Cache {
             }
             mac.update(&buf[..n]);
         }
-        Ok(hex(&mac.finalize().into_bytes()))
+        Ok(hex::encode(mac.finalize().into_bytes()))
     }
 
     /// Seals `file` (a build about to be moved into place at `dest`): writes `dest`'s seal.
@@ -134,7 +134,7 @@ impl Cache {
         mac.update(b"\0");
         let bytes = fs::read(file).map_err(|e| io_error("cannot read", file, e))?;
         mac.update(&bytes);
-        let sealed = hex(&mac.finalize().into_bytes());
+        let sealed = hex::encode(mac.finalize().into_bytes());
         let tmp = file.with_extension("seal-tmp");
         fs::write(&tmp, sealed)
             .and_then(|_| fs::rename(&tmp, Self::seal_path(dest)))
@@ -158,10 +158,6 @@ impl Cache {
         let _ = fs::remove_file(file);
         let _ = fs::remove_file(Self::seal_path(file));
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Refuses a folder this user does not own or that its group or others can write.

@@ -144,11 +144,7 @@ pub fn cache_key(source: &str, rustc_version: &str, options: &BuildOptions) -> S
         h.update(b"\0");
         h.update(f.as_bytes());
     }
-    h.finalize()
-        .iter()
-        .take(16)
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(&h.finalize()[..16])
 }
 
 /// Compiles `source` to `dest` (atomically), returning how long rustc took.

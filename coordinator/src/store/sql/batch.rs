@@ -40,12 +40,12 @@ fn json_rows<const N: usize>(keys: [&str; N], rows: impl IntoIterator<Item = [Va
             if j > 0 {
                 out.push(',');
             }
-            let _ = write!(out, "\"{key}\":");
+            out.push('"');
+            out.push_str(key);
+            out.push_str("\":");
             match v {
                 Value::Null(_) => out.push_str("null"),
-                Value::Int(n) => {
-                    let _ = write!(out, "{n}");
-                }
+                Value::Int(n) => out.push_str(itoa::Buffer::new().format(n)),
                 Value::Real(x) if x.is_finite() => {
                     let _ = write!(out, "{x:?}");
                 }
@@ -55,9 +55,7 @@ fn json_rows<const N: usize>(keys: [&str; N], rows: impl IntoIterator<Item = [Va
                 }
                 Value::Blob(b) => {
                     out.push('"');
-                    for byte in b {
-                        let _ = write!(out, "{byte:02x}");
-                    }
+                    out.push_str(&hex::encode(b));
                     out.push('"');
                 }
             }

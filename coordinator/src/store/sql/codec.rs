@@ -385,18 +385,12 @@ pub fn digest_bytes(hex: &str) -> Result<Vec<u8>, StoreError> {
     if hex.len() != 64 {
         return Err(bad());
     }
-    (0..32)
-        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad()))
-        .collect()
+    hex::decode(hex).map_err(|_| bad())
 }
 
 /// A digest's lowercase hex text, from [`digest_bytes`].
 pub fn digest_hex(bytes: &[u8]) -> String {
-    use std::fmt::Write;
-    bytes.iter().fold(String::with_capacity(64), |mut s, b| {
-        let _ = write!(s, "{b:02x}");
-        s
-    })
+    hex::encode(bytes)
 }
 
 #[cfg(test)]

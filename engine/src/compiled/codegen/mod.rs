@@ -156,10 +156,7 @@ pub fn generator_id() -> String {
         h.update(part);
     }
     h.update(include_str!("../../plan.rs"));
-    h.finalize()[..6]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+    hex::encode(&h.finalize()[..6])
 }
 
 /// Boards of at most this many pieces keep a used mask and walk a bucket's free pieces as
