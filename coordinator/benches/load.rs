@@ -53,7 +53,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use e2fleet_coordinator::fleet::call_times::{Call, Histogram};
-use e2fleet_coordinator::fleet::{BatchTotals, Fleet, FleetConfig, system_clock};
+use e2fleet_coordinator::fleet::{BatchTimes, BatchTotals, Fleet, FleetConfig, system_clock};
 use e2fleet_coordinator::store::{Database, Store, TrafficTotals, WriterTotals};
 use e2fleet_engine::formats::{LoadOptions, load_file, to_site_json};
 use e2fleet_engine::plan::SearchPlan;
@@ -349,7 +349,17 @@ async fn run() {
             |(a, b), (c, d)| (add_batches(a, c), add_batches(b, d)),
         )
     };
-    let b0 = batches(&fleets);
+    let batch_times = |fleets: &[Arc<Fleet>]| {
+        let add = |a: BatchTimes, b: BatchTimes| BatchTimes {
+            waited: a.waited.plus(&b.waited),
+            written: a.written.plus(&b.written),
+        };
+        fleets.iter().map(|f| f.batch_times()).fold(
+            (BatchTimes::default(), BatchTimes::default()),
+            |(a, b), (c, d)| (add(a, c), add(b, d)),
+        )
+    };
+    let b0 = (batches(&fleets), batch_times(&fleets));
     let traffic = |fleets: &[Arc<Fleet>]| {
         fleets
             .iter()
@@ -376,7 +386,7 @@ async fn run() {
     let completed = done.load(Ordering::Relaxed) - start_done;
     measuring.store(false, Ordering::Relaxed);
     let w1 = writers(&fleets);
-    let b1 = batches(&fleets);
+    let b1 = (batches(&fleets), batch_times(&fleets));
     let c1 = calls(&fleets);
     let (t1, cpu1, own1) = (traffic(&fleets), server_cpu_s(), own_cpu_s());
     let elapsed = started.elapsed().as_secs_f64();
@@ -427,7 +437,7 @@ async fn run() {
         );
     }
     print_writers(&w0, &w1, elapsed);
-    print_batches(b0, b1);
+    print_batches(&b0, &b1);
     println!(
         "this process (coordinators and simulated workers): CPU {:.0} us per completed unit",
         (own1 - own0) * 1e6 / completed.max(1) as f64
@@ -749,11 +759,6 @@ async fn sim_worker(
 /// arrival to its answer (the simulated workers' latencies add both runtimes' scheduling
 /// on the shared cores and the loopback connection).
 fn print_calls(lease: Histogram, report: Histogram) {
-    let at_most = |h: &Histogram, q| {
-        h.quantile_at_most(q).map_or("> 10 s".into(), |d| {
-            format!("<= {:.1} ms", d.as_secs_f64() * 1e3)
-        })
-    };
     let mean = |h: &Histogram| h.sum_us as f64 / h.count().max(1) as f64 / 1e3;
     println!(
         "inside the coordinators: lease mean {:.1} ms, p50 {}, p99 {}; report mean {:.1} ms, p50 {}, p99 {}",
@@ -766,6 +771,13 @@ fn print_calls(lease: Histogram, report: Histogram) {
     );
 }
 
+/// An upper bound of a timed quantile, as the bench prints it.
+fn at_most(h: &Histogram, q: f64) -> String {
+    h.quantile_at_most(q).map_or("> 10 s".into(), |d| {
+        format!("<= {:.1} ms", d.as_secs_f64() * 1e3)
+    })
+}
+
 fn add_batches(a: BatchTotals, b: BatchTotals) -> BatchTotals {
     BatchTotals {
         batches: a.batches + b.batches,
@@ -773,19 +785,28 @@ fn add_batches(a: BatchTotals, b: BatchTotals) -> BatchTotals {
     }
 }
 
-/// The lease-request and report batches of the measured window (`b0` to `b1`).
-fn print_batches(b0: (BatchTotals, BatchTotals), b1: (BatchTotals, BatchTotals)) {
-    let line = |a: BatchTotals, b: BatchTotals| {
+/// Lease-request and report batches: how many, and what they timed.
+type Batches = ((BatchTotals, BatchTotals), (BatchTimes, BatchTimes));
+
+/// The lease-request and report batches of the measured window (`b0` to `b1`): how many
+/// and how full, each request's wait to be taken into one, and each one's write.
+fn print_batches(b0: &Batches, b1: &Batches) {
+    let line = |a: BatchTotals, b: BatchTotals, ta: &BatchTimes, tb: &BatchTimes| {
         let n = b.batches - a.batches;
+        let (waited, written) = (tb.waited.since(&ta.waited), tb.written.since(&ta.written));
         format!(
-            "{n} of {:.1} requests",
-            (b.requests - a.requests) as f64 / n.max(1) as f64
+            "{n} of {:.1} requests (waited p50 {}, p99 {}; written p50 {}, p99 {})",
+            (b.requests - a.requests) as f64 / n.max(1) as f64,
+            at_most(&waited, 0.5),
+            at_most(&waited, 0.99),
+            at_most(&written, 0.5),
+            at_most(&written, 0.99),
         )
     };
     println!(
-        "batches: leases {}, reports {}",
-        line(b0.0, b1.0),
-        line(b0.1, b1.1)
+        "batches: leases {}; reports {}",
+        line(b0.0.0, b1.0.0, &b0.1.0, &b1.1.0),
+        line(b0.0.1, b1.0.1, &b0.1.1, &b1.1.1)
     );
 }
 

@@ -31,12 +31,23 @@
 //! single write credits it (on PostgreSQL it is inserted credited, and one statement adds
 //! the part's credit to its accounts). The no-double-grant property and the exact-total
 //! drills run through these batches.
+//!
+//! # Where a call's time goes
+//! Each queue times its requests' wait, from queued to taken into a batch, and its
+//! batches' writes, from handed to the store to answered ([`BatchTimes`]; `/metrics`
+//! shows them as `e2fleet_batch_wait_seconds` and `e2fleet_batch_write_seconds`). A
+//! request waits at most for the batch being written when it came, then goes in the
+//! next: when the calls' tail (`e2fleet_call_seconds`) is far above both, the time is
+//! lost outside the batches (a runtime short of CPU, the gate, the body); when the
+//! waits carry it, batches are growing after a slow one.
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::sync::oneshot;
 
+use super::call_times::{Histogram, Times};
 use super::{Fleet, FleetError};
 use crate::store::{StoreError, Tx, WriteLock};
 
@@ -48,12 +59,29 @@ pub(super) const MAX_BATCH: usize = 256;
 /// held in memory without bound.
 pub(super) const MAX_WAITING: usize = crate::store::writer::MAX_QUEUED;
 
-/// Requests waiting for the next batch, with their answers' channels.
+/// Where a queued request's answer goes.
+type Reply<R> = oneshot::Sender<Result<R, FleetError>>;
+
+/// How long a queue's requests waited for a batch and its batches took to write.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BatchTimes {
+    /// Each request, from queued to taken into a batch.
+    pub waited: Histogram,
+    /// Each batch, from handed to the store to answered (its transaction, and the
+    /// writer's queue before it).
+    pub written: Histogram,
+}
+
+/// Requests waiting for the next batch, with their answers' channels and when they came.
 pub(super) struct Queue<T, R> {
     state: Mutex<QueueState<T, R>>,
     /// Batches taken, and requests in them.
     batches: AtomicU64,
     requests: AtomicU64,
+    /// Each request's wait, from queued to taken into a batch.
+    waited: Times,
+    /// Each batch's write, from handed to the store to answered.
+    written: Times,
 }
 
 /// How many batches a queue wrote, and how many requests they carried.
@@ -66,7 +94,7 @@ pub struct BatchTotals {
 }
 
 struct QueueState<T, R> {
-    waiting: Vec<(T, oneshot::Sender<Result<R, FleetError>>)>,
+    waiting: Vec<(T, Reply<R>, Instant)>,
     /// Whether a task is taking batches from this queue.
     draining: bool,
 }
@@ -80,6 +108,8 @@ impl<T, R> Default for Queue<T, R> {
             }),
             batches: AtomicU64::new(0),
             requests: AtomicU64::new(0),
+            waited: Times::default(),
+            written: Times::default(),
         }
     }
 }
@@ -87,7 +117,7 @@ impl<T, R> Default for Queue<T, R> {
 /// A batch taken from a [`Queue`]: the requests, and where each answer goes.
 pub(super) struct Batch<T, R> {
     pub items: Vec<T>,
-    replies: Vec<oneshot::Sender<Result<R, FleetError>>>,
+    replies: Vec<Reply<R>>,
 }
 
 impl<T, R> Batch<T, R> {
@@ -125,7 +155,7 @@ impl<T, R> Queue<T, R> {
         if state.waiting.len() >= MAX_WAITING {
             return Err(FleetError::Store(StoreError::Busy));
         }
-        state.waiting.push((item, tx));
+        state.waiting.push((item, tx, Instant::now()));
         let start = !state.draining;
         state.draining = true;
         Ok((start, rx))
@@ -140,7 +170,15 @@ impl<T, R> Queue<T, R> {
             return None;
         }
         let n = state.waiting.len().min(MAX_BATCH);
-        let (items, replies) = state.waiting.drain(..n).unzip();
+        let now = Instant::now();
+        let (items, replies) = state
+            .waiting
+            .drain(..n)
+            .map(|(item, reply, queued)| {
+                self.waited.record(now.saturating_duration_since(queued));
+                (item, reply)
+            })
+            .unzip();
         self.batches.fetch_add(1, Relaxed);
         self.requests.fetch_add(n as u64, Relaxed);
         Some(Batch { items, replies })
@@ -153,6 +191,14 @@ impl<T, R> Queue<T, R> {
             requests: self.requests.load(Relaxed),
         }
     }
+
+    /// The waits and writes timed so far.
+    pub fn times(&self) -> BatchTimes {
+        BatchTimes {
+            waited: self.waited.histogram(),
+            written: self.written.histogram(),
+        }
+    }
 }
 
 impl<T, R> Queue<T, R> {
@@ -161,7 +207,7 @@ impl<T, R> Queue<T, R> {
     fn abandon(&self) {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         state.draining = false;
-        for (_, reply) in state.waiting.drain(..) {
+        for (_, reply, _) in state.waiting.drain(..) {
             let _ = reply.send(Err(FleetError::Store(StoreError::Writer(
                 "the batch writer failed; retry".into(),
             ))));
@@ -189,7 +235,10 @@ where
     let mut guard = Abandon(queue, false);
     while let Some(mut batch) = queue.take() {
         let items = std::mem::take(&mut batch.items);
-        batch.answer(run(items).await);
+        let handed = Instant::now();
+        let answers = run(items).await;
+        queue.written.record(handed.elapsed());
+        batch.answer(answers);
     }
     guard.1 = true;
 }
@@ -292,6 +341,28 @@ mod tests {
             answer(c).await,
             Err(FleetError::Store(StoreError::Busy))
         ));
+    }
+
+    #[tokio::test]
+    async fn a_queue_times_each_requests_wait_and_each_batchs_write() {
+        let q: Queue<u32, u32> = Queue::default();
+        let (_, a) = q.push(1).unwrap();
+        let (_, b) = q.push(2).unwrap();
+        // the two wait 30 ms, then their batch takes 20 ms to write
+        tokio::time::sleep(std::time::Duration::from_millis(30)).await;
+        drain(&q, |items| async move {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            Ok(items.into_iter().map(Ok).collect())
+        })
+        .await;
+        assert_eq!((answer(a).await.unwrap(), answer(b).await.unwrap()), (1, 2));
+        let t = q.times();
+        assert_eq!((t.waited.count(), t.written.count()), (2, 1));
+        assert!(t.waited.sum_us >= 2 * 30_000, "{t:?}");
+        assert!(t.written.sum_us >= 20_000, "{t:?}");
+        // a wait and a write at least as long as slept, in the buckets above them
+        assert!(t.waited.quantile_at_most(0.0).unwrap() >= std::time::Duration::from_millis(30));
+        assert!(t.written.quantile_at_most(1.0).unwrap() >= std::time::Duration::from_millis(20));
     }
 
     #[tokio::test]

@@ -76,41 +76,49 @@ impl Call {
     }
 }
 
-/// One histogram's counters.
+/// One histogram's counters: times recorded into the buckets of [`BOUNDS_US`] (also
+/// what [`super::batches`] times its queues' waits and writes with).
 #[derive(Default)]
-struct Counters {
+pub struct Times {
     buckets: [AtomicU64; BUCKETS],
     sum_us: AtomicU64,
+}
+
+impl Times {
+    /// Counts one time.
+    pub fn record(&self, took: Duration) {
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        let bucket = BOUNDS_US.partition_point(|&b| b < us);
+        self.buckets[bucket].fetch_add(1, Relaxed);
+        self.sum_us.fetch_add(us, Relaxed);
+    }
+
+    /// The counts so far.
+    pub fn histogram(&self) -> Histogram {
+        Histogram {
+            buckets: self.buckets.iter().map(|b| b.load(Relaxed)).collect(),
+            sum_us: self.sum_us.load(Relaxed),
+        }
+    }
 }
 
 /// The call times of one coordinator (kept by its [`super::Fleet`]).
 #[derive(Default)]
 pub struct CallTimes {
-    calls: [Counters; Call::ALL.len()],
+    calls: [Times; Call::ALL.len()],
 }
 
 impl CallTimes {
     /// Counts one call of `call` that took `took`.
     pub fn record(&self, call: Call, took: Duration) {
-        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
-        let bucket = BOUNDS_US.partition_point(|&b| b < us);
-        let c = &self.calls[call.index()];
-        c.buckets[bucket].fetch_add(1, Relaxed);
-        c.sum_us.fetch_add(us, Relaxed);
+        self.calls[call.index()].record(took);
     }
 
     /// The counts so far, per kind of call in [`Call::ALL`]'s order.
     pub fn snapshot(&self) -> Vec<(Call, Histogram)> {
         Call::ALL
             .iter()
-            .map(|&call| {
-                let c = &self.calls[call.index()];
-                let histogram = Histogram {
-                    buckets: c.buckets.iter().map(|b| b.load(Relaxed)).collect(),
-                    sum_us: c.sum_us.load(Relaxed),
-                };
-                (call, histogram)
-            })
+            .map(|&call| (call, self.calls[call.index()].histogram()))
             .collect()
     }
 }

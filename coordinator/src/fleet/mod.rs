@@ -49,7 +49,7 @@ mod archiving;
 mod audits;
 pub mod auth_limits;
 mod batches;
-pub use batches::BatchTotals;
+pub use batches::{BatchTimes, BatchTotals};
 pub mod call_times;
 mod checks;
 mod heartbeats;
@@ -449,6 +449,12 @@ impl Fleet {
     /// The lease-request and report batches written so far (see `fleet/batches.rs`).
     pub fn batch_totals(&self) -> (BatchTotals, BatchTotals) {
         (self.lease_requests.totals(), self.reports.totals())
+    }
+
+    /// How long lease requests and reports waited for their batches, and how long the
+    /// batches took to write (`fleet/batches.rs`), in that order.
+    pub fn batch_times(&self) -> (BatchTimes, BatchTimes) {
+        (self.lease_requests.times(), self.reports.times())
     }
 
     /// The store's writer totals (see [`crate::store::writer`]).

@@ -11,7 +11,7 @@ use e2fleet_proto::api::status::RateGroup;
 
 use super::errors::http_error;
 use crate::fleet::Fleet;
-use crate::fleet::call_times::{BOUNDS_US, CallTimes};
+use crate::fleet::call_times::{BOUNDS_US, Histogram};
 
 struct Exposition(String);
 
@@ -38,16 +38,16 @@ fn groups(out: &mut Vec<(String, f64)>, key: &str, groups: &[RateGroup]) {
     }
 }
 
-/// `e2fleet_call_seconds`: how long calls took to answer, a histogram per kind of call
-/// ([`crate::fleet::call_times`]).
-fn calls(out: &mut Exposition, times: &CallTimes) {
-    let name = "e2fleet_call_seconds";
-    let _ = write!(
-        out.0,
-        "# HELP {name} Seconds from a call's arrival to its answer, inside the coordinator (gate, body, queue, database), by kind of call.\n# TYPE {name} histogram\n"
-    );
-    for (call, h) in times.snapshot() {
-        let call = call.label();
+/// A histogram metric, one series per `(label value, counts)`.
+fn histogram(
+    out: &mut Exposition,
+    name: &str,
+    help: &str,
+    key: &str,
+    series: &[(&str, Histogram)],
+) {
+    let _ = write!(out.0, "# HELP {name} {help}\n# TYPE {name} histogram\n");
+    for (value, h) in series {
         let mut below = 0;
         for (i, n) in h.buckets.iter().enumerate() {
             below += n;
@@ -56,16 +56,54 @@ fn calls(out: &mut Exposition, times: &CallTimes) {
                 .map_or("+Inf".to_string(), |us| format!("{}", *us as f64 / 1e6));
             let _ = writeln!(
                 out.0,
-                "{name}_bucket{{call=\"{call}\",le=\"{le}\"}} {below}"
+                "{name}_bucket{{{key}=\"{value}\",le=\"{le}\"}} {below}"
             );
         }
         let _ = writeln!(
             out.0,
-            "{name}_sum{{call=\"{call}\"}} {}",
+            "{name}_sum{{{key}=\"{value}\"}} {}",
             h.sum_us as f64 / 1e6
         );
-        let _ = writeln!(out.0, "{name}_count{{call=\"{call}\"}} {below}");
+        let _ = writeln!(out.0, "{name}_count{{{key}=\"{value}\"}} {below}");
     }
+}
+
+/// `e2fleet_call_seconds`: how long calls took to answer, a histogram per kind of call
+/// ([`crate::fleet::call_times`]); `e2fleet_batch_wait_seconds` and
+/// `e2fleet_batch_write_seconds`: where the lease and report calls spent it in their
+/// batches (`fleet/batches.rs`).
+fn calls(out: &mut Exposition, fleet: &Fleet) {
+    let calls: Vec<(&str, Histogram)> = fleet
+        .call_times
+        .snapshot()
+        .into_iter()
+        .map(|(call, h)| (call.label(), h))
+        .collect();
+    histogram(
+        out,
+        "e2fleet_call_seconds",
+        "Seconds from a call's arrival to its answer, inside the coordinator (gate, body, queue, database), by kind of call.",
+        "call",
+        &calls,
+    );
+    let (leases, reports) = fleet.batch_times();
+    histogram(
+        out,
+        "e2fleet_batch_wait_seconds",
+        "Seconds a lease request or report waited to be taken into a batch, by queue.",
+        "queue",
+        &[
+            ("lease", leases.waited.clone()),
+            ("report", reports.waited.clone()),
+        ],
+    );
+    histogram(
+        out,
+        "e2fleet_batch_write_seconds",
+        "Seconds a batch of lease requests or reports took to write (the writer's queue and the transaction), by queue.",
+        "queue",
+        &[("lease", leases.written), ("report", reports.written)],
+    );
 }
 
 /// `GET /metrics`
@@ -153,7 +191,7 @@ pub async fn metrics(State(fleet): State<Arc<Fleet>>) -> Response {
     ] {
         out.metric(name, help, "counter", &[(String::new(), value)]);
     }
-    calls(&mut out, &fleet.call_times);
+    calls(&mut out, &fleet);
     let refused = |reasons: Vec<(&'static str, u64)>| {
         reasons
             .into_iter()

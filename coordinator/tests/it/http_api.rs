@@ -208,6 +208,25 @@ async fn every_endpoint_answers_with_a_running_job() {
         "e2fleet_call_seconds_bucket{{call=\"report\",le=\"+Inf\"}} {}",
         count("report")
     )));
+    // and where they spent it: each request's wait for its batch, each batch's write
+    let series = |name: &str, queue: &str| -> u64 {
+        let line = format!("{name}_count{{queue=\"{queue}\"}} ");
+        body.lines()
+            .find_map(|l| l.strip_prefix(line.as_str()))
+            .unwrap_or_else(|| panic!("missing {line} in\n{body}"))
+            .parse()
+            .unwrap()
+    };
+    for queue in ["lease", "report"] {
+        let waits = series("e2fleet_batch_wait_seconds", queue);
+        let writes = series("e2fleet_batch_write_seconds", queue);
+        assert!(waits >= 2, "{queue}: {waits} waits timed");
+        assert!(
+            (1..=waits).contains(&writes),
+            "{queue}: {writes} writes, {waits} waits"
+        );
+    }
+    assert!(body.contains("# TYPE e2fleet_batch_wait_seconds histogram"));
 
     // the verification matrix (the default suite is there before anyone ran it)
     let (status, body) = get(&c.url, "/api/verification").await;
