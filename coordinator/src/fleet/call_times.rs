@@ -77,7 +77,7 @@ impl Call {
 }
 
 /// One histogram's counters: times recorded into the buckets of [`BOUNDS_US`] (also
-/// what [`super::batches`] times its queues' waits and writes with).
+/// what [`super::BatchTimes`] are counted with: the batch queues' waits and writes).
 #[derive(Default)]
 pub struct Times {
     buckets: [AtomicU64; BUCKETS],
