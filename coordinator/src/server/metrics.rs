@@ -92,10 +92,7 @@ fn calls(out: &mut Exposition, fleet: &Fleet) {
         "e2fleet_batch_wait_seconds",
         "Seconds a lease request or report waited to be taken into a batch, by queue.",
         "queue",
-        &[
-            ("lease", leases.waited.clone()),
-            ("report", reports.waited.clone()),
-        ],
+        &[("lease", leases.waited), ("report", reports.waited)],
     );
     histogram(
         out,
