@@ -194,14 +194,15 @@ async fn every_endpoint_answers_with_a_running_job() {
         assert!(body.contains(&line), "missing {line} in\n{body}");
     }
     // the worker's calls, timed by the gate: a histogram per kind of call
-    let count = |call: &str| -> u64 {
-        let line = format!("e2fleet_call_seconds_count{{call=\"{call}\"}} ");
+    let counted = |name: &str, label: &str| -> u64 {
+        let line = format!("{name}_count{{{label}}} ");
         body.lines()
             .find_map(|l| l.strip_prefix(line.as_str()))
             .unwrap_or_else(|| panic!("missing {line} in\n{body}"))
             .parse()
             .unwrap()
     };
+    let count = |call: &str| counted("e2fleet_call_seconds", &format!("call=\"{call}\""));
     assert!(count("lease") >= 2 && count("report") >= 2 && count("register") == 1);
     assert!(body.contains("# TYPE e2fleet_call_seconds histogram"));
     assert!(body.contains(&format!(
@@ -209,14 +210,7 @@ async fn every_endpoint_answers_with_a_running_job() {
         count("report")
     )));
     // and where they spent it: each request's wait for its batch, each batch's write
-    let series = |name: &str, queue: &str| -> u64 {
-        let line = format!("{name}_count{{queue=\"{queue}\"}} ");
-        body.lines()
-            .find_map(|l| l.strip_prefix(line.as_str()))
-            .unwrap_or_else(|| panic!("missing {line} in\n{body}"))
-            .parse()
-            .unwrap()
-    };
+    let series = |name: &str, queue: &str| counted(name, &format!("queue=\"{queue}\""));
     for queue in ["lease", "report"] {
         let waits = series("e2fleet_batch_wait_seconds", queue);
         let writes = series("e2fleet_batch_write_seconds", queue);
