@@ -350,13 +350,9 @@ async fn run() {
         )
     };
     let batch_times = |fleets: &[Arc<Fleet>]| {
-        let add = |a: BatchTimes, b: BatchTimes| BatchTimes {
-            waited: a.waited.plus(&b.waited),
-            written: a.written.plus(&b.written),
-        };
         fleets.iter().map(|f| f.batch_times()).fold(
             (BatchTimes::default(), BatchTimes::default()),
-            |(a, b), (c, d)| (add(a, c), add(b, d)),
+            |(a, b), (c, d)| (a.plus(&c), b.plus(&d)),
         )
     };
     let b0 = (batches(&fleets), batch_times(&fleets));
@@ -793,7 +789,7 @@ type Batches = ((BatchTotals, BatchTotals), (BatchTimes, BatchTimes));
 fn print_batches(b0: &Batches, b1: &Batches) {
     let line = |a: BatchTotals, b: BatchTotals, ta: &BatchTimes, tb: &BatchTimes| {
         let n = b.batches - a.batches;
-        let (waited, written) = (tb.waited.since(&ta.waited), tb.written.since(&ta.written));
+        let BatchTimes { waited, written } = tb.since(ta);
         format!(
             "{n} of {:.1} requests (waited p50 {}, p99 {}; written p50 {}, p99 {})",
             (b.requests - a.requests) as f64 / n.max(1) as f64,

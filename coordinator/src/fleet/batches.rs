@@ -72,6 +72,24 @@ pub struct BatchTimes {
     pub written: Histogram,
 }
 
+impl BatchTimes {
+    /// Both queues' times together (e.g. of several coordinators).
+    pub fn plus(&self, other: &BatchTimes) -> BatchTimes {
+        BatchTimes {
+            waited: self.waited.plus(&other.waited),
+            written: self.written.plus(&other.written),
+        }
+    }
+
+    /// The times counted since `earlier` (a snapshot of the same queue).
+    pub fn since(&self, earlier: &BatchTimes) -> BatchTimes {
+        BatchTimes {
+            waited: self.waited.since(&earlier.waited),
+            written: self.written.since(&earlier.written),
+        }
+    }
+}
+
 /// Requests waiting for the next batch, with their answers' channels and when they came.
 pub(super) struct Queue<T, R> {
     state: Mutex<QueueState<T, R>>,
