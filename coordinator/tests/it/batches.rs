@@ -108,6 +108,31 @@ async fn thirty_workers_at_once_are_written_in_batches_and_add_up_exactly() {
     c.stop().await;
 }
 
+/// Two jobs worked at once by the same workers: a report batch's part then carries
+/// results, continuations and totals of both (on PostgreSQL one statement writes them
+/// all), and each job adds up exactly, as on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_jobs_in_the_same_batches_each_add_up_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let c = Coordinator::start(&temp_db(&dir), 3).await;
+    let first = c.submit_full(FIVE, "first", 3, 300, 1).await;
+    let second = c.submit_full(FIVE, "second", 3, 300, 1).await;
+    let granted = work_concurrently(workers(&c, 30, Behaviour::Honest, "w").await, 2).await;
+    let mut per_unit: HashMap<i64, usize> = HashMap::new();
+    for u in &granted {
+        *per_unit.entry(*u).or_default() += 1;
+    }
+    assert!(per_unit.values().all(|n| *n == 1), "a unit granted twice");
+    let mut done = 0;
+    for job in [&first, &second] {
+        let doc = c.job(job).await;
+        assert_five_by_five_exact(&doc);
+        done += doc["units"]["done"].as_u64().unwrap() as usize;
+    }
+    assert_eq!(done, per_unit.len(), "every unit granted is done, once");
+    c.stop().await;
+}
+
 /// Results that keep their bodies (solutions, or a board among the job's best) are
 /// accepted in the report batches' parts with the rest, and the job keeps the bodies it
 /// keeps one report at a time: every solution's, then the deepest other boards, up to
