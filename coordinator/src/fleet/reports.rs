@@ -8,7 +8,7 @@ use std::sync::Arc;
 use e2fleet_engine::Unit;
 use e2fleet_engine::unit::{StopReason, result_digest};
 use e2fleet_proto::api::{
-    JobId, JobState, LeaseId, Report, ReportOutcome, ReportStatus, ResultVerdict,
+    JobId, JobState, LeaseId, Report, ReportOutcome, ReportStatus, ResultVerdict, UnitId, WorkerId,
 };
 use tracing::{instrument, warn};
 
@@ -18,9 +18,8 @@ use super::policy::{BEST_BOARDS, quorum_for};
 use super::quorum::decides_alone;
 use super::{Fleet, FleetError, LeasedUnit, finish_if_done};
 use crate::store::{
-    AcceptedPart, JobAccepted, LeaseState, NewResult, NewUnit, ReportView, ResultBody, ResultCore,
-    ResultId, ResultRecord, Standing, Tx, UnitKind, UnitRecord, UnitState, ViewAsk, WorkerRecord,
-    WriteLock,
+    LeaseState, NewResult, NewUnit, ReportView, ResultBody, ResultCore, ResultId, ResultRecord,
+    Standing, Tx, UnitKind, UnitRecord, UnitState, ViewAsk, WorkerRecord, WriteLock,
 };
 
 /// A report verified before its write, with what it was verified against.
@@ -293,6 +292,43 @@ pub(super) struct QueuedReport {
     now: i64,
 }
 
+/// Reports of a batch accepted on their own (each its unit's first valid result, as
+/// [`Fleet::accept_alone`] decides it), written together by [`Fleet::write_accepted`].
+#[derive(Default)]
+struct AcceptedPart {
+    results: Vec<NewResult>,
+    /// For each result (at its index), whether it keeps its body: it carries solutions,
+    /// or it is among its job's best boards as the batch's views counted them (the
+    /// job's surplus is folded after the part, as [`Fleet::accept_alone`] folds it).
+    keep_body: Vec<bool>,
+    /// (unit, lease, whether the lease was active, when)
+    units: Vec<(UnitId, LeaseId, bool, i64)>,
+    jobs: Vec<JobPart>,
+    workers: Vec<(WorkerId, u64)>,
+    /// For each result (at its index), when a volunteer's was reported: it is credited
+    /// to its account as [`Fleet::accept_alone`] credits it (accepted in a part, it is the
+    /// only valid result on its unit, so no result of its account there holds credit).
+    credit_at: Vec<Option<i64>>,
+}
+
+/// What a part adds to one job.
+struct JobPart {
+    id: JobId,
+    /// Nodes by depth and solutions of its accepted results, summed.
+    nodes: Vec<u64>,
+    solutions: u64,
+    /// Continuations of results stopped at their budget.
+    continuations: Vec<NewUnit>,
+    /// The latest report's time.
+    now: i64,
+}
+
+impl AcceptedPart {
+    fn has_unit(&self, id: UnitId) -> bool {
+        self.units.iter().any(|u| u.0 == id)
+    }
+}
+
 impl Fleet {
     /// A batch of reports (see [`super::batches`]): each decided by the same rules as
     /// [`Fleet::report_tx`]. The views of the batch's reports are read in one statement;
@@ -458,7 +494,7 @@ impl Fleet {
         let at = match part.jobs.iter().position(|j| j.id == job.id) {
             Some(at) => at,
             None => {
-                part.jobs.push(JobAccepted {
+                part.jobs.push(JobPart {
                     id: job.id,
                     nodes: Vec::new(),
                     solutions: 0,
@@ -502,15 +538,21 @@ impl Fleet {
         }
     }
 
-    /// Writes what [`Fleet::accept_alone`] writes for each report of `part`
-    /// ([`crate::store::Batches::record_accepted`]: one statement on PostgreSQL); then
-    /// folds the surplus best boards of a job that kept one, and a job with no
-    /// continuation made may be complete.
+    /// Writes what [`Fleet::accept_alone`] writes for each report of `part`, each kind
+    /// of change in one statement; then a job with no continuation made may be complete.
     fn write_accepted(&self, tx: &mut dyn Tx, part: AcceptedPart) -> Result<(), FleetError> {
         if part.results.is_empty() {
             return Ok(());
         }
-        tx.record_accepted(&part)?;
+        let leases: Vec<LeaseId> = part.units.iter().map(|u| u.1).collect();
+        tx.set_leases_state(&leases, LeaseState::Reported)?;
+        tx.insert_decided_results(&part.results, &part.keep_body, &part.credit_at)?;
+        tx.units_decided_by_leases(&part.units)?;
+        for job in &part.jobs {
+            tx.add_accepted(job.id, &job.nodes, job.solutions)?;
+            tx.insert_units(job.id, &job.continuations, job.now)?;
+        }
+        tx.workers_units_done(&part.workers)?;
         let mut kept_in: Vec<JobId> = Vec::new();
         for (r, _) in part
             .results

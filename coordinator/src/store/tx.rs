@@ -544,15 +544,6 @@ pub trait Batches {
     fn set_leases_state(&mut self, ids: &[LeaseId], state: LeaseState) -> StoreResult<()>;
     /// Adds `n` to each worker's units done; the workers are distinct.
     fn workers_units_done(&mut self, done: &[(WorkerId, u64)]) -> StoreResult<()>;
-    /// Writes a part of a report batch, each result accepted on its own: its lease
-    /// reported ([`Batches::set_leases_state`]), the result inserted decided and credited
-    /// ([`Batches::insert_decided_results`]), its unit decided by it
-    /// ([`Batches::units_decided_by_leases`]), each job's accepted totals added
-    /// ([`Jobs::add_accepted`]) and its continuations inserted ([`Units::insert_units`]),
-    /// and each worker's units done counted ([`Batches::workers_units_done`]). On
-    /// PostgreSQL all of that is one statement, with one more for kept bodies and one for
-    /// volunteers' credit when the part has any.
-    fn record_accepted(&mut self, part: &AcceptedPart) -> StoreResult<()>;
     /// [`Leases::lease_view`] for each `(worker, account)`, in order.
     fn lease_views(
         &mut self,

@@ -337,51 +337,6 @@ pub struct NewResult {
     pub core: ResultCore,
 }
 
-/// Reports of a batch accepted on their own (each its unit's first valid result, as the
-/// fleet's quorum rules accept it alone), written together by
-/// [`crate::store::Batches::record_accepted`].
-#[derive(Default)]
-pub struct AcceptedPart {
-    /// The results, accepted.
-    pub results: Vec<NewResult>,
-    /// For each result (at its index), whether it keeps its body: it carries solutions,
-    /// or it is among its job's best boards as the batch's views counted them (the
-    /// job's surplus is folded after the part).
-    pub keep_body: Vec<bool>,
-    /// For each result (at its index), the unit it decides: (unit, lease, whether the
-    /// lease was active, when). The units are distinct.
-    pub units: Vec<(UnitId, LeaseId, bool, i64)>,
-    /// What the part adds to each of its jobs (distinct).
-    pub jobs: Vec<JobAccepted>,
-    /// Units done by each worker (distinct).
-    pub workers: Vec<(WorkerId, u64)>,
-    /// For each result (at its index), when a volunteer's was reported: it is credited
-    /// to its account for that day (accepted in a part, it is the only valid result on
-    /// its unit, so no result of its account there holds credit).
-    pub credit_at: Vec<Option<i64>>,
-}
-
-impl AcceptedPart {
-    /// Whether a result of the part decides unit `id`.
-    pub fn has_unit(&self, id: UnitId) -> bool {
-        self.units.iter().any(|u| u.0 == id)
-    }
-}
-
-/// What an [`AcceptedPart`] adds to one job.
-pub struct JobAccepted {
-    /// The job.
-    pub id: JobId,
-    /// Nodes by depth of its accepted results, summed.
-    pub nodes: Vec<u64>,
-    /// Solutions of its accepted results, summed.
-    pub solutions: u64,
-    /// Continuations of results stopped at their budget.
-    pub continuations: Vec<NewUnit>,
-    /// The latest report's time (the continuations' creation time).
-    pub now: i64,
-}
-
 /// The part of a result kept after its unit is decided (bounded storage): per-depth
 /// counts and a budget stop's cursor, encoded for storage before the write. With the
 /// record's columns (digest, committed, solutions, deepest depth, who, when) it is what

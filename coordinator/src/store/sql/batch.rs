@@ -22,10 +22,9 @@ use e2fleet_proto::api::{AccountId, LeaseId, UnitId, WorkerId};
 use super::codec::{encode_budget, encode_path};
 use super::units::U_COLUMNS;
 use super::{ConnExt, SqlTx, Value, args, width};
-use crate::store::tx::{Batches, Jobs, Leases, Results, StoreResult, Units, ViewAsk, Workers};
+use crate::store::tx::{Batches, Leases, Results, StoreResult, Units, ViewAsk, Workers};
 use crate::store::{
-    AcceptedPart, LeaseRecord, LeaseState, LeaseView, NewResult, OpenUnit, ReportView, Seen,
-    StoreError,
+    LeaseRecord, LeaseState, LeaseView, NewResult, OpenUnit, ReportView, Seen, StoreError,
 };
 
 /// Most rows one statement carries (its parameter stays a few hundred kilobytes).
@@ -33,10 +32,7 @@ pub(super) const MAX_ROWS: usize = 1_024;
 
 /// Rows as one statement parameter: a JSON array of objects with the given keys (see
 /// the module docs). Reals that are not finite are stored as NULL.
-pub(super) fn json_rows<const N: usize>(
-    keys: [&str; N],
-    rows: impl IntoIterator<Item = [Value; N]>,
-) -> Value {
+fn json_rows<const N: usize>(keys: [&str; N], rows: impl IntoIterator<Item = [Value; N]>) -> Value {
     let mut out = String::from("[");
     for (i, row) in rows.into_iter().enumerate() {
         out.push_str(if i == 0 { "{" } else { ",{" });
@@ -71,15 +67,10 @@ pub(super) fn json_rows<const N: usize>(
 }
 
 /// `jsonb_to_recordset(?{param}::jsonb) AS v(...)` over `columns` (name and type).
-pub(super) fn recordset(param: usize, columns: &[(&str, &str)]) -> String {
-    recordset_as(param, "v", columns)
-}
-
-/// [`recordset`] under another name than `v`.
-pub(super) fn recordset_as(param: usize, name: &str, columns: &[(&str, &str)]) -> String {
+fn recordset(param: usize, columns: &[(&str, &str)]) -> String {
     let typed: Vec<String> = columns.iter().map(|(n, t)| format!("{n} {t}")).collect();
     format!(
-        "jsonb_to_recordset(?{param}::jsonb) AS {name}({})",
+        "jsonb_to_recordset(?{param}::jsonb) AS v({})",
         typed.join(", ")
     )
 }
@@ -107,52 +98,6 @@ const RESULT_ROW: [(&str, &str); 20] = [
     ("stop", "text"),
     ("body_kept", "bigint"),
 ];
-
-/// The columns of a result row ([`RESULT_ROW`], then its day of credit), then `extra`.
-pub(super) fn result_columns(
-    extra: &[(&'static str, &'static str)],
-) -> Vec<(&'static str, &'static str)> {
-    let mut columns = RESULT_ROW.to_vec();
-    columns.push(("credited_day", "bigint"));
-    columns.extend_from_slice(extra);
-    columns
-}
-
-/// What a result's row inserts, for each of [`super::results::INSERTED`] and its day of
-/// credit: the row's columns as read by [`recordset`], bytes decoded.
-pub(super) fn result_values(columns: &[(&str, &str)]) -> String {
-    let inserted = RESULT_ROW.len() + 1;
-    let values: Vec<String> = columns[..inserted]
-        .iter()
-        .map(|(name, _)| match *name {
-            "counts" | "stop" => format!("decode(v.{name}, 'hex')"),
-            _ => format!("v.{name}"),
-        })
-        .collect();
-    values.join(", ")
-}
-
-/// The keys of `columns`, for [`json_rows`].
-pub(super) fn column_keys<const N: usize>(columns: &[(&'static str, &str)]) -> [&'static str; N] {
-    std::array::from_fn(|i| columns[i].0)
-}
-
-/// A result's row of [`result_columns`]: its values, its day of credit (when it is
-/// credited at `credit_at`), then `extra`.
-pub(super) fn result_row<const N: usize, const E: usize>(
-    r: &NewResult,
-    keep_body: bool,
-    credit_at: Option<i64>,
-    extra: [Value; E],
-) -> [Value; N] {
-    let mut values = super::results::inserted(r, keep_body);
-    values.push(credit_at.map_or(Value::Null(super::Kind::Int), |t| {
-        Value::Int(t.div_euclid(crate::store::DAY_MS))
-    }));
-    values.extend(extra);
-    let mut values = values.into_iter();
-    std::array::from_fn(|_| values.next().expect("a value for every column"))
-}
 
 impl SqlTx<'_> {
     /// [`Units::insert_units`] on PostgreSQL, as one statement.
@@ -197,81 +142,6 @@ impl SqlTx<'_> {
             &sql,
             &[rows, Value::Text(job.to_string()), Value::Int(now_ms)],
         )
-    }
-
-    /// What [`Batches::insert_decided_results`] writes after the results (once they are
-    /// in the store): the kept bodies, and volunteers' credit by account and day.
-    pub(super) fn bodies_and_credit(
-        &mut self,
-        results: &[NewResult],
-        keep_body: &[bool],
-        credit_at: &[Option<i64>],
-    ) -> StoreResult<()> {
-        let at = |i: usize| credit_at.get(i).copied().flatten();
-        let keep = |i: usize| keep_body.get(i).copied().unwrap_or(false);
-        let day = |now_ms: i64| now_ms.div_euclid(crate::store::DAY_MS);
-        // the kept bodies (a job's best boards: a few in a batch, if any)
-        for (i, r) in results.iter().enumerate() {
-            if keep(i) {
-                self.insert_body(r)?;
-            }
-        }
-        // their accounts' totals and day lines, summed per account and day here
-        let mut lines: Vec<(&str, i64, i64, i64)> = Vec::new();
-        for (i, r) in results.iter().enumerate() {
-            let (Some(now_ms), account) = (at(i), r.record.account_id.as_str()) else {
-                continue;
-            };
-            let nodes = r.record.committed as i64;
-            match lines
-                .iter_mut()
-                .find(|l| l.0 == account && l.1 == day(now_ms))
-            {
-                Some(line) => {
-                    line.2 += nodes;
-                    line.3 += 1;
-                }
-                None => lines.push((account, day(now_ms), nodes, 1)),
-            }
-        }
-        if lines.is_empty() {
-            return Ok(());
-        }
-        let sql = format!(
-            "WITH lines AS MATERIALIZED (SELECT * FROM {}), \
-             totals AS ( \
-               UPDATE accounts a SET credit_nodes = a.credit_nodes + t.nodes, \
-                 credit_results = a.credit_results + t.results \
-               FROM (SELECT account, SUM(nodes)::bigint AS nodes, SUM(results)::bigint AS results \
-                     FROM lines GROUP BY account) t \
-               WHERE a.id = t.account) \
-             INSERT INTO account_days (account_id, day, nodes, results) \
-             SELECT account, day, nodes, results FROM lines \
-             ON CONFLICT (account_id, day) DO UPDATE SET \
-               nodes = account_days.nodes + excluded.nodes, \
-               results = account_days.results + excluded.results",
-            recordset(
-                1,
-                &[
-                    ("account", "text"),
-                    ("day", "bigint"),
-                    ("nodes", "bigint"),
-                    ("results", "bigint")
-                ]
-            )
-        );
-        let rows = json_rows(
-            ["account", "day", "nodes", "results"],
-            lines.iter().map(|(account, day, nodes, results)| {
-                [
-                    Value::Text((*account).to_string()),
-                    Value::Int(*day),
-                    Value::Int(*nodes),
-                    Value::Int(*results),
-                ]
-            }),
-        );
-        self.c.execute_deferred(&sql, &[rows])
     }
 }
 
@@ -349,23 +219,101 @@ impl Batches for SqlTx<'_> {
             }
             return Ok(());
         }
-        let columns = result_columns(&[]);
+        let mut columns = RESULT_ROW.to_vec();
+        columns.push(("credited_day", "bigint"));
+        let values: Vec<String> = columns
+            .iter()
+            .map(|(name, ty)| match *ty {
+                "text" if matches!(*name, "counts" | "stop") => format!("decode(v.{name}, 'hex')"),
+                _ => format!("v.{name}"),
+            })
+            .collect();
         let sql = format!(
             "INSERT INTO results ({}, credited_day) SELECT {} FROM {}",
             super::results::INSERTED,
-            result_values(&columns),
+            values.join(", "),
             recordset(1, &columns)
         );
+        let day = |now_ms: i64| now_ms.div_euclid(crate::store::DAY_MS);
+        let mut keys: [&str; 21] = [""; 21];
+        for (k, (name, _)) in keys.iter_mut().zip(&columns) {
+            *k = name;
+        }
         let rows = json_rows(
-            column_keys::<21>(&columns),
-            results
-                .iter()
-                .enumerate()
-                .map(|(i, r)| result_row(r, keep(i), at(i), [])),
+            keys,
+            results.iter().enumerate().map(|(i, r)| {
+                let v = super::results::inserted(r, keep(i));
+                std::array::from_fn(|c| match v.get(c) {
+                    Some(value) => value.clone(),
+                    None => at(i).map_or(Value::Null(super::Kind::Int), |t| Value::Int(day(t))),
+                })
+            }),
         );
         self.c.execute_deferred(&sql, &[rows])?;
-        self.bodies_and_credit(results, keep_body, credit_at)
+        // the kept bodies (a job's best boards: a few in a batch, if any)
+        for (i, r) in results.iter().enumerate() {
+            if keep(i) {
+                self.insert_body(r)?;
+            }
+        }
+        // their accounts' totals and day lines, summed per account and day here
+        let mut lines: Vec<(&str, i64, i64, i64)> = Vec::new();
+        for (i, r) in results.iter().enumerate() {
+            let (Some(now_ms), account) = (at(i), r.record.account_id.as_str()) else {
+                continue;
+            };
+            let nodes = r.record.committed as i64;
+            match lines
+                .iter_mut()
+                .find(|l| l.0 == account && l.1 == day(now_ms))
+            {
+                Some(line) => {
+                    line.2 += nodes;
+                    line.3 += 1;
+                }
+                None => lines.push((account, day(now_ms), nodes, 1)),
+            }
+        }
+        if lines.is_empty() {
+            return Ok(());
+        }
+        let sql = format!(
+            "WITH lines AS MATERIALIZED (SELECT * FROM {}), \
+             totals AS ( \
+               UPDATE accounts a SET credit_nodes = a.credit_nodes + t.nodes, \
+                 credit_results = a.credit_results + t.results \
+               FROM (SELECT account, SUM(nodes)::bigint AS nodes, SUM(results)::bigint AS results \
+                     FROM lines GROUP BY account) t \
+               WHERE a.id = t.account) \
+             INSERT INTO account_days (account_id, day, nodes, results) \
+             SELECT account, day, nodes, results FROM lines \
+             ON CONFLICT (account_id, day) DO UPDATE SET \
+               nodes = account_days.nodes + excluded.nodes, \
+               results = account_days.results + excluded.results",
+            recordset(
+                1,
+                &[
+                    ("account", "text"),
+                    ("day", "bigint"),
+                    ("nodes", "bigint"),
+                    ("results", "bigint")
+                ]
+            )
+        );
+        let rows = json_rows(
+            ["account", "day", "nodes", "results"],
+            lines.iter().map(|(account, day, nodes, results)| {
+                [
+                    Value::Text((*account).to_string()),
+                    Value::Int(*day),
+                    Value::Int(*nodes),
+                    Value::Int(*results),
+                ]
+            }),
+        );
+        self.c.execute_deferred(&sql, &[rows])
     }
+
     fn units_decided_by_leases(
         &mut self,
         decided: &[(UnitId, LeaseId, bool, i64)],
@@ -440,21 +388,6 @@ impl Batches for SqlTx<'_> {
                 .map(|(id, n)| [Value::Text(id.to_string()), Value::Int(*n as i64)]),
         );
         self.c.execute_deferred(&sql, &[rows])
-    }
-
-    fn record_accepted(&mut self, part: &AcceptedPart) -> StoreResult<()> {
-        if self.c.is_postgres() && super::accepted::fits_one_statement(part) {
-            return self.record_accepted_at_once(part);
-        }
-        let leases: Vec<LeaseId> = part.units.iter().map(|u| u.1).collect();
-        self.set_leases_state(&leases, LeaseState::Reported)?;
-        self.insert_decided_results(&part.results, &part.keep_body, &part.credit_at)?;
-        self.units_decided_by_leases(&part.units)?;
-        for job in &part.jobs {
-            self.add_accepted(job.id, &job.nodes, job.solutions)?;
-            self.insert_units(job.id, &job.continuations, job.now)?;
-        }
-        self.workers_units_done(&part.workers)
     }
 
     fn lease_views(

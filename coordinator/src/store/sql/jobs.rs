@@ -63,27 +63,6 @@ impl SqlTx<'_> {
         solutions: i64,
         change: impl FnOnce(&mut Vec<u64>),
     ) -> StoreResult<()> {
-        let text = self.changed_counts(id, column, change)?;
-        self.c.execute_deferred(
-            &format!(
-                "UPDATE jobs SET {column} = ?, accepted_solutions = accepted_solutions + ? WHERE id = ?"
-            ),
-            args![text.clone(), solutions, id.to_string()],
-        )?;
-        if column == "accepted_json" {
-            self.accepted = Some((id, text));
-        }
-        Ok(())
-    }
-
-    /// A job's counts in `column` (encoded) after `change`, read from the copy of its
-    /// accepted totals this transaction keeps when it has it, else from the store.
-    pub(super) fn changed_counts(
-        &mut self,
-        id: JobId,
-        column: &'static str,
-        change: impl FnOnce(&mut Vec<u64>),
-    ) -> StoreResult<String> {
         let known = match &self.accepted {
             Some((job, text)) if column == "accepted_json" && *job == id => Some(text.clone()),
             _ => None,
@@ -97,7 +76,17 @@ impl SqlTx<'_> {
         };
         let mut counts = decode_counts(&text, column)?;
         change(&mut counts);
-        Ok(encode_counts(&counts))
+        let text = encode_counts(&counts);
+        self.c.execute_deferred(
+            &format!(
+                "UPDATE jobs SET {column} = ?, accepted_solutions = accepted_solutions + ? WHERE id = ?"
+            ),
+            args![text.clone(), solutions, id.to_string()],
+        )?;
+        if column == "accepted_json" {
+            self.accepted = Some((id, text));
+        }
+        Ok(())
     }
 }
 

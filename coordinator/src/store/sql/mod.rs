@@ -14,7 +14,6 @@
 //! The schemas differ only in their types (`migrations/sqlite`, `migrations/postgres`):
 //! what the code stores as bytes is a `BLOB` / `BYTEA`, text is `TEXT`.
 
-mod accepted;
 mod accounts;
 mod archive;
 mod batch;
