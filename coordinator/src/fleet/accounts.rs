@@ -230,10 +230,7 @@ impl Fleet {
     }
 
     fn forget_tokens_of(&self, account: &AccountId) {
-        self.tokens
-            .lock()
-            .expect("token cache")
-            .retain(|_, (w, _)| w.account_id != *account);
+        self.tokens.retain(|w| w.account_id != *account);
     }
 
     /// Sets aside every result of `account` no other party confirmed: pending and

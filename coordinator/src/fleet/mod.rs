@@ -42,7 +42,7 @@ use std::time::Duration;
 use e2fleet_engine::{SearchSpec, Unit};
 use e2fleet_proto::api::{JobId, LeaseId, SelfTest};
 
-use crate::store::{JobSource, Store, StoreError, WorkerRecord};
+use crate::store::{JobSource, Store, StoreError};
 
 mod accounts;
 mod archiving;
@@ -62,13 +62,15 @@ mod reports;
 mod sharing;
 pub mod studies;
 mod submission;
+mod token_cache;
 mod tokens;
 pub mod verification;
 
 pub use e2fleet_proto::REPORT_MAX_SOLUTIONS;
 pub use heartbeats::BeatAnswer;
-pub use registration::{MAX_LABEL_BYTES, TOKEN_CACHE_TTL, check_label};
+pub use registration::{MAX_LABEL_BYTES, check_label};
 pub use submission::{choose_split_depth, self_tests};
+pub use token_cache::{TOKEN_CACHE_TTL, TOKEN_REFRESH_EVERY, TokenRefresh};
 pub use tokens::random_token;
 pub use verification::FLAGS_TTL;
 
@@ -255,10 +257,9 @@ pub struct Fleet {
     pub(crate) config: FleetConfig,
     pub(crate) clock: Clock,
     contexts: Mutex<HashMap<JobId, Arc<JobCtx>>>,
-    /// Token hash -> (worker, when cached), for authentication without a query per call
-    /// ([`TOKEN_CACHE_TTL`]). Only identity fields are used from it;
-    /// quarantine is always read from the store.
-    tokens: Mutex<HashMap<String, (WorkerRecord, std::time::Instant)>>,
+    /// Workers by their tokens' hashes, for authentication without a query per call
+    /// (`token_cache.rs`).
+    tokens: token_cache::TokenCache,
     /// Which classes and identities get no real work, and when computed; `None` =
     /// recompute ([`verification::FLAGS_TTL`]).
     flagged: Mutex<Option<(verification::Flags, std::time::Instant)>>,
@@ -329,7 +330,7 @@ impl Fleet {
             config,
             clock,
             contexts: Mutex::new(HashMap::new()),
-            tokens: Mutex::new(HashMap::new()),
+            tokens: token_cache::TokenCache::default(),
             flagged: Mutex::new(None),
             last_expiry_ms: AtomicI64::new(i64::MIN / 2),
             last_yield_ms: AtomicI64::new(i64::MIN / 2),

@@ -5,6 +5,8 @@
 //! A worker *is* its server-assigned id and its secret. Its host name, CPU and fingerprint
 //! are labels: shown, grouped by, never trusted.
 
+use std::collections::HashMap;
+
 use tracing::info;
 
 use e2fleet_proto::api::{AccountId, AccountKind, HostInfo, WorkerId};
@@ -15,14 +17,6 @@ use crate::store::{AccountRecord, WorkerRecord};
 
 /// A day, ms.
 const DAY_MS: i64 = 86_400_000;
-
-/// Most worker tokens kept in memory.
-pub const TOKEN_CACHE_MAX: usize = 200_000;
-
-/// How long a cached token is believed without a database read. Several coordinators
-/// may share one database (PostgreSQL): a token another coordinator replaced (a worker
-/// registering again) or whose account it revoked stops working here within this.
-pub const TOKEN_CACHE_TTL: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Longest label (host name, CPU model, versions, ...) a worker may send, in bytes.
 pub const MAX_LABEL_BYTES: usize = 256;
@@ -116,26 +110,60 @@ impl Fleet {
         Ok(account)
     }
 
-    /// Remembers a token's worker (the cache is emptied when it passes
-    /// [`TOKEN_CACHE_MAX`] entries: it refills from the database as workers call).
-    fn cache_token(&self, hash: String, worker: WorkerRecord) {
-        let mut tokens = self.tokens.lock().expect("token cache");
-        if tokens.len() >= TOKEN_CACHE_MAX {
-            tokens.clear();
-        }
-        tokens.insert(hash, (worker, std::time::Instant::now()));
-    }
-
-    /// A cached token's worker, if cached within [`TOKEN_CACHE_TTL`].
-    fn token_hit(&self, hash: &str) -> Option<WorkerRecord> {
-        let tokens = self.tokens.lock().expect("token cache");
-        let (worker, at) = tokens.get(hash)?;
-        (at.elapsed() < TOKEN_CACHE_TTL).then(|| worker.clone())
-    }
-
     /// The worker a token belongs to when it is in the in-memory cache (no database read).
     pub fn cached_worker(&self, token: Option<&str>) -> Option<WorkerRecord> {
-        self.token_hit(&sha256_hex(token?.as_bytes()))
+        self.tokens
+            .get(&sha256_hex(token?.as_bytes()), std::time::Instant::now())
+    }
+
+    /// Reads again, in one read transaction, the tokens in use whose cached entries are
+    /// due at `now` (see `token_cache.rs`): a token still good is believed for another
+    /// [`super::TOKEN_CACHE_TTL`] from the read, one replaced or of a revoked account is
+    /// dropped (its next call is refused), and entries run out unused are dropped. The
+    /// server runs it every [`super::TOKEN_REFRESH_EVERY`].
+    pub async fn refresh_tokens(
+        &self,
+        now: std::time::Instant,
+    ) -> Result<super::TokenRefresh, FleetError> {
+        let (due, expired) = self.tokens.due(now);
+        if due.is_empty() {
+            return Ok(super::TokenRefresh {
+                expired,
+                ..Default::default()
+            });
+        }
+        let read_at = std::time::Instant::now().min(now);
+        let found = self
+            .store
+            .read(move |tx| {
+                let mut live: HashMap<AccountId, bool> = HashMap::new();
+                let mut found = Vec::with_capacity(due.len());
+                for hash in due {
+                    let worker = match tx.worker_by_token_hash(&hash)? {
+                        Some(w) => {
+                            let good = match live.get(&w.account_id) {
+                                Some(good) => *good,
+                                None => {
+                                    let good = tx
+                                        .account(&w.account_id)?
+                                        .is_some_and(|a| a.revoked_ms.is_none());
+                                    live.insert(w.account_id.clone(), good);
+                                    good
+                                }
+                            };
+                            good.then_some(w)
+                        }
+                        None => None,
+                    };
+                    found.push((hash, worker));
+                }
+                Ok::<_, FleetError>(found)
+            })
+            .await?;
+        Ok(super::TokenRefresh {
+            expired,
+            ..self.tokens.refreshed(found, read_at)
+        })
     }
 
     /// The worker a bearer token belongs to.
@@ -143,10 +171,11 @@ impl Fleet {
         let token =
             token.ok_or_else(|| FleetError::Unauthenticated("missing worker token".into()))?;
         let hash = sha256_hex(token.as_bytes());
-        if let Some(w) = self.token_hit(&hash) {
+        if let Some(w) = self.tokens.get(&hash, std::time::Instant::now()) {
             return Ok(w);
         }
         let lookup = hash.clone();
+        let read_at = std::time::Instant::now();
         let (worker, account) = self
             .store
             .read(move |tx| {
@@ -166,7 +195,7 @@ impl Fleet {
                 worker.account_id
             )));
         }
-        self.cache_token(hash, worker.clone());
+        self.tokens.insert(hash, worker.clone(), read_at);
         Ok(worker)
     }
 
@@ -240,6 +269,7 @@ impl Fleet {
             leases_held: 0,
         };
         let fresh = previous.is_none().then(|| record.clone());
+        let written_at = std::time::Instant::now();
         let (id, hostname) = self
             .store
             .write(move |tx| {
@@ -267,13 +297,12 @@ impl Fleet {
             .await?;
         match fresh {
             // a new identity: known at once, so its first call needs no database read
-            Some(record) if record.id == id => self.cache_token(record.token_hash.clone(), record),
+            Some(record) if record.id == id => {
+                self.tokens
+                    .insert(record.token_hash.clone(), record, written_at)
+            }
             // a re-registration replaces the worker's token: forget the old one
-            _ => self
-                .tokens
-                .lock()
-                .expect("token cache")
-                .retain(|_, (w, _)| w.id != id),
+            _ => self.tokens.retain(|w| w.id != id),
         }
         info!(worker_id = %id, account = %account.id, %hostname, "worker registered");
         Ok((id, token))

@@ -184,10 +184,24 @@ pub async fn serve_with_limits(
             }
         }
     });
+    let tokens_fleet = fleet.clone();
+    let tokens = tokio::spawn(async move {
+        // the workers' tokens in use are read again before they run out, so no call
+        // waits for its own (`fleet/token_cache.rs`)
+        let mut tick = tokio::time::interval(crate::fleet::TOKEN_REFRESH_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if let Err(e) = tokens_fleet.refresh_tokens(std::time::Instant::now()).await {
+                warn!(error = %e, "reading the workers' tokens again failed");
+            }
+        }
+    });
     let refusals = fleet.refusals.clone();
     let result = listener::serve(listener, router(fleet), shutdown, tls, limits, refusals).await;
     expiry.abort();
     archiver.abort();
     studies.abort();
+    tokens.abort();
     result
 }

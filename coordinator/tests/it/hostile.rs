@@ -541,3 +541,44 @@ async fn a_dispute_names_the_parties_it_waits_on() {
     assert_eq!(doc["nodes_total"], 4_470);
     c.stop().await;
 }
+
+/// A token replaced behind this coordinator's back (another coordinator on the same
+/// database registered its worker again, or revoked its account) is believed only until
+/// the next pass that reads the tokens in use again: that pass drops it, and its next
+/// call is refused. A good token in use stays believed, its call reading nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_in_use_are_read_again_and_a_replaced_one_is_refused() {
+    use e2fleet_coordinator::fleet::TOKEN_CACHE_TTL;
+    use e2fleet_coordinator::store::testing::{database_for, scalar};
+
+    let dir = tempfile::tempdir().unwrap();
+    let path = temp_db(&dir);
+    let c = Coordinator::start(&path, 3).await;
+    let good = SimWorker::register(&c.url, "good", Behaviour::Honest).await;
+    let replaced = SimWorker::register(&c.url, "replaced", Behaviour::Honest).await;
+    for w in [&good, &replaced] {
+        // known from its registration, then used
+        c.fleet.worker_by_token(Some(&w.token)).await.unwrap();
+    }
+    let db = database_for(&path).await;
+    let sql = format!(
+        "UPDATE workers SET token_hash = 'replaced elsewhere' WHERE id = '{}' RETURNING CAST(1 AS BIGINT)",
+        replaced.id
+    );
+    assert_eq!(scalar(&db, &sql).await, 1);
+    assert!(
+        c.fleet.cached_worker(Some(&replaced.token)).is_some(),
+        "believed within its life, without a read"
+    );
+    let due = std::time::Instant::now() + TOKEN_CACHE_TTL.mul_f64(0.9);
+    c.fleet.refresh_tokens(due).await.unwrap();
+    assert!(c.fleet.cached_worker(Some(&replaced.token)).is_none());
+    let refused = c.fleet.worker_by_token(Some(&replaced.token)).await;
+    assert!(refused.is_err(), "a replaced token still works");
+    let kept = c
+        .fleet
+        .cached_worker(Some(&good.token))
+        .expect("a good token kept");
+    assert_eq!(kept.id.to_string(), good.id);
+    c.stop().await;
+}
