@@ -33,7 +33,7 @@ use e2fleet_proto::MAX_MESSAGE_BYTES;
 use e2fleet_proto::v2::operator_service_server::OperatorServiceServer;
 use e2fleet_proto::v2::worker_service_server::WorkerServiceServer;
 use tokio::net::TcpListener;
-use tracing::warn;
+use tracing::{info, warn};
 
 use crate::fleet::Fleet;
 use grpc::{OperatorApi, WorkerApi};
@@ -192,8 +192,15 @@ pub async fn serve_with_limits(
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            if let Err(e) = tokens_fleet.refresh_tokens(std::time::Instant::now()).await {
-                warn!(error = %e, "reading the workers' tokens again failed");
+            match tokens_fleet.refresh_tokens(std::time::Instant::now()).await {
+                Ok(pass) if pass.dropped > 0 => {
+                    info!(
+                        dropped = pass.dropped,
+                        "workers' tokens no longer good (replaced or revoked elsewhere): dropped"
+                    );
+                }
+                Ok(_) => {}
+                Err(e) => warn!(error = %e, "reading the workers' tokens again failed"),
             }
         }
     });
