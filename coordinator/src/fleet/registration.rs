@@ -249,25 +249,14 @@ impl Fleet {
         let token = random_token();
         let now = self.now();
         let class_id = super::verification::class_id(&host);
-        let record = WorkerRecord {
-            id: WorkerId::random(),
-            account_id: account.id.clone(),
-            token_hash: sha256_hex(token.as_bytes()),
-            engine_build: host.engine_release.clone(),
+        let record = WorkerRecord::registered(
+            WorkerId::random(),
+            account.id.clone(),
+            sha256_hex(token.as_bytes()),
             host,
             class_id,
-            registered_ms: now,
-            last_seen_ms: now,
-            per_core_rate: 0.0,
-            threads: 0,
-            units_done: 0,
-            errors: 0,
-            quarantined: false,
-            paused: String::new(),
-            network_wait: 0.0,
-            round_trip_ms: 0.0,
-            leases_held: 0,
-        };
+            now,
+        );
         let fresh = previous.is_none().then(|| record.clone());
         let written_at = std::time::Instant::now();
         let (id, hostname) = self

@@ -174,36 +174,23 @@ mod tests {
     use super::*;
 
     fn worker(n: u8) -> WorkerRecord {
-        WorkerRecord {
-            id: e2fleet_proto::api::WorkerId::random(),
-            account_id: e2fleet_proto::api::AccountId::operator(),
-            token_hash: String::new(),
-            host: e2fleet_proto::api::HostInfo {
-                hostname: format!("host-{n}"),
-                cpu_model: String::new(),
-                cores: 1,
-                arch: String::new(),
-                os: String::new(),
-                rustc_version: String::new(),
-                worker_version: String::new(),
-                target_features: String::new(),
-                engine_kind: e2fleet_engine::engine::EngineKind::Reference,
-                engine_release: String::new(),
-            },
-            engine_build: String::new(),
-            class_id: String::new(),
-            registered_ms: 0,
-            last_seen_ms: 0,
-            per_core_rate: 0.0,
-            threads: 0,
-            units_done: 0,
-            errors: 0,
-            quarantined: false,
-            paused: String::new(),
-            network_wait: 0.0,
-            round_trip_ms: 0.0,
-            leases_held: 0,
-        }
+        let host = e2fleet_proto::api::HostInfo {
+            hostname: format!("host-{n}"),
+            cpu_model: String::new(),
+            cores: 1,
+            arch: String::new(),
+            os: String::new(),
+            rustc_version: String::new(),
+            worker_version: String::new(),
+            target_features: String::new(),
+            engine_kind: e2fleet_engine::engine::EngineKind::Reference,
+            engine_release: String::new(),
+        };
+        let (id, account) = (
+            e2fleet_proto::api::WorkerId::random(),
+            e2fleet_proto::api::AccountId::operator(),
+        );
+        WorkerRecord::registered(id, account, String::new(), host, String::new(), 0)
     }
 
     #[test]

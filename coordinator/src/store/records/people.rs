@@ -82,6 +82,38 @@ pub struct WorkerRecord {
     pub leases_held: u64,
 }
 
+impl WorkerRecord {
+    /// A worker identity as registered at `now_ms`: nothing done, seen or said since.
+    pub fn registered(
+        id: WorkerId,
+        account_id: AccountId,
+        token_hash: String,
+        host: HostInfo,
+        class_id: String,
+        now_ms: i64,
+    ) -> WorkerRecord {
+        WorkerRecord {
+            id,
+            account_id,
+            token_hash,
+            engine_build: host.engine_release.clone(),
+            host,
+            class_id,
+            registered_ms: now_ms,
+            last_seen_ms: now_ms,
+            per_core_rate: 0.0,
+            threads: 0,
+            units_done: 0,
+            errors: 0,
+            quarantined: false,
+            paused: String::new(),
+            network_wait: 0.0,
+            round_trip_ms: 0.0,
+            leases_held: 0,
+        }
+    }
+}
+
 /// What a call tells of a worker besides that it is alive (each `None` keeps what is
 /// stored).
 #[derive(Clone, Copy, Debug, Default)]
