@@ -18,6 +18,11 @@ use crate::store::{AccountRecord, WorkerRecord};
 /// A day, ms.
 const DAY_MS: i64 = 86_400_000;
 
+/// Whether a worker's account lets its token work: stored and not revoked.
+fn account_live(account: Option<&AccountRecord>) -> bool {
+    account.is_some_and(|a| a.revoked_ms.is_none())
+}
+
 /// Longest label (host name, CPU model, versions, ...) a worker may send, in bytes.
 pub const MAX_LABEL_BYTES: usize = 256;
 
@@ -136,26 +141,21 @@ impl Fleet {
         let found = self
             .store
             .read(move |tx| {
+                // an account's standing, read once a pass
                 let mut live: HashMap<AccountId, bool> = HashMap::new();
                 let mut found = Vec::with_capacity(due.len());
                 for hash in due {
-                    let worker = match tx.worker_by_token_hash(&hash)? {
-                        Some(w) => {
-                            let good = match live.get(&w.account_id) {
-                                Some(good) => *good,
-                                None => {
-                                    let good = tx
-                                        .account(&w.account_id)?
-                                        .is_some_and(|a| a.revoked_ms.is_none());
-                                    live.insert(w.account_id.clone(), good);
-                                    good
-                                }
-                            };
-                            good.then_some(w)
+                    let worker = tx.worker_by_token_hash(&hash)?;
+                    let good = match &worker {
+                        Some(w) if !live.contains_key(&w.account_id) => {
+                            let good = account_live(tx.account(&w.account_id)?.as_ref());
+                            live.insert(w.account_id.clone(), good);
+                            good
                         }
-                        None => None,
+                        Some(w) => live[&w.account_id],
+                        None => false,
                     };
-                    found.push((hash, worker));
+                    found.push((hash, worker.filter(|_| good)));
                 }
                 Ok::<_, FleetError>(found)
             })
@@ -189,7 +189,7 @@ impl Fleet {
             .ok_or_else(|| {
                 FleetError::Unauthenticated("unknown worker token; register again".into())
             })?;
-        if account.is_none_or(|a| a.revoked_ms.is_some()) {
+        if !account_live(account.as_ref()) {
             return Err(FleetError::Unauthenticated(format!(
                 "the account {} of this worker was revoked",
                 worker.account_id
